@@ -1,0 +1,32 @@
+//! Configuration of isthmus: the YAML schema of every component, its validation and the
+//! immutable snapshots that the proxy swaps on reload.
+//!
+//! What this crate is for: turning a file an operator wrote into a typed, fully validated value,
+//! or into a list of *every* problem in it, each naming the file, line, column and field path
+//! (`proxy.yaml:7:19: listeners[1].routes[0].upstream: no upstream named "etcd-main-9"`).
+//! What it must never do: I/O beyond reading the one file it is asked to read, networking, or
+//! accepting a file it did not fully understand (unknown keys are errors).
+//!
+//! # Why `marked-yaml`
+//! `serde_yaml` is deprecated and unmaintained. We need two things from a YAML library: serde
+//! deserialisation with the *field path* of an error, and the *source position* of every node so
+//! that semantic errors found after deserialisation (a route naming an unknown upstream) can also
+//! point at a line and column. `marked-yaml` (built on the maintained `yaml-rust2` parser) keeps a
+//! span on every node and deserialises straight from those nodes with `serde_path_to_error`
+//! paths, so one parse gives both. It is pure Rust (no `unsafe-libyaml` C translation) and small.
+//! Its one quirk for us: every scalar is text, so YAML `null` is not special. [`nullable`] maps
+//! `null`/`~`/empty to `None` where the schema allows null.
+
+#![forbid(unsafe_code)]
+
+mod duration;
+mod error;
+mod load;
+pub mod nullable;
+mod proxy;
+pub mod validate;
+
+pub use duration::Duration;
+pub use error::{ConfigError, ConfigErrors, LoadError};
+pub use load::{hash_bytes, load_proxy_file, parse_proxy, Loaded};
+pub use proxy::{AdminConfig, ListenerConfig, ProxyConfig, RouteConfig, UpstreamConfig};

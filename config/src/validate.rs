@@ -1,0 +1,136 @@
+//! Semantic checks that serde cannot express. Each problem is `(field path, message)`; the
+//! loader turns the path into a line and column.
+
+use crate::ProxyConfig;
+use std::collections::{HashMap, HashSet};
+
+type Problems = Vec<(String, String)>;
+
+/// Every semantic problem of a proxy configuration.
+pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
+    let mut p = Problems::new();
+    let mut upstreams = HashSet::new();
+    for (i, u) in c.upstreams.iter().enumerate() {
+        let at = format!("upstreams[{i}]");
+        check_name(&mut p, &format!("{at}.name"), &u.name);
+        if !upstreams.insert(u.name.as_str()) {
+            p.push((format!("{at}.name"), format!("duplicate upstream name {:?}", u.name)));
+        }
+        if u.endpoints.is_empty() {
+            p.push((format!("{at}.endpoints"), "needs at least one endpoint".into()));
+        }
+        for (j, e) in u.endpoints.iter().enumerate() {
+            if let Err(m) = check_endpoint(e) {
+                p.push((format!("{at}.endpoints[{j}]"), m));
+            }
+        }
+    }
+    let mut names = HashSet::new();
+    let mut addresses = HashMap::new();
+    for (i, l) in c.listeners.iter().enumerate() {
+        let at = format!("listeners[{i}]");
+        check_name(&mut p, &format!("{at}.name"), &l.name);
+        if !names.insert(l.name.as_str()) {
+            p.push((format!("{at}.name"), format!("duplicate listener name {:?}", l.name)));
+        }
+        if let Some(other) = addresses.insert(l.address, l.name.as_str()) {
+            p.push((
+                format!("{at}.address"),
+                format!("{} is already used by listener {other:?}", l.address),
+            ));
+        }
+        if l.client_hello_timeout.get().is_zero() {
+            p.push((format!("{at}.client_hello_timeout"), "must be more than 0s".into()));
+        }
+        if !(512..=1 << 20).contains(&l.max_client_hello_bytes) {
+            p.push((
+                format!("{at}.max_client_hello_bytes"),
+                format!("{} is outside 512..=1048576", l.max_client_hello_bytes),
+            ));
+        }
+        if let Some(d) = &l.default_upstream {
+            if !upstreams.contains(d.as_str()) {
+                p.push((format!("{at}.default_upstream"), format!("no upstream named {d:?}")));
+            }
+        }
+        let mut snis = HashSet::new();
+        for (j, r) in l.routes.iter().enumerate() {
+            let rat = format!("{at}.routes[{j}]");
+            match normalize_sni_pattern(&r.sni) {
+                Ok(n) => {
+                    if !snis.insert(n) {
+                        p.push((format!("{rat}.sni"), format!("duplicate route for {:?}", r.sni)));
+                    }
+                }
+                Err(m) => p.push((format!("{rat}.sni"), m)),
+            }
+            if !upstreams.contains(r.upstream.as_str()) {
+                p.push((
+                    format!("{rat}.upstream"),
+                    format!("no upstream named {:?}", r.upstream),
+                ));
+            }
+        }
+    }
+    if c.drain_timeout.get().is_zero() {
+        p.push(("drain_timeout".into(), "must be more than 0s".into()));
+    }
+    p
+}
+
+fn check_name(p: &mut Problems, at: &str, name: &str) {
+    let ok = !name.is_empty()
+        && name.len() <= 253
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !ok {
+        p.push((
+            at.to_owned(),
+            format!("invalid name {name:?}: use 1-253 characters of a-z, 0-9, '-', '_', '.'"),
+        ));
+    }
+}
+
+/// Lower-cases an SNI pattern, drops a trailing dot and checks its syntax.
+pub fn normalize_sni_pattern(sni: &str) -> Result<String, String> {
+    let s = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
+    let host = s.strip_prefix("*.").unwrap_or(&s);
+    if host.is_empty() || host.len() > 253 {
+        return Err(format!("invalid SNI {sni:?}: empty or longer than 253 characters"));
+    }
+    for label in host.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            return Err(format!(
+                "invalid SNI {sni:?}: label {label:?} must be 1-63 of a-z, 0-9, '-' \
+                 (a wildcard may only be a leading \"*.\")"
+            ));
+        }
+    }
+    Ok(s)
+}
+
+fn check_endpoint(e: &str) -> Result<(), String> {
+    if e.parse::<std::net::SocketAddr>().is_ok() {
+        return Ok(());
+    }
+    let bad = || format!("invalid endpoint {e:?}: write host:port, [ipv6]:port or ip:port");
+    let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty() || host.contains(':') || host.starts_with('[') {
+        return Err(bad());
+    }
+    match port.parse::<u16>() {
+        Ok(p) if p > 0 => {}
+        _ => return Err(format!("invalid endpoint {e:?}: port must be 1-65535")),
+    }
+    normalize_sni_pattern(host)
+        .ok()
+        .filter(|h| !h.starts_with("*."))
+        .map(|_| ())
+        .ok_or_else(bad)
+}

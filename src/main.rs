@@ -1,0 +1,43 @@
+//! The `isthmus` binary: flags and wiring only. Every behaviour lives in a library crate.
+
+#![forbid(unsafe_code)]
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// isthmus: the networking data plane for Gardener's live control-plane migration.
+#[derive(Debug, Parser)]
+#[command(name = "isthmus", version, about, long_about = None)]
+struct Cli {
+    /// Log format: `text` for people, `json` for log pipelines.
+    #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the L4 SNI proxy (routes TLS by ClientHello SNI; never terminates TLS).
+    Proxy(cmd::proxy::Args),
+    /// Validate a proxy configuration file and print every error with file:line:col.
+    CheckConfig(cmd::check_config::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    cmd::init_logging(&cli.log_format);
+    let result = match cli.command {
+        Command::Proxy(args) => cmd::proxy::run(args),
+        Command::CheckConfig(args) => cmd::check_config::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("isthmus: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
