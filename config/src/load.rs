@@ -22,57 +22,100 @@ pub fn hash_bytes(bytes: &[u8]) -> String {
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// A configuration file type: how to check it beyond what serde checks.
+pub trait Schema: DeserializeOwned {
+    /// Semantic problems as `(field path, message)`; the loader adds line and column.
+    fn validate(&self) -> Vec<(String, String)>;
+
+    /// Structural errors of list elements, each deserialised on its own, so that a file with
+    /// mistakes in several elements reports all of them (serde stops at the first).
+    /// Implement with [`Lists::probe`] for every top-level list.
+    fn list_errors(_lists: &Lists<'_>) -> Vec<ConfigError> {
+        Vec::new()
+    }
+}
+
+/// The parsed document, as seen by [`Schema::list_errors`].
+#[derive(Debug)]
+pub struct Lists<'a>(&'a Node);
+
+impl Lists<'_> {
+    /// Errors of each element of the top-level list `key` deserialised as `E`.
+    pub fn probe<E: DeserializeOwned>(&self, key: &str) -> Vec<ConfigError> {
+        element_errors::<E>(self.0, key)
+    }
+}
+
+impl Schema for ProxyConfig {
+    fn validate(&self) -> Vec<(String, String)> {
+        validate::proxy(self)
+    }
+    fn list_errors(lists: &Lists<'_>) -> Vec<ConfigError> {
+        let mut errors = lists.probe::<crate::ListenerConfig>("listeners");
+        errors.extend(lists.probe::<crate::UpstreamConfig>("upstreams"));
+        errors
+    }
+}
+
 /// Reads and validates a proxy configuration file.
 pub fn load_proxy_file(path: &Path) -> Result<Loaded<ProxyConfig>, LoadError> {
+    load_file(path)
+}
+
+/// Parses and validates proxy configuration text; `file` names it in errors.
+pub fn parse_proxy(file: &str, text: &str) -> Result<ProxyConfig, ConfigErrors> {
+    parse(file, text)
+}
+
+/// Reads and validates a configuration file of any [`Schema`].
+pub fn load_file<T: Schema>(path: &Path) -> Result<Loaded<T>, LoadError> {
     let text = std::fs::read_to_string(path).map_err(|source| LoadError::Read {
         path: path.to_owned(),
         source,
     })?;
-    let config = parse_proxy(&path.display().to_string(), &text).map_err(LoadError::Invalid)?;
+    let config = parse(&path.display().to_string(), &text).map_err(LoadError::Invalid)?;
     Ok(Loaded {
         config,
         hash: hash_bytes(text.as_bytes()),
     })
 }
 
-/// Parses and validates proxy configuration text; `file` names it in errors.
-pub fn parse_proxy(file: &str, text: &str) -> Result<ProxyConfig, ConfigErrors> {
-    let fail = |errors: Vec<ConfigError>| ConfigErrors {
-        file: file.to_owned(),
-        errors,
+/// Parses and validates configuration text of any [`Schema`]; `file` names it in errors.
+pub fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
+    let fail = |mut errors: Vec<ConfigError>| {
+        errors.sort_by_key(|e| (e.line, e.column));
+        ConfigErrors {
+            file: file.to_owned(),
+            errors,
+        }
     };
     let root = parse_node(text).map_err(|e| fail(vec![e]))?;
-    let config: ProxyConfig = match marked_yaml::from_node(&root) {
+    let config: T = match marked_yaml::from_node(&root) {
         Ok(c) => c,
         Err(first) => {
-            let mut errors = element_errors::<crate::ListenerConfig>(&root, "listeners");
-            errors.extend(element_errors::<crate::UpstreamConfig>(&root, "upstreams"));
+            let mut errors = T::list_errors(&Lists(&root));
             let first = serde_error(&root, "", first);
-            if !errors.iter().any(|e| e == &first) && !is_inside_list(&first.path) {
-                errors.push(first.clone());
-            }
-            if errors.is_empty() {
+            if errors.is_empty() || !is_inside_list(&first.path) {
                 errors.push(first);
             }
-            errors.sort_by_key(|e| (e.line, e.column));
+            errors.dedup();
             return Err(fail(errors));
         }
     };
-    let problems = validate::proxy(&config);
+    let problems = config.validate();
     if problems.is_empty() {
-        Ok(config)
-    } else {
-        let mut errors: Vec<ConfigError> = problems
+        return Ok(config);
+    }
+    Err(fail(
+        problems
             .into_iter()
             .map(|(path, message)| locate(&root, path, message))
-            .collect();
-        errors.sort_by_key(|e| (e.line, e.column));
-        Err(fail(errors))
-    }
+            .collect(),
+    ))
 }
 
 fn is_inside_list(path: &str) -> bool {
-    path.starts_with("listeners[") || path.starts_with("upstreams[")
+    path.contains('[')
 }
 
 fn parse_node(text: &str) -> Result<Node, ConfigError> {
