@@ -1,1 +1,18 @@
-//! placeholder
+//! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
+//! scratch directories and polling with deadlines.
+//!
+//! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
+//! What it must never do: be a dependency of anything but tests and benchmarks, or hide a
+//! failure (every helper panics with a message that says what it was waiting for).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod pki;
+mod poll;
+mod scratch;
+mod tls;
+
+pub use pki::{Identity, TestPki};
+pub use poll::wait_until;
+pub use scratch::Scratch;
+pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};

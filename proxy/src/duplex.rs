@@ -1,0 +1,89 @@
+//! Splicing two TCP streams both ways with correct half-close.
+//!
+//! Each direction reads until EOF and then shuts down the *write* side of the other socket,
+//! passing the FIN on while the opposite direction keeps flowing. The splice ends when both
+//! directions have ended, or at once when either side fails (a reset on one side is passed on
+//! by dropping both sockets).
+//!
+//! Buffers exist only while data is moving: an idle spliced connection holds no buffer, which
+//! is what keeps memory per idle connection small (tens of thousands of etcd peer streams and
+//! watches sit idle most of the time).
+
+use prometheus_client::metrics::counter::Counter;
+use std::io;
+use std::net::Shutdown;
+use tokio::net::TcpStream;
+
+/// Bytes a buffer holds; big enough that bulk transfers need few syscalls.
+const BUF_SIZE: usize = 64 * 1024;
+
+/// Byte totals of a finished splice.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Totals {
+    pub downstream_to_upstream: u64,
+    pub upstream_to_downstream: u64,
+}
+
+/// Splices until both directions end. Counters advance as bytes move, not only at the end,
+/// so that long-lived connections show up in `/metrics` while they live.
+pub async fn splice(
+    downstream: &TcpStream,
+    upstream: &TcpStream,
+    to_upstream: &Counter,
+    to_downstream: &Counter,
+) -> io::Result<Totals> {
+    let up = pump(downstream, upstream, to_upstream);
+    let down = pump(upstream, downstream, to_downstream);
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (None, None);
+    while up_done.is_none() || down_done.is_none() {
+        tokio::select! {
+            r = &mut up, if up_done.is_none() => up_done = Some(r?),
+            r = &mut down, if down_done.is_none() => down_done = Some(r?),
+        }
+    }
+    Ok(Totals {
+        downstream_to_upstream: up_done.unwrap_or(0),
+        upstream_to_downstream: down_done.unwrap_or(0),
+    })
+}
+
+async fn pump(from: &TcpStream, to: &TcpStream, counter: &Counter) -> io::Result<u64> {
+    let mut total = 0u64;
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        from.readable().await?;
+        if buf.is_empty() {
+            buf.resize(BUF_SIZE, 0);
+        }
+        let n = match from.try_read(&mut buf) {
+            Ok(0) => {
+                // Pass the FIN on. The peer may already be gone; that ends this direction only.
+                let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
+                return Ok(total);
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        };
+        write_all(to, &buf[..n]).await?;
+        total += n as u64;
+        counter.inc_by(n as u64);
+        if n < buf.len() {
+            // The socket is drained: give the buffer back rather than hold it while idle.
+            buf = Vec::new();
+        }
+    }
+}
+
+async fn write_all(to: &TcpStream, mut data: &[u8]) -> io::Result<()> {
+    while !data.is_empty() {
+        to.writable().await?;
+        match to.try_write(data) {
+            Ok(n) => data = &data[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,139 @@
+//! Reading a ClientHello off a fresh connection: into a capped buffer, under a deadline,
+//! parsing only when a TLS record has completed so that a client trickling one byte at a time
+//! costs O(records) parses rather than O(bytes).
+
+use crate::client_hello::{self, Parsed};
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+
+/// Why a connection was closed before routing. `as_str` is the metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reject {
+    NoSni,
+    UnknownSni,
+    NotTls,
+    Malformed(client_hello::Malformed),
+    TooLarge,
+    Timeout,
+    ClientClosed,
+}
+
+impl Reject {
+    /// The `reason` label of `isthmus_proxy_hello_rejections_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reject::NoSni => "no_sni",
+            Reject::UnknownSni => "unknown_sni",
+            Reject::NotTls => "not_tls",
+            Reject::Malformed(_) => "malformed",
+            Reject::TooLarge => "too_large",
+            Reject::Timeout => "timeout",
+            Reject::ClientClosed => "client_closed",
+        }
+    }
+
+    /// The TLS alert to send before closing, if the client spoke TLS and is still listening.
+    pub fn alert(self) -> Option<u8> {
+        const DECODE_ERROR: u8 = 50;
+        const UNRECOGNIZED_NAME: u8 = 112;
+        match self {
+            Reject::NoSni | Reject::UnknownSni => Some(UNRECOGNIZED_NAME),
+            Reject::Malformed(_) | Reject::TooLarge => Some(DECODE_ERROR),
+            Reject::NotTls | Reject::Timeout | Reject::ClientClosed => None,
+        }
+    }
+}
+
+/// A fatal TLS alert record (TLS 1.2 record version, as every TLS version accepts).
+pub fn alert_record(description: u8) -> [u8; 7] {
+    [21, 3, 3, 0, 2, 2, description]
+}
+
+/// The SNI a client asked for, if any; `buf` holds every byte read so far, for replay.
+pub async fn read_client_hello(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    max_bytes: usize,
+    timeout: Duration,
+) -> Result<Option<String>, Reject> {
+    match tokio::time::timeout(timeout, read_loop(stream, buf, max_bytes)).await {
+        Ok(r) => r,
+        Err(_) => Err(Reject::Timeout),
+    }
+}
+
+async fn read_loop(
+    stream: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    max_bytes: usize,
+) -> Result<Option<String>, Reject> {
+    // Most hellos fit in one read of this size; larger ones grow the buffer up to the cap.
+    buf.reserve_exact(max_bytes.min(2048));
+    loop {
+        if buf.len() >= max_bytes {
+            return Err(Reject::TooLarge);
+        }
+        if buf.capacity() == buf.len() {
+            buf.reserve_exact(buf.len().min(max_bytes - buf.len()));
+        }
+        let room = buf.capacity().min(max_bytes) - buf.len();
+        let n = (&mut *stream)
+            .take(room as u64)
+            .read_buf(buf)
+            .await
+            .map_err(|_| Reject::ClientClosed)?;
+        if n == 0 {
+            return Err(Reject::ClientClosed);
+        }
+        if !ends_on_record_boundary(buf) {
+            continue;
+        }
+        match client_hello::parse(buf) {
+            Parsed::NeedMore => continue,
+            Parsed::Sni(name) => return Ok(Some(name)),
+            Parsed::NoSni => return Ok(None),
+            Parsed::NotTls => return Err(Reject::NotTls),
+            Parsed::Malformed(m) => return Err(Reject::Malformed(m)),
+        }
+    }
+}
+
+/// True when the bytes end exactly at the end of a TLS record, or do not look like TLS records
+/// at all (so that the parser can say "not TLS" without waiting). Walks record headers only.
+fn ends_on_record_boundary(buf: &[u8]) -> bool {
+    let mut at = 0usize;
+    loop {
+        let Some(header) = buf.get(at..at + 5) else {
+            // A partial header; the very first bytes still go to the parser so that non-TLS
+            // input is rejected at once.
+            return at == buf.len() || at == 0;
+        };
+        if header[0] != 22 {
+            return true;
+        }
+        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        at += 5 + len;
+        if at >= buf.len() {
+            return at == buf.len() || len > 16384 + 2048;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_boundaries() {
+        assert!(ends_on_record_boundary(&[]));
+        assert!(ends_on_record_boundary(b"GET / HTTP/1.1"));
+        assert!(ends_on_record_boundary(&[22]));
+        assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 4, 1]));
+        assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1]));
+        assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3]));
+        assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3, 1, 0, 0]));
+        // An oversized record header is handed to the parser to be called malformed.
+        assert!(ends_on_record_boundary(&[22, 3, 1, 0xff, 0xff, 1]));
+    }
+}

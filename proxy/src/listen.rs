@@ -1,0 +1,91 @@
+//! Binding listener sockets and running their accept loops.
+
+use crate::conn;
+use crate::metrics::{ListenerLabels, Metrics};
+use crate::snapshot::Snapshot;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::warn;
+
+/// Binds with `SO_REUSEADDR` and `SO_REUSEPORT`: a reload can bind a listener's new socket
+/// while the old one still accepts (make before break), and a new isthmus process can take
+/// over a port from an old one during a rolling update.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    TcpListener::from_std(socket.into())
+}
+
+/// Everything an accept loop needs, shared by all of them.
+#[derive(Debug)]
+pub struct Shared {
+    pub snapshot: RwLock<Arc<Snapshot>>,
+    pub metrics: Arc<Metrics>,
+    /// Every connection task, so that a drain can wait for them.
+    pub connections: TaskTracker,
+}
+
+impl Shared {
+    /// The snapshot in effect.
+    pub fn current(&self) -> Arc<Snapshot> {
+        match self.snapshot.read() {
+            Ok(s) => s.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
+/// Accepts until `stop` fires. Each connection is handled with the listener's spec from the
+/// snapshot current at accept time and keeps it for its whole life.
+pub async fn accept_loop(listener: TcpListener, name: String, shared: Arc<Shared>, stop: CancellationToken) {
+    let errors = shared.metrics.accept_errors.get_or_create_owned(&ListenerLabels {
+        listener: name.clone(),
+    });
+    loop {
+        let accepted = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => r,
+        };
+        let (sock, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                errors.inc();
+                if !is_per_connection(&e) {
+                    // EMFILE/ENFILE/ENOBUFS: accepting again at once would spin at 100% CPU
+                    // while nothing frees up; back off briefly instead.
+                    warn!(listener = %name, error = %e, "accept failed, backing off");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                continue;
+            }
+        };
+        // The listener may have been removed by a reload that has not stopped this loop yet;
+        // such a connection is closed, never routed with a stale table.
+        let Some(spec) = shared.current().listeners.get(&name).cloned() else {
+            continue;
+        };
+        shared
+            .connections
+            .spawn(conn::handle(sock, peer, spec, shared.metrics.clone()));
+    }
+}
+
+fn is_per_connection(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted
+    )
+}

@@ -1,0 +1,120 @@
+//! SNI route tables as data, with a pure `find`: exact names beat wildcards, and among
+//! wildcards the longest suffix wins. Lookup cost is one hash probe per label of the name,
+//! independent of the number of routes.
+
+use std::collections::HashMap;
+
+/// Routes from normalised SNI patterns to `T`.
+#[derive(Debug, Clone)]
+pub struct RouteTable<T> {
+    exact: HashMap<Box<str>, T>,
+    /// Keyed by the suffix *with* its leading dot: `*.vpn.example.com` is stored as
+    /// `.vpn.example.com`, so a candidate suffix of the name can be looked up directly.
+    wildcard: HashMap<Box<str>, T>,
+}
+
+impl<T> Default for RouteTable<T> {
+    fn default() -> Self {
+        Self {
+            exact: HashMap::new(),
+            wildcard: HashMap::new(),
+        }
+    }
+}
+
+impl<T> RouteTable<T> {
+    /// Adds a route for an already normalised pattern (lower case, no trailing dot; see
+    /// `isthmus_config::validate::normalize_sni_pattern`). A later insert of the same pattern
+    /// replaces the earlier one; validation rejects duplicates before we get here.
+    pub fn insert(&mut self, pattern: &str, value: T) {
+        match pattern.strip_prefix('*') {
+            Some(suffix) if suffix.starts_with('.') => {
+                self.wildcard.insert(suffix.into(), value);
+            }
+            _ => {
+                self.exact.insert(pattern.into(), value);
+            }
+        }
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.exact.len() + self.wildcard.len()
+    }
+
+    /// True when there are no routes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The route for a server name as the client sent it: case-insensitive, a trailing dot
+    /// ignored. A wildcard matches one or more labels in front of its suffix, never the bare
+    /// suffix itself.
+    pub fn find(&self, sni: &str) -> Option<&T> {
+        let sni = sni.strip_suffix('.').unwrap_or(sni);
+        if sni.is_empty() || sni.len() > 253 {
+            return None;
+        }
+        // A stack buffer keeps the lookup allocation-free for every valid host name.
+        let mut lower = [0u8; 253];
+        let lower = &mut lower[..sni.len()];
+        lower.copy_from_slice(sni.as_bytes());
+        lower.make_ascii_lowercase();
+        let name = std::str::from_utf8(lower).ok()?;
+        if let Some(v) = self.exact.get(name) {
+            return Some(v);
+        }
+        if self.wildcard.is_empty() {
+            return None;
+        }
+        // Candidate suffixes from the longest (drop the first label) to the shortest.
+        name.match_indices('.')
+            .find_map(|(i, _)| self.wildcard.get(&name[i..]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> RouteTable<&'static str> {
+        let mut t = RouteTable::default();
+        t.insert("etcd-0.seed-a.example.com", "exact");
+        t.insert("*.seed-a.example.com", "short");
+        t.insert("*.vpn.seed-a.example.com", "long");
+        t.insert("*.com", "tld");
+        t
+    }
+
+    #[test]
+    fn exact_beats_wildcard() {
+        assert_eq!(table().find("etcd-0.seed-a.example.com"), Some(&"exact"));
+    }
+
+    #[test]
+    fn longest_wildcard_wins() {
+        let t = table();
+        assert_eq!(t.find("x.vpn.seed-a.example.com"), Some(&"long"));
+        assert_eq!(t.find("a.b.vpn.seed-a.example.com"), Some(&"long"));
+        assert_eq!(t.find("etcd-1.seed-a.example.com"), Some(&"short"));
+        assert_eq!(t.find("other.example.com"), Some(&"tld"));
+    }
+
+    #[test]
+    fn case_and_trailing_dot_are_ignored() {
+        let t = table();
+        assert_eq!(t.find("ETCD-0.Seed-A.example.COM."), Some(&"exact"));
+        assert_eq!(t.find("X.VPN.seed-a.example.com."), Some(&"long"));
+    }
+
+    #[test]
+    fn wildcard_does_not_match_bare_suffix_or_other_names() {
+        let mut t = RouteTable::default();
+        t.insert("*.vpn.example.com", 1);
+        assert_eq!(t.find("vpn.example.com"), None);
+        assert_eq!(t.find("xvpn.example.com"), None);
+        assert_eq!(t.find(""), None);
+        assert_eq!(t.find("."), None);
+        assert_eq!(t.find(&"a".repeat(300)), None);
+    }
+}

@@ -1,0 +1,332 @@
+//! The running proxy: start from a file, reload it, drain and stop.
+
+use crate::admin::{self, AdminState};
+use crate::listen::{self, Shared};
+use crate::metrics::Metrics;
+use crate::snapshot::Snapshot;
+use isthmus_config::{load_proxy_file, LoadError};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    #[error("cannot listen on {address} for {what}: {source}")]
+    Bind {
+        what: String,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// Why a reload was not applied; the old configuration stays in effect.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReloadError {
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    #[error("cannot listen on {address} for listener {listener:?}: {source}")]
+    Bind {
+        listener: String,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// What a successful reload did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reloaded {
+    /// The file's content did not change.
+    Unchanged,
+    /// A new snapshot is in effect.
+    Applied {
+        hash: String,
+        added: Vec<String>,
+        removed: Vec<String>,
+    },
+}
+
+#[derive(Debug)]
+struct Running {
+    configured: SocketAddr,
+    bound: SocketAddr,
+    stop: CancellationToken,
+}
+
+/// A running proxy. Cheap to clone; all clones control the same proxy.
+#[derive(Debug, Clone)]
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    shared: Arc<Shared>,
+    ready: AtomicBool,
+    /// Parent of every accept loop's token: cancelling it stops all accepting.
+    accepting: CancellationToken,
+    /// Held for the whole of a reload, so reloads never interleave.
+    running: Mutex<HashMap<String, Running>>,
+    admin_addr: SocketAddr,
+    admin_stop: CancellationToken,
+}
+
+impl Proxy {
+    /// Loads `path`, binds every listener and the admin endpoint, and starts serving.
+    /// The proxy's series are registered into `registry`, which the admin endpoint serves.
+    pub async fn start(path: &Path, mut registry: Registry) -> Result<Self, StartError> {
+        let loaded = load_proxy_file(path)?;
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        metrics.set_config_hash(None, &loaded.hash);
+        let admin_address = loaded.config.admin.address;
+        let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics);
+        let admin_listener = listen::bind(admin_address).map_err(|source| StartError::Bind {
+            what: "admin".into(),
+            address: admin_address,
+            source,
+        })?;
+        let admin_addr = admin_listener.local_addr().map_err(|source| StartError::Bind {
+            what: "admin".into(),
+            address: admin_address,
+            source,
+        })?;
+        let mut bound = Vec::new();
+        for l in &snapshot.config.listeners {
+            let listener = listen::bind(l.address).map_err(|source| StartError::Bind {
+                what: format!("listener {:?}", l.name),
+                address: l.address,
+                source,
+            })?;
+            bound.push((l.name.clone(), l.address, listener));
+        }
+        let inner = Arc::new(Inner {
+            path: path.to_owned(),
+            shared: Arc::new(Shared {
+                snapshot: RwLock::new(Arc::new(snapshot)),
+                metrics,
+                connections: TaskTracker::new(),
+            }),
+            ready: AtomicBool::new(true),
+            accepting: CancellationToken::new(),
+            running: Mutex::new(HashMap::new()),
+            admin_addr,
+            admin_stop: CancellationToken::new(),
+        });
+        let proxy = Proxy { inner };
+        {
+            let mut running = proxy.inner.running.lock().await;
+            for (name, configured, listener) in bound {
+                let r = proxy.spawn_accept(name.clone(), configured, listener);
+                running.insert(name, r);
+            }
+        }
+        tokio::spawn(admin::serve(
+            admin_listener,
+            Arc::new(proxy.clone()),
+            Arc::new(registry),
+            proxy.inner.admin_stop.clone(),
+        ));
+        tokio::spawn(watch(proxy.clone()));
+        info!(config = %path.display(), admin = %admin_addr, "proxy started");
+        Ok(proxy)
+    }
+
+    fn spawn_accept(&self, name: String, configured: SocketAddr, listener: tokio::net::TcpListener) -> Running {
+        let bound = listener.local_addr().unwrap_or(configured);
+        let stop = self.inner.accepting.child_token();
+        tokio::spawn(listen::accept_loop(
+            listener,
+            name.clone(),
+            self.inner.shared.clone(),
+            stop.clone(),
+        ));
+        info!(listener = %name, address = %bound, "listening");
+        Running {
+            configured,
+            bound,
+            stop,
+        }
+    }
+
+    /// The address the admin endpoint is bound to.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.inner.admin_addr
+    }
+
+    /// The address a listener is bound to (useful with port 0).
+    pub async fn listener_addr(&self, name: &str) -> Option<SocketAddr> {
+        self.inner.running.lock().await.get(name).map(|r| r.bound)
+    }
+
+    /// SHA-256 of the configuration file in effect.
+    pub fn config_hash(&self) -> String {
+        self.inner.shared.current().hash.clone()
+    }
+
+    /// Connections currently open.
+    pub fn open_connections(&self) -> usize {
+        self.inner.shared.connections.len()
+    }
+
+    /// Re-reads the file. On any error the old configuration stays and the error is returned
+    /// (and counted); established connections are never touched either way.
+    pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
+        let metrics = &self.inner.shared.metrics;
+        let mut running = self.inner.running.lock().await;
+        let loaded = match load_proxy_file(&self.inner.path) {
+            Ok(l) => l,
+            Err(e) => {
+                metrics.reload(match e {
+                    LoadError::Read { .. } => "unreadable",
+                    _ => "invalid",
+                });
+                warn!(error = %e, "reload rejected; the previous configuration stays in effect");
+                return Err(e.into());
+            }
+        };
+        let old = self.inner.shared.current();
+        if loaded.hash == old.hash {
+            metrics.reload("unchanged");
+            return Ok(Reloaded::Unchanged);
+        }
+        // Bind every new or moved listener before changing anything, so that a failure
+        // leaves the running configuration exactly as it was.
+        let mut fresh = Vec::new();
+        for l in &loaded.config.listeners {
+            if running.get(&l.name).is_some_and(|r| r.configured == l.address) {
+                continue;
+            }
+            match listen::bind(l.address) {
+                Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),
+                Err(source) => {
+                    metrics.reload("bind_error");
+                    warn!(listener = %l.name, address = %l.address, error = %source,
+                        "reload rejected; the previous configuration stays in effect");
+                    return Err(ReloadError::Bind {
+                        listener: l.name.clone(),
+                        address: l.address,
+                        source,
+                    });
+                }
+            }
+        }
+        let hash = loaded.hash.clone();
+        let snapshot = Arc::new(Snapshot::compile(loaded.config, loaded.hash, metrics));
+        let removed: Vec<String> = running
+            .keys()
+            .filter(|name| !snapshot.listeners.contains_key(*name))
+            .cloned()
+            .collect();
+        match self.inner.shared.snapshot.write() {
+            Ok(mut s) => *s = snapshot,
+            Err(poisoned) => *poisoned.into_inner() = snapshot,
+        }
+        metrics.set_config_hash(Some(&old.hash), &hash);
+        let mut added = Vec::new();
+        for (name, configured, listener) in fresh {
+            let r = self.spawn_accept(name.clone(), configured, listener);
+            if let Some(previous) = running.insert(name.clone(), r) {
+                previous.stop.cancel();
+            }
+            added.push(name);
+        }
+        for name in &removed {
+            if let Some(r) = running.remove(name) {
+                r.stop.cancel();
+                info!(listener = %name, "listener removed; its open connections stay");
+            }
+        }
+        metrics.reload("applied");
+        info!(%hash, ?added, ?removed, "configuration reloaded");
+        Ok(Reloaded::Applied { hash, added, removed })
+    }
+
+    /// Drains and stops: `/readyz` turns 503, after `delay` the listeners close, then open
+    /// connections get up to `timeout` to finish. Returns how many were still open.
+    pub async fn shutdown(&self, delay: Duration, timeout: Duration) -> usize {
+        self.inner.ready.store(false, Ordering::SeqCst);
+        info!(?delay, "draining: readiness is now false");
+        tokio::time::sleep(delay).await;
+        self.inner.accepting.cancel();
+        let tracker = &self.inner.shared.connections;
+        tracker.close();
+        info!(open = tracker.len(), ?timeout, "listeners closed; waiting for open connections");
+        let _ = tokio::time::timeout(timeout, tracker.wait()).await;
+        let left = tracker.len();
+        self.inner.admin_stop.cancel();
+        info!(left, "stopped");
+        left
+    }
+
+    /// The drain settings of the configuration in effect.
+    pub fn drain_settings(&self) -> (Duration, Duration) {
+        let s = self.inner.shared.current();
+        (s.config.drain_delay.get(), s.config.drain_timeout.get())
+    }
+}
+
+impl AdminState for Proxy {
+    fn ready(&self) -> bool {
+        self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    fn config_json(&self) -> serde_json::Value {
+        let s = self.inner.shared.current();
+        let bound: HashMap<String, String> = self
+            .inner
+            .running
+            .try_lock()
+            .map(|r| r.iter().map(|(n, r)| (n.clone(), r.bound.to_string())).collect())
+            .unwrap_or_default();
+        serde_json::json!({
+            "hash": s.hash,
+            "path": self.inner.path.display().to_string(),
+            "bound": bound,
+            "config": s.config,
+        })
+    }
+}
+
+/// Polls the file's identity (device, inode, size, mtime — following symlinks, so a ConfigMap's
+/// `..data` swap shows as a new inode) and reloads when it changes. Polling rather than
+/// inotify: ConfigMap updates replace a symlink two levels up, which inotify watches on the
+/// file itself miss, and a stat per second is negligible.
+async fn watch(proxy: Proxy) {
+    let mut last = fingerprint(&proxy.inner.path);
+    loop {
+        let interval = proxy.inner.shared.current().config.watch_interval.get();
+        let pause = if interval.is_zero() { Duration::from_secs(1) } else { interval };
+        tokio::select! {
+            _ = proxy.inner.accepting.cancelled() => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        if interval.is_zero() {
+            continue;
+        }
+        let now = fingerprint(&proxy.inner.path);
+        if now != last {
+            last = now;
+            // Errors are logged and counted inside reload.
+            let _ = proxy.reload().await;
+        }
+    }
+}
+
+fn fingerprint(path: &Path) -> Option<(u64, u64, u64, std::time::SystemTime)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).ok()?;
+    Some((m.dev(), m.ino(), m.len(), m.modified().ok()?))
+}

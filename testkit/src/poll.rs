@@ -1,0 +1,20 @@
+//! Waiting for a condition with a deadline instead of sleeping a guessed amount.
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// Polls `check` every 10 ms until it returns true; panics with `what` after `timeout`.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

@@ -1,0 +1,96 @@
+//! rustls configurations and a TLS echo server that names itself in every reply.
+
+use crate::{Identity, TestPki};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{client::TlsStream, TlsAcceptor, TlsConnector};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// A server config presenting `id`.
+pub fn server_config(id: &Identity) -> Arc<ServerConfig> {
+    let c = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![id.cert_der.clone()], id.key())
+        .unwrap();
+    Arc::new(c)
+}
+
+/// A client config trusting `pki`'s CA.
+pub fn client_config(pki: &TestPki) -> Arc<ClientConfig> {
+    let mut roots = RootCertStore::empty();
+    roots.add(pki.ca_der()).unwrap();
+    let c = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Arc::new(c)
+}
+
+/// Connects to `addr` and completes a TLS handshake with SNI `name`.
+pub async fn tls_connect(
+    config: Arc<ClientConfig>,
+    addr: SocketAddr,
+    name: &str,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(name.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    TlsConnector::from(config).connect(name, tcp).await
+}
+
+/// A TLS server on `127.0.0.1:0` that answers every chunk it reads with
+/// `<label>:<chunk>`, so a test can tell which upstream a connection reached.
+#[derive(Debug)]
+pub struct TlsEchoServer {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TlsEchoServer {
+    /// Starts serving `id` under the name `label`.
+    pub async fn start(label: &str, id: &Identity) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let acceptor = TlsAcceptor::from(server_config(id));
+        let label = label.to_owned();
+        let task = tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, label) = (acceptor.clone(), label.clone());
+                tokio::spawn(async move {
+                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        match tls.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                let mut reply = format!("{label}:").into_bytes();
+                                reply.extend_from_slice(&buf[..n]);
+                                if tls.write_all(&reply).await.is_err() {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                    let _ = tls.shutdown().await;
+                });
+            }
+        });
+        Self { addr, task }
+    }
+}
+
+impl Drop for TlsEchoServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
