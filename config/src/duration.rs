@@ -33,7 +33,9 @@ impl Duration {
         while !rest.is_empty() {
             let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
             if digits == 0 {
-                return Err(format!("invalid duration {text:?}: expected a number at {rest:?}"));
+                return Err(format!(
+                    "invalid duration {text:?}: expected a number at {rest:?}"
+                ));
             }
             let value: u128 = rest[..digits]
                 .parse()
@@ -57,7 +59,8 @@ impl Duration {
                 .checked_add(value.saturating_mul(unit_ms))
                 .ok_or_else(|| format!("invalid duration {text:?}: too large"))?;
         }
-        let ms = u64::try_from(total).map_err(|_| format!("invalid duration {text:?}: too large"))?;
+        let ms =
+            u64::try_from(total).map_err(|_| format!("invalid duration {text:?}: too large"))?;
         Ok(Self::from_millis(ms))
     }
 }
@@ -113,7 +116,15 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        for text in ["", "10", "s", "10x", "1.5s", "-1s", "99999999999999999999999h"] {
+        for text in [
+            "",
+            "10",
+            "s",
+            "10x",
+            "1.5s",
+            "-1s",
+            "99999999999999999999999h",
+        ] {
             assert!(Duration::parse(text).is_err(), "{text:?} should fail");
         }
     }

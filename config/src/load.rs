@@ -129,7 +129,10 @@ fn parse_node(text: &str) -> Result<Node, ConfigError> {
 fn load_error(e: &marked_yaml::LoadError) -> ConfigError {
     // marked-yaml's Display is "line:col: message"; keep only the message.
     let shown = e.to_string();
-    let message = shown.splitn(3, ':').nth(2).map_or(shown.as_str(), str::trim);
+    let message = shown
+        .splitn(3, ':')
+        .nth(2)
+        .map_or(shown.as_str(), str::trim);
     let (line, column) = load_error_marker(e).map_or((0, 0), |m| (m.line(), m.column()));
     ConfigError {
         line,

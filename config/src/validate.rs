@@ -14,10 +14,16 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         let at = format!("upstreams[{i}]");
         check_name(&mut p, &format!("{at}.name"), &u.name);
         if !upstreams.insert(u.name.as_str()) {
-            p.push((format!("{at}.name"), format!("duplicate upstream name {:?}", u.name)));
+            p.push((
+                format!("{at}.name"),
+                format!("duplicate upstream name {:?}", u.name),
+            ));
         }
         if u.endpoints.is_empty() {
-            p.push((format!("{at}.endpoints"), "needs at least one endpoint".into()));
+            p.push((
+                format!("{at}.endpoints"),
+                "needs at least one endpoint".into(),
+            ));
         }
         for (j, e) in u.endpoints.iter().enumerate() {
             if let Err(m) = check_endpoint(e) {
@@ -31,16 +37,27 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         let at = format!("listeners[{i}]");
         check_name(&mut p, &format!("{at}.name"), &l.name);
         if !names.insert(l.name.as_str()) {
-            p.push((format!("{at}.name"), format!("duplicate listener name {:?}", l.name)));
+            p.push((
+                format!("{at}.name"),
+                format!("duplicate listener name {:?}", l.name),
+            ));
         }
-        if let Some(other) = addresses.insert(l.address, l.name.as_str()) {
+        // Port 0 asks the kernel for a free port, so several such listeners never collide.
+        let fixed_port = l.address.port() != 0;
+        if let Some(other) = addresses
+            .insert(l.address, l.name.as_str())
+            .filter(|_| fixed_port)
+        {
             p.push((
                 format!("{at}.address"),
                 format!("{} is already used by listener {other:?}", l.address),
             ));
         }
         if l.client_hello_timeout.get().is_zero() {
-            p.push((format!("{at}.client_hello_timeout"), "must be more than 0s".into()));
+            p.push((
+                format!("{at}.client_hello_timeout"),
+                "must be more than 0s".into(),
+            ));
         }
         if !(512..=1 << 20).contains(&l.max_client_hello_bytes) {
             p.push((
@@ -50,7 +67,10 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         }
         if let Some(d) = &l.default_upstream {
             if !upstreams.contains(d.as_str()) {
-                p.push((format!("{at}.default_upstream"), format!("no upstream named {d:?}")));
+                p.push((
+                    format!("{at}.default_upstream"),
+                    format!("no upstream named {d:?}"),
+                ));
             }
         }
         let mut snis = HashSet::new();
@@ -59,7 +79,10 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
             match normalize_sni_pattern(&r.sni) {
                 Ok(n) => {
                     if !snis.insert(n) {
-                        p.push((format!("{rat}.sni"), format!("duplicate route for {:?}", r.sni)));
+                        p.push((
+                            format!("{rat}.sni"),
+                            format!("duplicate route for {:?}", r.sni),
+                        ));
                     }
                 }
                 Err(m) => p.push((format!("{rat}.sni"), m)),
@@ -97,7 +120,9 @@ pub fn normalize_sni_pattern(sni: &str) -> Result<String, String> {
     let s = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
     let host = s.strip_prefix("*.").unwrap_or(&s);
     if host.is_empty() || host.len() > 253 {
-        return Err(format!("invalid SNI {sni:?}: empty or longer than 253 characters"));
+        return Err(format!(
+            "invalid SNI {sni:?}: empty or longer than 253 characters"
+        ));
     }
     for label in host.split('.') {
         let ok = !label.is_empty()

@@ -54,7 +54,11 @@ pub async fn serve(
     }
 }
 
-fn route(req: &Request<Incoming>, state: &dyn AdminState, registry: &Registry) -> Response<Full<Bytes>> {
+fn route(
+    req: &Request<Incoming>,
+    state: &dyn AdminState,
+    registry: &Registry,
+) -> Response<Full<Bytes>> {
     if req.method() != Method::GET && req.method() != Method::HEAD {
         return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
     }

@@ -14,7 +14,12 @@ use tracing::{debug, field, info_span, warn, Instrument};
 
 /// Handles one accepted connection to completion. Never panics, never returns an error: every
 /// outcome is counted and logged here.
-pub async fn handle(down: TcpStream, peer: SocketAddr, spec: Arc<ListenerSpec>, metrics: Arc<Metrics>) {
+pub async fn handle(
+    down: TcpStream,
+    peer: SocketAddr,
+    spec: Arc<ListenerSpec>,
+    metrics: Arc<Metrics>,
+) {
     let span = info_span!("conn", listener = %spec.name, %peer, sni = field::Empty, upstream = field::Empty);
     async move {
         spec.active.inc();
@@ -44,7 +49,11 @@ async fn serve(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics) {
         span.record("sni", name.as_str());
     }
     let Some(route) = pick(spec, sni.as_deref()) else {
-        let reason = if sni.is_some() { Reject::UnknownSni } else { Reject::NoSni };
+        let reason = if sni.is_some() {
+            Reject::UnknownSni
+        } else {
+            Reject::NoSni
+        };
         return reject(down, spec, metrics, reason).await;
     };
     span.record("upstream", route.upstream.name.as_str());
@@ -65,7 +74,14 @@ async fn serve(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics) {
     counters.bytes_to_upstream.inc_by(hello.len() as u64);
     drop(hello);
     debug!(%addr, "spliced");
-    match duplex::splice(&down, &up, &counters.bytes_to_upstream, &counters.bytes_to_downstream).await {
+    match duplex::splice(
+        &down,
+        &up,
+        &counters.bytes_to_upstream,
+        &counters.bytes_to_downstream,
+    )
+    .await
+    {
         Ok(t) => debug!(
             up = t.downstream_to_upstream,
             down = t.upstream_to_downstream,

@@ -132,7 +132,9 @@ mod tests {
         assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 4, 1]));
         assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1]));
         assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3]));
-        assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3, 1, 0, 0]));
+        assert!(ends_on_record_boundary(&[
+            22, 3, 1, 0, 1, 1, 22, 3, 1, 0, 0
+        ]));
         // An oversized record header is handed to the parser to be called malformed.
         assert!(ends_on_record_boundary(&[22, 3, 1, 0xff, 0xff, 1]));
     }

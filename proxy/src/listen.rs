@@ -50,10 +50,18 @@ impl Shared {
 
 /// Accepts until `stop` fires. Each connection is handled with the listener's spec from the
 /// snapshot current at accept time and keeps it for its whole life.
-pub async fn accept_loop(listener: TcpListener, name: String, shared: Arc<Shared>, stop: CancellationToken) {
-    let errors = shared.metrics.accept_errors.get_or_create_owned(&ListenerLabels {
-        listener: name.clone(),
-    });
+pub async fn accept_loop(
+    listener: TcpListener,
+    name: String,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+) {
+    let errors = shared
+        .metrics
+        .accept_errors
+        .get_or_create_owned(&ListenerLabels {
+            listener: name.clone(),
+        });
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -86,6 +94,8 @@ pub async fn accept_loop(listener: TcpListener, name: String, shared: Arc<Shared
 fn is_per_connection(e: &io::Error) -> bool {
     matches!(
         e.kind(),
-        io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted
+        io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::Interrupted
     )
 }

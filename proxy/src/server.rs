@@ -98,11 +98,13 @@ impl Proxy {
             address: admin_address,
             source,
         })?;
-        let admin_addr = admin_listener.local_addr().map_err(|source| StartError::Bind {
-            what: "admin".into(),
-            address: admin_address,
-            source,
-        })?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                what: "admin".into(),
+                address: admin_address,
+                source,
+            })?;
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
             let listener = listen::bind(l.address).map_err(|source| StartError::Bind {
@@ -144,7 +146,12 @@ impl Proxy {
         Ok(proxy)
     }
 
-    fn spawn_accept(&self, name: String, configured: SocketAddr, listener: tokio::net::TcpListener) -> Running {
+    fn spawn_accept(
+        &self,
+        name: String,
+        configured: SocketAddr,
+        listener: tokio::net::TcpListener,
+    ) -> Running {
         let bound = listener.local_addr().unwrap_or(configured);
         let stop = self.inner.accepting.child_token();
         tokio::spawn(listen::accept_loop(
@@ -206,7 +213,10 @@ impl Proxy {
         // leaves the running configuration exactly as it was.
         let mut fresh = Vec::new();
         for l in &loaded.config.listeners {
-            if running.get(&l.name).is_some_and(|r| r.configured == l.address) {
+            if running
+                .get(&l.name)
+                .is_some_and(|r| r.configured == l.address)
+            {
                 continue;
             }
             match listen::bind(l.address) {
@@ -251,7 +261,11 @@ impl Proxy {
         }
         metrics.reload("applied");
         info!(%hash, ?added, ?removed, "configuration reloaded");
-        Ok(Reloaded::Applied { hash, added, removed })
+        Ok(Reloaded::Applied {
+            hash,
+            added,
+            removed,
+        })
     }
 
     /// Drains and stops: `/readyz` turns 503, after `delay` the listeners close, then open
@@ -263,7 +277,11 @@ impl Proxy {
         self.inner.accepting.cancel();
         let tracker = &self.inner.shared.connections;
         tracker.close();
-        info!(open = tracker.len(), ?timeout, "listeners closed; waiting for open connections");
+        info!(
+            open = tracker.len(),
+            ?timeout,
+            "listeners closed; waiting for open connections"
+        );
         let _ = tokio::time::timeout(timeout, tracker.wait()).await;
         let left = tracker.len();
         self.inner.admin_stop.cancel();
@@ -289,7 +307,11 @@ impl AdminState for Proxy {
             .inner
             .running
             .try_lock()
-            .map(|r| r.iter().map(|(n, r)| (n.clone(), r.bound.to_string())).collect())
+            .map(|r| {
+                r.iter()
+                    .map(|(n, r)| (n.clone(), r.bound.to_string()))
+                    .collect()
+            })
             .unwrap_or_default();
         serde_json::json!({
             "hash": s.hash,
@@ -308,7 +330,11 @@ async fn watch(proxy: Proxy) {
     let mut last = fingerprint(&proxy.inner.path);
     loop {
         let interval = proxy.inner.shared.current().config.watch_interval.get();
-        let pause = if interval.is_zero() { Duration::from_secs(1) } else { interval };
+        let pause = if interval.is_zero() {
+            Duration::from_secs(1)
+        } else {
+            interval
+        };
         tokio::select! {
             _ = proxy.inner.accepting.cancelled() => return,
             _ = tokio::time::sleep(pause) => {}

@@ -2,11 +2,11 @@
 //! with their metric handles. A reload builds a new snapshot and swaps it in; connections keep
 //! the `Arc`s they started with, so nothing a reload does can reach them.
 
+use crate::metrics::ListenerLabels;
 use crate::metrics::{BytesLabels, Metrics, OutcomeLabels, UpstreamLabels};
 use crate::routes::RouteTable;
 use isthmus_config::validate::normalize_sni_pattern;
 use isthmus_config::{ListenerConfig, ProxyConfig};
-use crate::metrics::ListenerLabels;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
@@ -100,11 +100,11 @@ impl Snapshot {
                             Err(_) => Endpoint::Host(e.clone()),
                         })
                         .collect(),
-                    connect_seconds: metrics
-                        .upstream_connect_seconds
-                        .get_or_create_owned(&UpstreamLabels {
+                    connect_seconds: metrics.upstream_connect_seconds.get_or_create_owned(
+                        &UpstreamLabels {
                             upstream: u.name.clone(),
-                        }),
+                        },
+                    ),
                 };
                 (u.name.as_str(), Arc::new(up))
             })
@@ -154,7 +154,10 @@ fn compile_listener(
         max_hello_bytes: l.max_client_hello_bytes,
         reject_with_alert: l.reject_with_alert,
         routes,
-        default_route: l.default_upstream.as_deref().and_then(|u| route("default", u)),
+        default_route: l
+            .default_upstream
+            .as_deref()
+            .and_then(|u| route("default", u)),
         active: metrics.active.get_or_create_owned(&ListenerLabels {
             listener: l.name.clone(),
         }),

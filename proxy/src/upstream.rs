@@ -19,7 +19,10 @@ pub struct Unavailable {
 }
 
 /// Connects to the first endpoint (and, for names, the first address) that accepts.
-pub async fn connect(up: &Upstream, metrics: &Metrics) -> Result<(TcpStream, SocketAddr), Unavailable> {
+pub async fn connect(
+    up: &Upstream,
+    metrics: &Metrics,
+) -> Result<(TcpStream, SocketAddr), Unavailable> {
     let mut last = String::from("no endpoints");
     for endpoint in &up.endpoints {
         let addrs: Vec<SocketAddr> = match endpoint {

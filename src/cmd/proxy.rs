@@ -11,9 +11,11 @@ use tracing::{info, warn};
 
 /// Flags of `proxy`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = "Signals: SIGHUP reloads the file (it is also watched for changes); \
+#[command(
+    after_help = "Signals: SIGHUP reloads the file (it is also watched for changes); \
 SIGTERM drains (readiness 503, wait drain_delay, stop accepting, wait up to drain_timeout for \
-open connections, exit 0); SIGINT drains without drain_delay. A second SIGTERM/SIGINT exits at once.")]
+open connections, exit 0); SIGINT drains without drain_delay. A second SIGTERM/SIGINT exits at once."
+)]
 pub struct Args {
     /// The proxy configuration file (YAML). See the README's configuration reference.
     #[arg(long, short = 'c', value_name = "FILE")]
@@ -28,7 +30,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(n) = args.threads {
         rt.worker_threads(n.max(1));
     }
-    let rt = rt.enable_all().build().context("cannot start the async runtime")?;
+    let rt = rt
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
     rt.block_on(serve(args))
 }
 
@@ -60,7 +65,10 @@ async fn serve(args: Args) -> anyhow::Result<ExitCode> {
         _ = int.recv() => { warn!("second signal: exiting now"); return Ok(ExitCode::SUCCESS) }
     };
     if left > 0 {
-        warn!(left, "drain timeout reached; closing the remaining connections");
+        warn!(
+            left,
+            "drain timeout reached; closing the remaining connections"
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

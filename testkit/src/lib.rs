@@ -16,3 +16,6 @@ pub use pki::{Identity, TestPki};
 pub use poll::wait_until;
 pub use scratch::Scratch;
 pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};
+
+mod http;
+pub use http::http_get;

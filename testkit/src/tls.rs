@@ -67,7 +67,9 @@ impl TlsEchoServer {
             while let Ok((tcp, _)) = listener.accept().await {
                 let (acceptor, label) = (acceptor.clone(), label.clone());
                 tokio::spawn(async move {
-                    let Ok(mut tls) = acceptor.accept(tcp).await else { return };
+                    let Ok(mut tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
                     let mut buf = vec![0u8; 64 * 1024];
                     loop {
                         match tls.read(&mut buf).await {

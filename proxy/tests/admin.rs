@@ -1,0 +1,85 @@
+//! The admin endpoint and the drain sequence.
+
+mod common;
+
+use common::*;
+use isthmus_testkit::{client_config, http_get, tls_connect, wait_until, TestPki, TlsEchoServer};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+#[tokio::test]
+async fn config_endpoint_reports_the_file_hash_and_effective_config() {
+    let yaml = format!("{}listeners: []\n", admin_yaml());
+    let f = Fixture::start(&yaml).await;
+    let (status, body) = http_get(f.proxy.admin_addr(), "/config").await.unwrap();
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["hash"], isthmus_config::hash_bytes(yaml.as_bytes()));
+    assert_eq!(v["config"]["drain_timeout"], "30s");
+    assert_eq!(
+        http_get(f.proxy.admin_addr(), "/healthz").await.unwrap().0,
+        200
+    );
+    assert_eq!(
+        http_get(f.proxy.admin_addr(), "/readyz").await.unwrap().0,
+        200
+    );
+    assert_eq!(
+        http_get(f.proxy.admin_addr(), "/nope").await.unwrap().0,
+        404
+    );
+}
+
+/// Drain: readiness turns false first, listeners close after `drain_delay`, an open
+/// connection may finish its exchange, and shutdown returns once it has closed.
+#[tokio::test]
+async fn shutdown_drains_readiness_then_listeners_then_connections() {
+    let pki = TestPki::new();
+    let id = pki.server_cert(&["a.example.com"]);
+    let up = TlsEchoServer::start("up", &id).await;
+    let yaml = format!(
+        "admin: {{ address: \"127.0.0.1:0\" }}
+watch_interval: 0s
+listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    routes: [ {{ sni: \"a.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"{}\"] }}
+",
+        up.addr
+    );
+    let f = Fixture::start(&yaml).await;
+    let addr = f.addr("l").await;
+    let mut tls = tls_connect(client_config(&pki), addr, "a.example.com")
+        .await
+        .unwrap();
+    let proxy = f.proxy.clone();
+    let drain = tokio::spawn(async move {
+        proxy
+            .shutdown(Duration::from_millis(200), Duration::from_secs(20))
+            .await
+    });
+    let admin = f.proxy.admin_addr();
+    wait_until("readyz 503", WAIT, || async {
+        http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(503)
+    })
+    .await;
+    wait_until("listener closed", WAIT, || async {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    // The established connection still works during the drain.
+    tls.write_all(b"late").await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = tls.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"up:late");
+    assert!(
+        !drain.is_finished(),
+        "shutdown must wait for the open connection"
+    );
+    tls.shutdown().await.unwrap();
+    drop(tls);
+    let left = tokio::time::timeout(WAIT, drain).await.unwrap().unwrap();
+    assert_eq!(left, 0);
+}
