@@ -1,0 +1,126 @@
+//! What an operator sees for a broken file: every error, each with file:line:col and path.
+
+use isthmus_config::{parse_proxy, ProxyConfig};
+
+fn errors(yaml: &str) -> Vec<String> {
+    parse_proxy("p.yaml", yaml)
+        .unwrap_err()
+        .to_string()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn semantic_errors_are_all_reported_with_positions() {
+    let yaml = "\
+listeners:
+  - name: a
+    address: \"0.0.0.0:2380\"
+    routes:
+      - { sni: \"x.example.com\", upstream: up }
+  - name: b
+    address: \"0.0.0.0:2380\"
+    default_upstream: missing
+    routes:
+      - { sni: \"etcd-main-0.example.com\", upstream: etcd-main-9 }
+      - { sni: \"bad*.example.com\", upstream: up }
+upstreams:
+  - { name: up, endpoints: [\"10.0.0.1:2380\", \"no-port\"] }
+  - { name: up, endpoints: [] }
+";
+    assert_eq!(
+        errors(yaml),
+        vec![
+            "p.yaml:7:14: listeners[1].address: 0.0.0.0:2380 is already used by listener \"a\"",
+            "p.yaml:8:23: listeners[1].default_upstream: no upstream named \"missing\"",
+            "p.yaml:10:53: listeners[1].routes[0].upstream: no upstream named \"etcd-main-9\"",
+            "p.yaml:11:16: listeners[1].routes[1].sni: invalid SNI \"bad*.example.com\": label \"bad*\" must be 1-63 of a-z, 0-9, '-' (a wildcard may only be a leading \"*.\")",
+            "p.yaml:13:46: upstreams[0].endpoints[1]: invalid endpoint \"no-port\": write host:port, [ipv6]:port or ip:port",
+            "p.yaml:14:13: upstreams[1].name: duplicate upstream name \"up\"",
+            "p.yaml:14:28: upstreams[1].endpoints: needs at least one endpoint",
+        ]
+    );
+}
+
+#[test]
+fn structural_errors_in_several_list_elements_are_all_reported() {
+    let yaml = "\
+listeners:
+  - name: a
+    address: \"0.0.0.0:2380\"
+    rutes: []
+  - name: b
+    address: \"0.0.0.0:99999\"
+upstreams:
+  - { name: up, endpoints: [\"10.0.0.1:2380\"], weight: 3 }
+";
+    let e = errors(yaml);
+    assert_eq!(e.len(), 3, "{e:#?}");
+    assert!(
+        e[0].starts_with("p.yaml:4:5: listeners[0].rutes: "),
+        "{}",
+        e[0]
+    );
+    assert!(e[0].contains("Unknown field `rutes`"), "{}", e[0]);
+    assert!(
+        e[1].starts_with("p.yaml:6:14: listeners[1].address: "),
+        "{}",
+        e[1]
+    );
+    assert!(
+        e[2].starts_with("p.yaml:8:47: upstreams[0].weight: "),
+        "{}",
+        e[2]
+    );
+}
+
+#[test]
+fn top_level_typos_syntax_errors_and_bad_durations_have_positions() {
+    let e = errors("listener: []\n");
+    assert!(
+        e[0].starts_with("p.yaml:1:1: listener: Unknown field `listener`"),
+        "{e:?}"
+    );
+    let e = errors("listeners:\n  - name: a\n   address: [\n");
+    assert!(e[0].starts_with("p.yaml:3:"), "{e:?}");
+    let e = errors("drain_timeout: 10 seconds\n");
+    assert!(
+        e[0].starts_with("p.yaml:1:16: drain_timeout: invalid duration"),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn null_default_upstream_means_none_and_empty_file_means_defaults() {
+    let c = parse_proxy(
+        "p.yaml",
+        "listeners:\n  - { name: a, address: \"[::1]:2380\", default_upstream: null }\n",
+    )
+    .unwrap();
+    assert_eq!(c.listeners[0].default_upstream, None);
+    assert_eq!(c.listeners[0].max_client_hello_bytes, 16384);
+    assert_eq!(c.listeners[0].client_hello_timeout.to_string(), "10s");
+    let empty: ProxyConfig = parse_proxy("p.yaml", "").unwrap();
+    assert!(empty.listeners.is_empty());
+    assert_eq!(empty.admin.address.to_string(), "127.0.0.1:9901");
+}
+
+#[test]
+fn every_example_config_in_the_repository_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("proxy") && name.ends_with(".yaml") {
+            isthmus_config::load_proxy_file(&path).unwrap_or_else(|e| panic!("{e}"));
+            checked += 1;
+        }
+    }
+    assert!(
+        checked > 0,
+        "no example proxy configs found in {}",
+        dir.display()
+    );
+}

@@ -1,0 +1,184 @@
+//! The `isthmus` binary as an operator runs it: `check-config`, and `proxy` with real signals.
+
+use isthmus_testkit::{
+    client_config, http_get, tls_connect, wait_until, Scratch, TestPki, TlsEchoServer,
+};
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const BIN: &str = env!("CARGO_BIN_EXE_isthmus");
+const WAIT: Duration = Duration::from_secs(15);
+
+#[test]
+fn check_config_prints_every_error_and_exits_non_zero() {
+    let dir = Scratch::new("cli");
+    let bad = dir.join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "listeners:\n  - name: a\n    address: \"0.0.0.0:2380\"\n    routes: [ { sni: x.example.com, upstream: nope } ]\n    default_upstream: gone\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["check-config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = bad.display();
+    assert!(
+        err.contains(&format!(
+            "{file}:4:47: listeners[0].routes[0].upstream: no upstream named \"nope\""
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains(&format!(
+            "{file}:5:23: listeners[0].default_upstream: no upstream named \"gone\""
+        )),
+        "{err}"
+    );
+
+    let good = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/proxy.yaml");
+    let out = Command::new(BIN)
+        .args(["check-config", good])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("ok: 5 listeners, 5 routes, 5 upstreams"));
+
+    let out = Command::new(BIN)
+        .args(["check-config"])
+        .arg(dir.join("missing.yaml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+struct Running {
+    child: Child,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn signal(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args(["-s", sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
+
+/// Reads the proxy's log until it says where the admin endpoint is bound (port 0 in the file).
+fn admin_addr_from_log(child: &mut Child) -> SocketAddr {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let addr = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| {
+            let rest = l.split("admin=").nth(1)?;
+            rest.split_whitespace().next()?.parse().ok()
+        })
+        .expect("the proxy logs its admin address at start");
+    // Keep draining the log so the proxy never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    addr
+}
+
+async fn bound(admin: SocketAddr, listener: &str) -> SocketAddr {
+    let (_, body) = http_get(admin, "/config").await.unwrap();
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["bound"][listener].as_str().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
+    let pki = TestPki::new();
+    let id = pki.server_cert(&["a.example.com", "b.example.com"]);
+    let up = TlsEchoServer::start("up", &id).await;
+    let dir = Scratch::new("cli-proxy");
+    let config = |sni: &str| {
+        format!(
+            "admin: {{ address: \"127.0.0.1:0\" }}\ndrain_delay: 300ms\ndrain_timeout: 20s\nwatch_interval: 0s\n\
+             listeners:\n  - name: l\n    address: \"127.0.0.1:0\"\n    routes: [ {{ sni: \"{sni}\", upstream: u }} ]\n\
+             upstreams:\n  - {{ name: u, endpoints: [\"{}\"] }}\n",
+            up.addr
+        )
+    };
+    let path = dir.join("proxy.yaml");
+    std::fs::write(&path, config("a.example.com")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["proxy", "--config"])
+        .arg(&path)
+        .env("NO_COLOR", "1")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let admin = admin_addr_from_log(&mut child);
+    let p = Running { child };
+    wait_until("admin up", WAIT, || async {
+        http_get(admin, "/readyz").await.is_ok()
+    })
+    .await;
+    let addr = bound(admin, "l").await;
+    let mut tls = tls_connect(client_config(&pki), addr, "a.example.com")
+        .await
+        .unwrap();
+
+    std::fs::write(&path, config("b.example.com")).unwrap();
+    signal(&p.child, "HUP");
+    wait_until("SIGHUP reload", WAIT, || async {
+        tls_connect(client_config(&pki), addr, "b.example.com")
+            .await
+            .is_ok()
+    })
+    .await;
+
+    signal(&p.child, "TERM");
+    wait_until("readyz 503", WAIT, || async {
+        http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(503)
+    })
+    .await;
+    wait_until("listener closed", WAIT, || async {
+        tokio::net::TcpStream::connect(addr).await.is_err()
+    })
+    .await;
+    // The connection opened before the reload and the drain still works.
+    tls.write_all(b"draining").await.unwrap();
+    let mut buf = [0u8; 32];
+    let n = tls.read(&mut buf).await.unwrap();
+    assert_eq!(&buf[..n], b"up:draining");
+    let mut p = p;
+    assert!(
+        p.child.try_wait().unwrap().is_none(),
+        "must wait for the open connection"
+    );
+    tls.shutdown().await.unwrap();
+    drop(tls);
+    let deadline = std::time::Instant::now() + WAIT;
+    let status = loop {
+        if let Some(s) = p.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "proxy did not exit after drain"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(status.success(), "exit status {status}");
+}
