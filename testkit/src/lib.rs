@@ -19,3 +19,6 @@ pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};
 
 mod http;
 pub use http::http_get;
+
+mod netns;
+pub use netns::Netns;
