@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests, the demo and the benchmarks use. Idempotent: does
+# nothing (not even `apt-get update`) when everything is already there. Needs root.
+set -euo pipefail
+packages=(
+  etcd-server etcd-client      # real etcd 3.4 for the proxy and lab tests
+  protobuf-compiler            # protoc, for the etcd-client crate's build
+  iproute2 curl openssl        # network namespaces, admin scraping, certificates
+  openvpn                      # OpenVPN through the http_connect listener
+  nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian starts these as services on install; the benchmarks start their own instances.
+for s in nginx haproxy sniproxy openvpn; do
+  (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
+done

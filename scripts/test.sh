@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command of the README: installs what the tests need, runs every test of the
+# workspace (real etcd, real TLS, network namespaces: run as root), then a short fuzz run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cargo test --workspace --all-targets
+cargo test --workspace --doc
+scripts/fuzz-smoke.sh
