@@ -1,5 +1,7 @@
 //! The `isthmus` binary as an operator runs it: `check-config`, and `proxy` with real signals.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use isthmus_testkit::{
     client_config, http_get, tls_connect, wait_until, Scratch, TestPki, TlsEchoServer,
 };

@@ -7,6 +7,8 @@
 //! this test alone, so nothing else can hold them, and etcd needs its URLs before it starts.
 //! Needs root, iproute2 and etcd; `.ci/run` installs them.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use isthmus_testkit::{Netns, Scratch, TestPki};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

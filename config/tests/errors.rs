@@ -1,5 +1,7 @@
 //! What an operator sees for a broken file: every error, each with file:line:col and path.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use isthmus_config::{parse_proxy, ProxyConfig};
 
 fn errors(yaml: &str) -> Vec<String> {

@@ -1,5 +1,7 @@
 //! The admin endpoint and the drain sequence.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

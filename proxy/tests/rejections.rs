@@ -1,5 +1,7 @@
 //! Every reason a connection is refused before routing: counted by reason, never forwarded.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

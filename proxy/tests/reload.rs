@@ -1,5 +1,7 @@
 //! Reloads never cut established connections; invalid files never replace a good config.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

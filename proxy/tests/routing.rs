@@ -1,5 +1,7 @@
 //! Routing by SNI with real rustls clients and servers through the proxy.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

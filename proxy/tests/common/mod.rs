@@ -1,7 +1,7 @@
 //! Shared fixtures of the proxy's integration tests: a proxy started from a YAML file in a
 //! scratch directory, TLS upstreams, raw ClientHello capture and metric scraping.
 
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use isthmus_proxy::Proxy;
 use isthmus_testkit::{http_get, wait_until, Scratch, TestPki};
