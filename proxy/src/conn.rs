@@ -74,17 +74,20 @@ async fn serve(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics) {
     counters.bytes_to_upstream.inc_by(hello.len() as u64);
     drop(hello);
     debug!(%addr, "spliced");
+    let limits = duplex::Limits::default();
     match duplex::splice(
         &down,
         &up,
         &counters.bytes_to_upstream,
         &counters.bytes_to_downstream,
+        limits,
     )
     .await
     {
-        Ok(t) => debug!(
+        Ok((t, end)) => debug!(
             up = t.downstream_to_upstream,
             down = t.upstream_to_downstream,
+            ?end,
             "closed"
         ),
         Err(e) => debug!(error = %e, "closed with error"),

@@ -12,6 +12,8 @@
 use prometheus_client::metrics::counter::Counter;
 use std::io;
 use std::net::Shutdown;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
 
 /// Bytes a buffer holds; big enough that bulk transfers need few syscalls.
@@ -24,31 +26,91 @@ pub struct Totals {
     pub upstream_to_downstream: u64,
 }
 
-/// Splices until both directions end. Counters advance as bytes move, not only at the end,
-/// so that long-lived connections show up in `/metrics` while they live.
+/// Optional limits on a spliced connection. Both default to none: etcd peer streams and
+/// watches live for days, and cutting them is exactly what we exist to avoid.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Close when no byte moved in either direction for this long.
+    pub idle_timeout: Option<Duration>,
+    /// Close this long after the splice started, whatever the traffic.
+    pub max_duration: Option<Duration>,
+}
+
+/// Why a splice ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both sides closed their direction.
+    Closed,
+    /// `idle_timeout` elapsed.
+    Idle,
+    /// `max_duration` elapsed.
+    MaxDuration,
+}
+
+/// Splices until both directions end or a limit fires. Counters advance as bytes move, not
+/// only at the end, so that long-lived connections show up in `/metrics` while they live.
 pub async fn splice(
     downstream: &TcpStream,
     upstream: &TcpStream,
     to_upstream: &Counter,
     to_downstream: &Counter,
-) -> io::Result<Totals> {
-    let up = pump(downstream, upstream, to_upstream);
-    let down = pump(upstream, downstream, to_downstream);
-    tokio::pin!(up, down);
+    limits: Limits,
+) -> io::Result<(Totals, End)> {
+    let started = Instant::now();
+    // Milliseconds since `started` of the last byte moved; shared by both directions and the
+    // idle watchdog (an atomic keeps the future `Send`).
+    let last = AtomicU64::new(0);
+    let up = pump(downstream, upstream, to_upstream, started, &last);
+    let down = pump(upstream, downstream, to_downstream, started, &last);
+    let idle = idle_watchdog(limits.idle_timeout, started, &last);
+    let max = async {
+        match limits.max_duration {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(up, down, idle, max);
     let (mut up_done, mut down_done) = (None, None);
     while up_done.is_none() || down_done.is_none() {
         tokio::select! {
             r = &mut up, if up_done.is_none() => up_done = Some(r?),
             r = &mut down, if down_done.is_none() => down_done = Some(r?),
+            () = &mut idle => return Ok((Totals::default(), End::Idle)),
+            () = &mut max => return Ok((Totals::default(), End::MaxDuration)),
         }
     }
-    Ok(Totals {
+    let totals = Totals {
         downstream_to_upstream: up_done.unwrap_or(0),
         upstream_to_downstream: down_done.unwrap_or(0),
-    })
+    };
+    Ok((totals, End::Closed))
 }
 
-async fn pump(from: &TcpStream, to: &TcpStream, counter: &Counter) -> io::Result<u64> {
+async fn idle_watchdog(limit: Option<Duration>, started: Instant, last: &AtomicU64) {
+    let Some(limit) = limit else {
+        return std::future::pending().await;
+    };
+    loop {
+        let last_ms = last.load(Ordering::Relaxed);
+        let deadline = started + Duration::from_millis(last_ms) + limit;
+        if Instant::now() >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(deadline.into()).await;
+    }
+}
+
+fn millis_since(started: Instant) -> u64 {
+    u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+async fn pump(
+    from: &TcpStream,
+    to: &TcpStream,
+    counter: &Counter,
+    started: Instant,
+    last: &AtomicU64,
+) -> io::Result<u64> {
     let mut total = 0u64;
     let mut buf: Vec<u8> = Vec::new();
     loop {
@@ -69,6 +131,7 @@ async fn pump(from: &TcpStream, to: &TcpStream, counter: &Counter) -> io::Result
         write_all(to, &buf[..n]).await?;
         total += n as u64;
         counter.inc_by(n as u64);
+        last.store(millis_since(started), Ordering::Relaxed);
         if n < buf.len() {
             // The socket is drained: give the buffer back rather than hold it while idle.
             buf = Vec::new();
