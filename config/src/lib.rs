@@ -29,4 +29,7 @@ pub mod validate;
 pub use duration::Duration;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
-pub use proxy::{AdminConfig, ListenerConfig, ProxyConfig, RouteConfig, UpstreamConfig};
+pub use proxy::{
+    AdminConfig, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing, OutlierDetection,
+    ProxyConfig, ProxyProtocolMode, ResolverConfig, RouteConfig, SendProxyProtocol, UpstreamConfig,
+};

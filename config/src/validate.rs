@@ -1,7 +1,7 @@
 //! Semantic checks that serde cannot express. Each problem is `(field path, message)`; the
 //! loader turns the path into a line and column.
 
-use crate::ProxyConfig;
+use crate::{KeepaliveConfig, ListenerKind, ProxyConfig};
 use std::collections::{HashMap, HashSet};
 
 type Problems = Vec<(String, String)>;
@@ -30,6 +30,44 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
                 p.push((format!("{at}.endpoints[{j}]"), m));
             }
         }
+        positive(
+            &mut p,
+            &format!("{at}.connect_timeout"),
+            Some(u.connect_timeout),
+        );
+        positive(&mut p, &format!("{at}.idle_timeout"), u.idle_timeout);
+        positive(
+            &mut p,
+            &format!("{at}.max_connection_duration"),
+            u.max_connection_duration,
+        );
+        if u.connect_attempts == Some(0) {
+            p.push((
+                format!("{at}.connect_attempts"),
+                "must be at least 1".into(),
+            ));
+        }
+        if u.max_connections == Some(0) {
+            p.push((format!("{at}.max_connections"), "must be at least 1".into()));
+        }
+        if u.outlier_detection.max_ejection_percent > 100 {
+            p.push((
+                format!("{at}.outlier_detection.max_ejection_percent"),
+                "must be 0 to 100".into(),
+            ));
+        }
+        if u.outlier_detection.consecutive_failures > 0 {
+            positive(
+                &mut p,
+                &format!("{at}.outlier_detection.base_ejection_time"),
+                Some(u.outlier_detection.base_ejection_time),
+            );
+        }
+        keepalive(
+            &mut p,
+            &format!("{at}.tcp_keepalive"),
+            u.tcp_keepalive.as_ref(),
+        );
     }
     let mut names = HashSet::new();
     let mut addresses = HashMap::new();
@@ -65,6 +103,35 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
                 format!("{} is outside 512..=1048576", l.max_client_hello_bytes),
             ));
         }
+        if l.max_pending_hellos == 0 {
+            p.push((
+                format!("{at}.max_pending_hellos"),
+                "must be at least 1".into(),
+            ));
+        }
+        if !(256..=65536).contains(&l.max_request_bytes) {
+            p.push((
+                format!("{at}.max_request_bytes"),
+                format!("{} is outside 256..=65536", l.max_request_bytes),
+            ));
+        }
+        keepalive(
+            &mut p,
+            &format!("{at}.tcp_keepalive"),
+            l.tcp_keepalive.as_ref(),
+        );
+        let connect = l.kind == ListenerKind::HttpConnect;
+        match (&l.route_header, connect) {
+            (None, true) => p.push((
+                format!("{at}.route_header"),
+                "an http_connect listener needs the header to route on, e.g. X-Gardener-Destination".into(),
+            )),
+            (Some(_), false) => p.push((
+                format!("{at}.route_header"),
+                "only an http_connect listener routes on a header".into(),
+            )),
+            _ => {}
+        }
         if let Some(d) = &l.default_upstream {
             if !upstreams.contains(d.as_str()) {
                 p.push((
@@ -98,7 +165,42 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     if c.drain_timeout.get().is_zero() {
         p.push(("drain_timeout".into(), "must be more than 0s".into()));
     }
+    if c.max_connections == 0 {
+        p.push(("max_connections".into(), "must be at least 1".into()));
+    }
+    if c.resolver.min_ttl > c.resolver.max_ttl {
+        p.push((
+            "resolver.min_ttl".into(),
+            format!(
+                "{} is above max_ttl {}",
+                c.resolver.min_ttl, c.resolver.max_ttl
+            ),
+        ));
+    }
+    positive(
+        &mut p,
+        "resolver.retry_after_failure",
+        Some(c.resolver.retry_after_failure),
+    );
     p
+}
+
+fn positive(p: &mut Problems, at: &str, d: Option<crate::Duration>) {
+    if d.is_some_and(|d| d.get().is_zero()) {
+        p.push((
+            at.to_owned(),
+            "must be more than 0s (omit the field for none)".into(),
+        ));
+    }
+}
+
+fn keepalive(p: &mut Problems, at: &str, k: Option<&KeepaliveConfig>) {
+    let Some(k) = k else { return };
+    positive(p, &format!("{at}.time"), Some(k.time));
+    positive(p, &format!("{at}.interval"), Some(k.interval));
+    if !(1..=127).contains(&k.probes) {
+        p.push((format!("{at}.probes"), "must be 1 to 127".into()));
+    }
 }
 
 fn check_name(p: &mut Problems, at: &str, name: &str) {

@@ -3,7 +3,6 @@
 //! costs O(records) parses rather than O(bytes).
 
 use crate::client_hello::{self, Parsed};
-use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 
@@ -17,6 +16,12 @@ pub enum Reject {
     TooLarge,
     Timeout,
     ClientClosed,
+    /// A missing (with `require`) or invalid PROXY protocol header.
+    ProxyProtocol,
+    /// The listener has `max_pending_hellos` connections still sending their hello.
+    TooManyPending,
+    /// The proxy has `max_connections` connections open.
+    TooManyConnections,
 }
 
 impl Reject {
@@ -30,6 +35,9 @@ impl Reject {
             Reject::TooLarge => "too_large",
             Reject::Timeout => "timeout",
             Reject::ClientClosed => "client_closed",
+            Reject::ProxyProtocol => "proxy_protocol",
+            Reject::TooManyPending => "too_many_pending",
+            Reject::TooManyConnections => "too_many_connections",
         }
     }
 
@@ -40,7 +48,12 @@ impl Reject {
         match self {
             Reject::NoSni | Reject::UnknownSni => Some(UNRECOGNIZED_NAME),
             Reject::Malformed(_) | Reject::TooLarge => Some(DECODE_ERROR),
-            Reject::NotTls | Reject::Timeout | Reject::ClientClosed => None,
+            Reject::NotTls
+            | Reject::Timeout
+            | Reject::ClientClosed
+            | Reject::ProxyProtocol
+            | Reject::TooManyPending
+            | Reject::TooManyConnections => None,
         }
     }
 }
@@ -50,53 +63,51 @@ pub fn alert_record(description: u8) -> [u8; 7] {
     [21, 3, 3, 0, 2, 2, description]
 }
 
-/// The SNI a client asked for, if any; `buf` holds every byte read so far, for replay.
+/// The SNI a client asked for, if any. `buf` may already hold bytes (after a PROXY
+/// header); on return it holds every byte of the hello, for replay. The caller bounds the time.
 pub async fn read_client_hello(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     max_bytes: usize,
-    timeout: Duration,
 ) -> Result<Option<String>, Reject> {
-    match tokio::time::timeout(timeout, read_loop(stream, buf, max_bytes)).await {
-        Ok(r) => r,
-        Err(_) => Err(Reject::Timeout),
+    loop {
+        if !buf.is_empty() && ends_on_record_boundary(buf) {
+            match client_hello::parse(buf) {
+                Parsed::NeedMore => {}
+                Parsed::Sni(name) => return Ok(Some(name)),
+                Parsed::NoSni => return Ok(None),
+                Parsed::NotTls => return Err(Reject::NotTls),
+                Parsed::Malformed(m) => return Err(Reject::Malformed(m)),
+            }
+        }
+        read_more(stream, buf, max_bytes).await?;
     }
 }
 
-async fn read_loop(
+/// Reads what is available into `buf`, never past `max_bytes` in total.
+pub async fn read_more(
     stream: &mut TcpStream,
     buf: &mut Vec<u8>,
     max_bytes: usize,
-) -> Result<Option<String>, Reject> {
-    // Most hellos fit in one read of this size; larger ones grow the buffer up to the cap.
-    buf.reserve_exact(max_bytes.min(2048));
-    loop {
-        if buf.len() >= max_bytes {
-            return Err(Reject::TooLarge);
-        }
-        if buf.capacity() == buf.len() {
-            buf.reserve_exact(buf.len().min(max_bytes - buf.len()));
-        }
-        let room = buf.capacity().min(max_bytes) - buf.len();
-        let n = (&mut *stream)
-            .take(room as u64)
-            .read_buf(buf)
-            .await
-            .map_err(|_| Reject::ClientClosed)?;
-        if n == 0 {
-            return Err(Reject::ClientClosed);
-        }
-        if !ends_on_record_boundary(buf) {
-            continue;
-        }
-        match client_hello::parse(buf) {
-            Parsed::NeedMore => continue,
-            Parsed::Sni(name) => return Ok(Some(name)),
-            Parsed::NoSni => return Ok(None),
-            Parsed::NotTls => return Err(Reject::NotTls),
-            Parsed::Malformed(m) => return Err(Reject::Malformed(m)),
-        }
+) -> Result<usize, Reject> {
+    if buf.len() >= max_bytes {
+        return Err(Reject::TooLarge);
     }
+    if buf.capacity() == buf.len() {
+        // Most hellos fit in the first 2 KiB; larger ones double the buffer up to the cap.
+        let grow = buf.len().max(2048).min(max_bytes - buf.len());
+        buf.reserve_exact(grow);
+    }
+    let room = buf.capacity().min(max_bytes) - buf.len();
+    let n = (&mut *stream)
+        .take(room as u64)
+        .read_buf(buf)
+        .await
+        .map_err(|_| Reject::ClientClosed)?;
+    if n == 0 {
+        return Err(Reject::ClientClosed);
+    }
+    Ok(n)
 }
 
 /// True when the bytes end exactly at the end of a TLS record, or do not look like TLS records

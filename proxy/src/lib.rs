@@ -16,10 +16,14 @@
 mod admin;
 pub mod client_hello;
 mod conn;
+mod dns;
 mod duplex;
 mod hello;
+pub mod http_connect;
 mod listen;
 pub mod metrics;
+mod pool;
+pub mod proxy_protocol;
 pub mod routes;
 mod server;
 mod snapshot;

@@ -29,6 +29,18 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// Applies TCP keepalive settings to a connected socket.
+pub fn set_keepalive(
+    stream: &tokio::net::TcpStream,
+    k: &isthmus_config::KeepaliveConfig,
+) -> io::Result<()> {
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(k.time.get())
+        .with_interval(k.interval.get())
+        .with_retries(k.probes);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&ka)
+}
+
 /// Everything an accept loop needs, shared by all of them.
 #[derive(Debug)]
 pub struct Shared {
@@ -62,6 +74,7 @@ pub async fn accept_loop(
         .get_or_create_owned(&ListenerLabels {
             listener: name.clone(),
         });
+    let pending = Arc::new(crate::conn::Pending::default());
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,
@@ -85,9 +98,17 @@ pub async fn accept_loop(
         let Some(spec) = shared.current().listeners.get(&name).cloned() else {
             continue;
         };
-        shared
-            .connections
-            .spawn(conn::handle(sock, peer, spec, shared.metrics.clone()));
+        // The global cap counts connection tasks; the one over it is closed (and counted)
+        // by its own task so that the accept loop never waits on it.
+        let over = shared.connections.len() >= shared.current().config.max_connections;
+        shared.connections.spawn(conn::handle(
+            sock,
+            peer,
+            spec,
+            shared.metrics.clone(),
+            pending.clone(),
+            over,
+        ));
     }
 }
 

@@ -61,6 +61,31 @@ pub struct UpstreamErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EndpointLabels {
+    pub upstream: String,
+    pub endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DnsLabels {
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DnsResultLabels {
+    pub name: String,
+    /// `success` or `failure`.
+    pub result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    pub upstream: String,
+    /// `idle_timeout` or `max_connection_duration`.
+    pub limit: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
     /// `applied`, `unchanged`, `invalid`, `unreadable`, `bind_error`.
     pub result: &'static str,
@@ -83,6 +108,13 @@ pub struct Metrics {
     pub reloads: Family<ReloadLabels, Counter>,
     pub config_info: Family<HashLabels, Gauge>,
     pub accept_errors: Family<ListenerLabels, Counter>,
+    pub pending_hellos: Family<ListenerLabels, Gauge>,
+    pub upstream_active: Family<UpstreamLabels, Gauge>,
+    pub ejections: Family<EndpointLabels, Counter>,
+    pub ejected: Family<EndpointLabels, Gauge>,
+    pub dns_resolutions: Family<DnsResultLabels, Counter>,
+    pub dns_addresses: Family<DnsLabels, Gauge>,
+    pub closed_by_limit: Family<LimitLabels, Counter>,
 }
 
 fn connect_histogram() -> Histogram {
@@ -106,6 +138,13 @@ impl Metrics {
             reloads: Family::default(),
             config_info: Family::default(),
             accept_errors: Family::default(),
+            pending_hellos: Family::default(),
+            upstream_active: Family::default(),
+            ejections: Family::default(),
+            ejected: Family::default(),
+            dns_resolutions: Family::default(),
+            dns_addresses: Family::default(),
+            closed_by_limit: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("isthmus");
         r.register(
@@ -154,7 +193,51 @@ impl Metrics {
             "Errors from accept(2), e.g. EMFILE, by listener",
             m.accept_errors.clone(),
         );
+        r.register(
+            "proxy_pending_hellos",
+            "Connections still sending their ClientHello (or CONNECT request), by listener",
+            m.pending_hellos.clone(),
+        );
+        r.register(
+            "proxy_upstream_active_connections",
+            "Open connections to each upstream through this proxy",
+            m.upstream_active.clone(),
+        );
+        r.register(
+            "proxy_upstream_ejections",
+            "Times an endpoint was ejected by outlier detection",
+            m.ejections.clone(),
+        );
+        r.register(
+            "proxy_upstream_ejected",
+            "1 while an endpoint is ejected",
+            m.ejected.clone(),
+        );
+        r.register(
+            "proxy_dns_resolutions",
+            "Background resolutions of endpoint host names, by name and result",
+            m.dns_resolutions.clone(),
+        );
+        r.register(
+            "proxy_dns_addresses",
+            "Addresses in the last successful answer for a name",
+            m.dns_addresses.clone(),
+        );
+        r.register(
+            "proxy_closed_by_limit",
+            "Spliced connections closed by idle_timeout or max_connection_duration",
+            m.closed_by_limit.clone(),
+        );
         m
+    }
+
+    pub fn dns_result(&self, labels: &DnsLabels, result: &'static str) {
+        self.dns_resolutions
+            .get_or_create(&DnsResultLabels {
+                name: labels.name.clone(),
+                result,
+            })
+            .inc();
     }
 
     pub fn reload(&self, result: &'static str) {

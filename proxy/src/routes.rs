@@ -118,3 +118,107 @@ mod tests {
         assert_eq!(t.find(&"a".repeat(300)), None);
     }
 }
+
+/// Routes from HTTP header values: exact values first, then `*` patterns, the one with the
+/// most literal characters first (so the most specific pattern wins).
+#[derive(Debug, Clone)]
+pub struct HeaderTable<T> {
+    exact: HashMap<Box<str>, T>,
+    patterns: Vec<(Vec<Box<str>>, T)>,
+}
+
+impl<T> Default for HeaderTable<T> {
+    fn default() -> Self {
+        Self {
+            exact: HashMap::new(),
+            patterns: Vec::new(),
+        }
+    }
+}
+
+impl<T> HeaderTable<T> {
+    /// Adds a route for a value or a pattern containing `*`.
+    pub fn insert(&mut self, value: &str, route: T) {
+        if value.contains('*') {
+            let parts: Vec<Box<str>> = value.split('*').map(Box::from).collect();
+            let literal = |p: &[Box<str>]| p.iter().map(|s| s.len()).sum::<usize>();
+            let at = self
+                .patterns
+                .partition_point(|(q, _)| literal(q) >= literal(&parts));
+            self.patterns.insert(at, (parts, route));
+        } else {
+            self.exact.insert(value.into(), route);
+        }
+    }
+
+    /// The route for a header value (compared exactly, case-sensitively).
+    pub fn find(&self, value: &str) -> Option<&T> {
+        self.exact.get(value).or_else(|| {
+            self.patterns
+                .iter()
+                .find(|(parts, _)| glob_match(parts, value))
+                .map(|(_, t)| t)
+        })
+    }
+}
+
+/// `parts` are the literal pieces between `*`s (at least two).
+fn glob_match(parts: &[Box<str>], value: &str) -> bool {
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    let Some(mut rest) = value.strip_prefix(&**first) else {
+        return false;
+    };
+    let middle = parts.get(1..parts.len().saturating_sub(1)).unwrap_or(&[]);
+    for piece in middle {
+        match rest.find(&**piece) {
+            Some(i) => rest = &rest[i + piece.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(&**last)
+}
+
+#[cfg(test)]
+mod header_tests {
+    use super::*;
+
+    #[test]
+    fn exact_then_most_specific_pattern() {
+        let mut t = HeaderTable::default();
+        t.insert(
+            "outbound|1194||vpn-seed-server-0.shoot--a.svc.cluster.local",
+            "exact",
+        );
+        t.insert("outbound|1194||*", "any-vpn");
+        t.insert(
+            "outbound|1194||vpn-seed-server-*.shoot--a.svc.cluster.local",
+            "shoot-a",
+        );
+        assert_eq!(
+            t.find("outbound|1194||vpn-seed-server-0.shoot--a.svc.cluster.local"),
+            Some(&"exact")
+        );
+        assert_eq!(
+            t.find("outbound|1194||vpn-seed-server-1.shoot--a.svc.cluster.local"),
+            Some(&"shoot-a")
+        );
+        assert_eq!(
+            t.find("outbound|1194||vpn-seed-server.shoot--b.svc.cluster.local"),
+            Some(&"any-vpn")
+        );
+        assert_eq!(t.find("outbound|443||kube-apiserver"), None);
+        assert_eq!(t.find(""), None);
+    }
+
+    #[test]
+    fn glob_edges() {
+        let p = |s: &str| s.split('*').map(Box::from).collect::<Vec<Box<str>>>();
+        assert!(glob_match(&p("a*a"), "aa"));
+        assert!(!glob_match(&p("ab*ba"), "aba"));
+        assert!(glob_match(&p("*"), "anything"));
+        assert!(glob_match(&p("a*b*c"), "a-x-b-y-c"));
+        assert!(!glob_match(&p("a*b*c"), "a-c-b"));
+    }
+}

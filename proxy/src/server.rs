@@ -1,6 +1,7 @@
 //! The running proxy: start from a file, reload it, drain and stop.
 
 use crate::admin::{self, AdminState};
+use crate::dns::{Dns, DnsError};
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
@@ -23,6 +24,8 @@ use tracing::{info, warn};
 pub enum StartError {
     #[error(transparent)]
     Config(#[from] LoadError),
+    #[error(transparent)]
+    Dns(#[from] DnsError),
     #[error("cannot listen on {address} for {what}: {source}")]
     Bind {
         what: String,
@@ -37,6 +40,8 @@ pub enum StartError {
 pub enum ReloadError {
     #[error(transparent)]
     Config(#[from] LoadError),
+    #[error(transparent)]
+    Dns(#[from] DnsError),
     #[error("cannot listen on {address} for listener {listener:?}: {source}")]
     Bind {
         listener: String,
@@ -92,7 +97,8 @@ impl Proxy {
         let metrics = Arc::new(Metrics::register(&mut registry));
         metrics.set_config_hash(None, &loaded.hash);
         let admin_address = loaded.config.admin.address;
-        let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics);
+        let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
+        let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
         let admin_listener = listen::bind(admin_address).map_err(|source| StartError::Bind {
             what: "admin".into(),
             address: admin_address,
@@ -234,7 +240,25 @@ impl Proxy {
             }
         }
         let hash = loaded.hash.clone();
-        let snapshot = Arc::new(Snapshot::compile(loaded.config, loaded.hash, metrics));
+        let dns = if old.dns.config() == &loaded.config.resolver {
+            old.dns.clone()
+        } else {
+            match Dns::new(&loaded.config.resolver, metrics.clone()) {
+                Ok(d) => d,
+                Err(e) => {
+                    metrics.reload("invalid");
+                    warn!(error = %e, "reload rejected; the previous configuration stays in effect");
+                    return Err(e.into());
+                }
+            }
+        };
+        let snapshot = Arc::new(Snapshot::compile(
+            loaded.config,
+            loaded.hash,
+            metrics,
+            &dns,
+            Some(&old),
+        ));
         let removed: Vec<String> = running
             .keys()
             .filter(|name| !snapshot.listeners.contains_key(*name))

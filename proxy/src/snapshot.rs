@@ -2,16 +2,19 @@
 //! with their metric handles. A reload builds a new snapshot and swaps it in; connections keep
 //! the `Arc`s they started with, so nothing a reload does can reach them.
 
+use crate::dns::Dns;
 use crate::metrics::ListenerLabels;
 use crate::metrics::{BytesLabels, Metrics, OutcomeLabels, UpstreamLabels};
-use crate::routes::RouteTable;
+use crate::pool::{Endpoint, Pool, Target};
+use crate::routes::{HeaderTable, RouteTable};
 use isthmus_config::validate::normalize_sni_pattern;
-use isthmus_config::{ListenerConfig, ProxyConfig};
+use isthmus_config::{
+    KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode, UpstreamConfig,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -24,12 +27,23 @@ pub struct Snapshot {
     pub hash: String,
     /// Listeners by name.
     pub listeners: HashMap<String, Arc<ListenerSpec>>,
+    /// Upstreams by name.
+    pub upstreams: HashMap<String, Arc<Upstream>>,
+    /// The resolver the upstreams' names follow.
+    pub dns: Dns,
 }
 
 /// What a listener needs to handle one connection.
 #[derive(Debug)]
 pub struct ListenerSpec {
     pub name: String,
+    pub kind: ListenerKind,
+    pub proxy_protocol: ProxyProtocolMode,
+    pub route_header: String,
+    pub max_request_bytes: usize,
+    pub max_pending: usize,
+    pub keepalive: Option<KeepaliveConfig>,
+    pub header_routes: HeaderTable<Arc<Route>>,
     pub hello_timeout: Duration,
     pub max_hello_bytes: usize,
     pub reject_with_alert: bool,
@@ -37,6 +51,8 @@ pub struct ListenerSpec {
     pub default_route: Option<Arc<Route>>,
     /// `isthmus_proxy_active_connections{listener}`.
     pub active: Gauge,
+    /// `isthmus_proxy_pending_hellos{listener}`.
+    pub pending: Gauge,
 }
 
 /// A matched route: where to go and what to count.
@@ -55,51 +71,65 @@ pub struct Route {
 pub struct RouteCounters {
     pub forwarded: Counter,
     pub unavailable: Counter,
+    pub overflow: Counter,
     pub bytes_to_upstream: Counter,
     pub bytes_to_downstream: Counter,
 }
 
-/// A named group of endpoints.
+/// A named group of endpoints with its policy.
 #[derive(Debug)]
 pub struct Upstream {
     pub name: String,
-    pub endpoints: Vec<Endpoint>,
+    pub pool: Arc<Pool>,
+    pub policy: UpstreamConfig,
     pub connect_seconds: Histogram,
 }
 
-/// An endpoint: an address, or a name resolved when a connection needs it.
-#[derive(Debug, Clone)]
-pub enum Endpoint {
-    Addr(SocketAddr),
-    Host(String),
-}
-
-impl std::fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Endpoint::Addr(a) => write!(f, "{a}"),
-            Endpoint::Host(h) => write!(f, "{h}"),
-        }
-    }
-}
-
 impl Snapshot {
-    /// Compiles a validated configuration. Never fails: validation already ran.
-    pub fn compile(config: ProxyConfig, hash: String, metrics: &Metrics) -> Self {
+    /// Compiles a validated configuration. Never fails: validation already ran. Endpoint
+    /// state (connection counts, ejections, DNS answers) of `previous` is carried over for
+    /// upstreams and endpoints that keep their names, and for names when `dns` is the same
+    /// resolver.
+    pub fn compile(
+        config: ProxyConfig,
+        hash: String,
+        metrics: &Metrics,
+        dns: &Dns,
+        previous: Option<&Snapshot>,
+    ) -> Self {
+        let old: HashMap<&str, &Arc<Upstream>> = previous
+            .map(|p| p.upstreams.iter().map(|(k, v)| (k.as_str(), v)).collect())
+            .unwrap_or_default();
+        let same_dns = previous.is_some_and(|p| p.dns.config() == dns.config());
         let upstreams: HashMap<&str, Arc<Upstream>> = config
             .upstreams
             .iter()
             .map(|u| {
+                let before = old.get(u.name.as_str());
+                let endpoints = u
+                    .endpoints
+                    .iter()
+                    .map(|label| {
+                        let carried = before.and_then(|b| {
+                            b.pool.endpoints.iter().find(|e| {
+                                e.label == *label
+                                    && (same_dns || matches!(e.target, Target::Addr(_)))
+                            })
+                        });
+                        match carried {
+                            Some(e) => e.clone(),
+                            None => {
+                                Arc::new(Endpoint::new(&u.name, label, target(label, dns), metrics))
+                            }
+                        }
+                    })
+                    .collect();
+                let carried = before.map(|b| b.pool.active_counter());
+                let pool = Pool::new(&u.name, endpoints, carried, metrics);
                 let up = Upstream {
                     name: u.name.clone(),
-                    endpoints: u
-                        .endpoints
-                        .iter()
-                        .map(|e| match e.parse() {
-                            Ok(a) => Endpoint::Addr(a),
-                            Err(_) => Endpoint::Host(e.clone()),
-                        })
-                        .collect(),
+                    pool: Arc::new(pool),
+                    policy: u.clone(),
                     connect_seconds: metrics.upstream_connect_seconds.get_or_create_owned(
                         &UpstreamLabels {
                             upstream: u.name.clone(),
@@ -117,12 +147,27 @@ impl Snapshot {
                 (l.name.clone(), Arc::new(spec))
             })
             .collect();
+        let upstreams = upstreams
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
         Self {
             config,
             hash,
             listeners,
+            upstreams,
+            dns: dns.clone(),
         }
     }
+}
+
+fn target(label: &str, dns: &Dns) -> Target {
+    if let Ok(a) = label.parse() {
+        return Target::Addr(a);
+    }
+    // Validation guarantees `host:port`.
+    let (host, port) = label.rsplit_once(':').unwrap_or((label, "0"));
+    Target::Name(dns.follow(host, port.parse().unwrap_or(0)))
 }
 
 fn compile_listener(
@@ -142,7 +187,14 @@ fn compile_listener(
         })
     };
     let mut routes = RouteTable::default();
+    let mut header_routes = HeaderTable::default();
     for r in &l.routes {
+        if l.kind == ListenerKind::HttpConnect {
+            if let Some(route) = route(&r.header_value, &r.upstream) {
+                header_routes.insert(&r.header_value, route);
+            }
+            continue;
+        }
         let pattern = normalize_sni_pattern(&r.sni).unwrap_or_else(|_| r.sni.clone());
         if let Some(route) = route(&pattern, &r.upstream) {
             routes.insert(&pattern, route);
@@ -150,6 +202,13 @@ fn compile_listener(
     }
     ListenerSpec {
         name: l.name.clone(),
+        kind: l.kind,
+        proxy_protocol: l.proxy_protocol,
+        route_header: l.route_header.clone().unwrap_or_default(),
+        max_request_bytes: l.max_request_bytes,
+        max_pending: l.max_pending_hellos,
+        keepalive: l.tcp_keepalive,
+        header_routes,
         hello_timeout: l.client_hello_timeout.get(),
         max_hello_bytes: l.max_client_hello_bytes,
         reject_with_alert: l.reject_with_alert,
@@ -159,6 +218,9 @@ fn compile_listener(
             .as_deref()
             .and_then(|u| route("default", u)),
         active: metrics.active.get_or_create_owned(&ListenerLabels {
+            listener: l.name.clone(),
+        }),
+        pending: metrics.pending_hellos.get_or_create_owned(&ListenerLabels {
             listener: l.name.clone(),
         }),
     }
@@ -187,6 +249,7 @@ impl Route {
             RouteCounters {
                 forwarded: outcome("forwarded"),
                 unavailable: outcome("upstream_unavailable"),
+                overflow: outcome("overflow"),
                 bytes_to_upstream: bytes("downstream_to_upstream"),
                 bytes_to_downstream: bytes("upstream_to_downstream"),
             }

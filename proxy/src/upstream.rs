@@ -1,61 +1,93 @@
-//! Connecting to an upstream: endpoints in order, the first that accepts wins.
+//! Connecting to an upstream under its policy: a connection slot (`max_connections`), the
+//! endpoint order of the balancing policy with ejected endpoints left out, every address of a
+//! name, `connect_timeout` per address, TCP keepalive, and outlier detection on failures.
 
 use crate::metrics::{Metrics, UpstreamErrorLabels};
-use crate::snapshot::{Endpoint, Upstream};
+use crate::pool::{Slot, Target, FIRST_RESOLUTION_PATIENCE};
+use crate::snapshot::Upstream;
 use std::io;
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::TcpStream;
 
-/// How long one endpoint may take to accept before the next is tried.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Every endpoint failed; the last error says why.
-#[derive(Debug, thiserror::Error)]
-#[error("no endpoint of upstream {upstream:?} accepted: {last}")]
-pub struct Unavailable {
-    pub upstream: String,
-    pub last: String,
+/// An established upstream connection; the slot is released when it is dropped.
+#[derive(Debug)]
+pub struct Connected {
+    pub stream: TcpStream,
+    pub addr: SocketAddr,
+    /// Held, not read: dropping it releases the connection slot.
+    pub _slot: Slot,
 }
 
-/// Connects to the first endpoint (and, for names, the first address) that accepts.
-pub async fn connect(
-    up: &Upstream,
-    metrics: &Metrics,
-) -> Result<(TcpStream, SocketAddr), Unavailable> {
-    let mut last = String::from("no endpoints");
-    for endpoint in &up.endpoints {
-        let addrs: Vec<SocketAddr> = match endpoint {
-            Endpoint::Addr(a) => vec![*a],
-            Endpoint::Host(h) => match tokio::net::lookup_host(h.as_str()).await {
-                Ok(a) => a.collect(),
-                Err(e) => {
-                    count(metrics, up, "resolve");
-                    last = format!("{endpoint}: cannot resolve: {e}");
-                    continue;
-                }
-            },
+/// Why no upstream connection was made.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// `max_connections` connections to the upstream are open.
+    #[error("upstream {0:?} is at max_connections")]
+    Overflow(String),
+    /// Every endpoint tried failed; the last error says why.
+    #[error("no endpoint of upstream {upstream:?} accepted: {last}")]
+    Unavailable { upstream: String, last: String },
+}
+
+/// Connects to `up` under its policy.
+pub async fn connect(up: &Upstream, metrics: &Metrics) -> Result<Connected, Failure> {
+    let policy = &up.policy;
+    let Some(mut slot) = up.pool.reserve(policy.max_connections) else {
+        return Err(Failure::Overflow(up.name.clone()));
+    };
+    let mut last = String::from("no endpoint to try");
+    for index in up
+        .pool
+        .order(policy.load_balancing, policy.connect_attempts)
+    {
+        let Some(endpoint) = up.pool.endpoints.get(index) else {
+            continue;
         };
-        for addr in addrs {
+        let addrs: std::sync::Arc<[SocketAddr]> = match &endpoint.target {
+            Target::Addr(a) => std::sync::Arc::from(vec![*a]),
+            Target::Name(entry) => entry.addrs(FIRST_RESOLUTION_PATIENCE).await,
+        };
+        if addrs.is_empty() {
+            count(metrics, up, "resolve");
+            up.pool.record_failure(index, &policy.outlier_detection);
+            last = format!("{}: no addresses (not resolved yet)", endpoint.label);
+            continue;
+        }
+        for &addr in addrs.iter() {
             let started = Instant::now();
-            match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+            let attempt =
+                tokio::time::timeout(policy.connect_timeout.get(), TcpStream::connect(addr)).await;
+            match attempt {
                 Ok(Ok(stream)) => {
                     up.connect_seconds.observe(started.elapsed().as_secs_f64());
                     let _ = stream.set_nodelay(true);
-                    return Ok((stream, addr));
+                    if let Some(k) = &policy.tcp_keepalive {
+                        let _ = crate::listen::set_keepalive(&stream, k);
+                    }
+                    slot.connected(index);
+                    return Ok(Connected {
+                        stream,
+                        addr,
+                        _slot: slot,
+                    });
                 }
                 Ok(Err(e)) => {
                     count(metrics, up, reason(&e));
-                    last = format!("{endpoint} ({addr}): {e}");
+                    last = format!("{} ({addr}): {e}", endpoint.label);
                 }
                 Err(_) => {
                     count(metrics, up, "timeout");
-                    last = format!("{endpoint} ({addr}): connect timed out");
+                    last = format!(
+                        "{} ({addr}): connect timed out after {}",
+                        endpoint.label, policy.connect_timeout
+                    );
                 }
             }
         }
+        up.pool.record_failure(index, &policy.outlier_detection);
     }
-    Err(Unavailable {
+    Err(Failure::Unavailable {
         upstream: up.name.clone(),
         last,
     })
