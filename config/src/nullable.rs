@@ -31,18 +31,31 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::Duratio
 pub fn keepalive<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<crate::proxy::KeepaliveConfig>, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Either {
-        Config(crate::proxy::KeepaliveConfig),
-        Text(String),
+    // A visitor rather than `#[serde(untagged)]`: untagged buffers the value as generic data,
+    // which loses marked-yaml's typed scalars (every number would be text) and the field path.
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<crate::proxy::KeepaliveConfig>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a mapping {time, interval, probes} or null")
+        }
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            if is_null(s) {
+                Ok(None)
+            } else {
+                Err(E::invalid_value(serde::de::Unexpected::Str(s), &self))
+            }
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            let d = serde::de::value::MapAccessDeserializer::new(map);
+            crate::proxy::KeepaliveConfig::deserialize(d).map(Some)
+        }
     }
-    match Option::<Either>::deserialize(d)? {
-        None => Ok(None),
-        Some(Either::Config(c)) => Ok(Some(c)),
-        Some(Either::Text(s)) if is_null(&s) => Ok(None),
-        Some(Either::Text(s)) => Err(serde::de::Error::custom(format!(
-            "expected a mapping {{time, interval, probes}} or null, found {s:?}"
-        ))),
-    }
+    d.deserialize_any(V)
 }

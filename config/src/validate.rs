@@ -143,16 +143,44 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         let mut snis = HashSet::new();
         for (j, r) in l.routes.iter().enumerate() {
             let rat = format!("{at}.routes[{j}]");
-            match normalize_sni_pattern(&r.sni) {
+            let (key, other) = if connect {
+                ("header_value", "sni")
+            } else {
+                ("sni", "header_value")
+            };
+            let (value, other_value) = if connect {
+                (&r.header_value, &r.sni)
+            } else {
+                (&r.sni, &r.header_value)
+            };
+            if !other_value.is_empty() {
+                p.push((
+                    format!("{rat}.{other}"),
+                    format!(
+                        "this {} listener routes on {key}, not {other}",
+                        kind_name(connect)
+                    ),
+                ));
+            }
+            let normalized = if connect {
+                if value.is_empty() {
+                    Err("missing: the value of route_header to match".to_string())
+                } else {
+                    Ok(value.clone())
+                }
+            } else {
+                normalize_sni_pattern(value)
+            };
+            match normalized {
                 Ok(n) => {
                     if !snis.insert(n) {
                         p.push((
-                            format!("{rat}.sni"),
-                            format!("duplicate route for {:?}", r.sni),
+                            format!("{rat}.{key}"),
+                            format!("duplicate route for {value:?}"),
                         ));
                     }
                 }
-                Err(m) => p.push((format!("{rat}.sni"), m)),
+                Err(m) => p.push((format!("{rat}.{key}"), m)),
             }
             if !upstreams.contains(r.upstream.as_str()) {
                 p.push((
@@ -183,6 +211,14 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         Some(c.resolver.retry_after_failure),
     );
     p
+}
+
+fn kind_name(connect: bool) -> &'static str {
+    if connect {
+        "http_connect"
+    } else {
+        "tls_passthrough"
+    }
 }
 
 fn positive(p: &mut Problems, at: &str, d: Option<crate::Duration>) {

@@ -126,3 +126,90 @@ fn every_example_config_in_the_repository_parses() {
         dir.display()
     );
 }
+
+#[test]
+fn policy_fields_parse_with_defaults_nulls_and_precise_errors() {
+    let c = parse_proxy(
+        "p.yaml",
+        "listeners:
+  - name: vpn
+    address: \"0.0.0.0:8443\"
+    kind: http_connect
+    route_header: X-Gardener-Destination
+    proxy_protocol: accept
+    tcp_keepalive: null
+    routes:
+      - { header_value: \"outbound|1194||vpn-seed-server-0.shoot--foo--bar.svc.cluster.local\", upstream: vpn-0 }
+upstreams:
+  - name: vpn-0
+    endpoints: [\"vpn-seed-server-0.shoot--foo--bar.svc.cluster.local:1194\"]
+    connect_timeout: 10s
+    max_connections: 1024
+    send_proxy_protocol: v2
+    load_balancing: round_robin
+    idle_timeout: null
+    tcp_keepalive: { time: 30s }
+",
+    )
+    .unwrap();
+    assert_eq!(c.listeners[0].tcp_keepalive, None);
+    assert_eq!(c.upstreams[0].idle_timeout, None);
+    let k = c.upstreams[0].tcp_keepalive.unwrap();
+    assert_eq!(
+        (k.time.to_string(), k.interval.to_string(), k.probes),
+        ("30s".into(), "10s".into(), 6)
+    );
+    assert_eq!(c.upstreams[0].outlier_detection.consecutive_failures, 5);
+
+    let e = errors(
+        "listeners:
+  - name: vpn
+    address: \"0.0.0.0:8443\"
+    kind: http_connect
+    routes: [ { sni: a.example.com, upstream: u } ]
+upstreams:
+  - name: u
+    endpoints: [\"a:1\"]
+    tcp_keepalive: { time: 30s, probs: 3 }
+",
+    );
+    assert_eq!(e.len(), 1, "{e:#?}");
+    assert!(
+        e[0].starts_with("p.yaml:9:33: upstreams[0].tcp_keepalive.probs: Unknown field `probs`"),
+        "{e:?}"
+    );
+    let e = errors(
+        "listeners:
+  - name: vpn
+    address: \"0.0.0.0:8443\"
+    kind: http_connect
+    routes: [ { sni: a.example.com, upstream: u } ]
+upstreams:
+  - { name: u, endpoints: [\"a:1\"], max_connections: 0, load_balancing: fastest }
+",
+    );
+    assert!(e[0].contains("upstreams[0].load_balancing: "), "{e:?}");
+}
+
+#[test]
+fn http_connect_listener_rules() {
+    let e = errors(
+        "listeners:
+  - name: vpn
+    address: \"0.0.0.0:8443\"
+    kind: http_connect
+    routes: [ { sni: a.example.com, upstream: u } ]
+upstreams:
+  - { name: u, endpoints: [\"a:1\"], max_connections: 0 }
+",
+    );
+    assert_eq!(
+        e,
+        vec![
+            "p.yaml:2:9: listeners[0].route_header: an http_connect listener needs the header to route on, e.g. X-Gardener-Destination",
+            "p.yaml:5:15: listeners[0].routes[0].header_value: missing: the value of route_header to match",
+            "p.yaml:5:22: listeners[0].routes[0].sni: this http_connect listener routes on header_value, not sni",
+            "p.yaml:7:53: upstreams[0].max_connections: must be at least 1",
+        ]
+    );
+}

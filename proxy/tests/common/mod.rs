@@ -86,7 +86,12 @@ pub struct RawUpstream {
 
 impl RawUpstream {
     pub async fn start(label: &str) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on(label, "127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// Starts on a given address (e.g. a port an earlier test freed, or `[::1]:0`).
+    pub async fn start_on(label: &str, at: SocketAddr) -> Self {
+        let listener = TcpListener::bind(at).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let received: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
         let (rec, label) = (received.clone(), label.to_owned());
