@@ -51,6 +51,22 @@ impl Netns {
         c
     }
 
+    /// Joins two namespaces with a veth pair, `a_ip` (CIDR, e.g. `10.213.7.1/30`) in `self`
+    /// and `b_ip` in `other`. The addresses exist only inside the two test namespaces.
+    pub fn link(&self, other: &Netns, a_ip: &str, b_ip: &str) -> Result<(), String> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let (a, b) = (format!("vi{}a{n}", std::process::id() % 100_000), format!("vi{}b{n}", std::process::id() % 100_000));
+        run(Command::new("ip").args(["link", "add", &a, "type", "veth", "peer", "name", &b]))?;
+        run(Command::new("ip").args(["link", "set", &a, "netns", &self.name]))?;
+        run(Command::new("ip").args(["link", "set", &b, "netns", &other.name]))?;
+        for (ns, dev, ip) in [(&self.name, &a, a_ip), (&other.name, &b, b_ip)] {
+            run(Command::new("ip").args(["-n", ns, "addr", "add", ip, "dev", dev]))?;
+            run(Command::new("ip").args(["-n", ns, "link", "set", dev, "up"]))?;
+        }
+        Ok(())
+    }
+
     fn etc_dir(&self) -> PathBuf {
         PathBuf::from("/etc/netns").join(&self.name)
     }
