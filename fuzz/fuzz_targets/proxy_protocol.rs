@@ -1,0 +1,29 @@
+//! Fuzzes the PROXY protocol parser: it must never panic, a verdict reached on a prefix is final,
+//! a header's `len` fits the input, and what the encoders write parses back to the same addresses.
+#![no_main]
+
+use isthmus_proxy::proxy_protocol::{encode_v1, encode_v2, parse, Header, Parsed};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let full = parse(data);
+    let early = parse(&data[..data.len() / 2]);
+    assert!(early == Parsed::NeedMore || early == full);
+    if let Parsed::Header { header, len } = full {
+        assert!(len <= data.len());
+        assert_eq!(parse(&data[..len]), full);
+        if let Header::Proxied(a) = header {
+            for encode in [encode_v1, encode_v2] {
+                let mut out = Vec::new();
+                encode(&a, &mut out);
+                assert_eq!(
+                    parse(&out),
+                    Parsed::Header {
+                        header,
+                        len: out.len()
+                    }
+                );
+            }
+        }
+    }
+});
