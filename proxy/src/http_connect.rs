@@ -97,11 +97,13 @@ fn check_method_prefix(window: &[u8]) -> Result<(), Error> {
         .position(|&b| !is_tchar(b))
         .unwrap_or(window.len());
     let (token, rest) = window.split_at(token_len);
-    let is_method_prefix = METHOD.starts_with(token);
+    // Once the method cannot become CONNECT any more, whatever follows it does not matter.
+    if !METHOD.starts_with(token) {
+        return Err(Error::NotConnect);
+    }
     match rest.first() {
-        // Still inside the method: only a prefix of CONNECT can still become one.
-        None if is_method_prefix => Ok(()),
-        None => Err(Error::NotConnect),
+        // Still inside a prefix of CONNECT.
+        None => Ok(()),
         Some(b' ') if token == METHOD => Ok(()),
         Some(b' ') if !token.is_empty() => Err(Error::NotConnect),
         Some(_) => Err(Error::Malformed("request line")),

@@ -101,6 +101,14 @@ fn not_connect_is_decided_from_the_method() {
         Err(Error::NotConnect)
     );
     assert_eq!(parse(b"CONNEC", HEADER, MAX), Err(Error::NeedMore));
+    assert_eq!(
+        parse(b"CONNEx-a: b\n\n", HEADER, MAX),
+        Err(Error::NotConnect)
+    );
+    assert_eq!(
+        parse(b"CONN:", HEADER, MAX),
+        Err(Error::Malformed("request line"))
+    );
 }
 
 #[test]
@@ -179,6 +187,9 @@ fn verdicts_on_prefixes_are_final() {
         b"CONNECT a:1 HTTP/1.1\r\nHost a\r\n\r\n",
         b"CONNECT a:1 HTTP/1.1\r\nA: 1\r\nA: 2\r\n\r\n",
         b"POST / HTTP/1.1\r\n\r\n",
+        // Found by the fuzzer: NotConnect on half of it, once Malformed on all of it.
+        b"CONNEx-gardener-destination:  a \n\n",
+        b"CONN:",
     ];
     for input in inputs {
         for max in [16, MAX] {
