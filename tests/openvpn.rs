@@ -28,24 +28,37 @@ impl Drop for Proc {
 
 fn spawn(cmd: &mut Command, log: &std::path::Path) -> Proc {
     let log = std::fs::File::create(log).unwrap();
-    Proc(cmd.stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap())
+    Proc(
+        cmd.stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    )
 }
 
 #[test]
 fn openvpn_tunnels_through_the_http_connect_listener() {
     for tool in ["openvpn", "ip", "curl", "python3"] {
         assert!(
-            Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success(),
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap()
+                .status
+                .success(),
             "{tool} is missing: run .ci/run or scripts/install-deps.sh"
         );
     }
-    let seed = Netns::new("vpnseed").unwrap_or_else(|e| panic!("network namespaces unavailable (run as root): {e}"));
+    let seed = Netns::new("vpnseed")
+        .unwrap_or_else(|e| panic!("network namespaces unavailable (run as root): {e}"));
     let shoot = Netns::new("vpnshoot").unwrap();
     seed.link(&shoot, "10.213.7.1/30", "10.213.7.2/30").unwrap();
     let dir = Scratch::new("openvpn");
     let pki = TestPki::new();
     let ca = pki.write_ca(dir.path());
-    let (scrt, skey) = pki.server_cert(&["vpn-seed-server"]).write(dir.path(), "server");
+    let (scrt, skey) = pki
+        .server_cert(&["vpn-seed-server"])
+        .write(dir.path(), "server");
     let (ccrt, ckey) = pki.client_cert("vpn-shoot").write(dir.path(), "client");
     std::fs::write(
         dir.join("proxy.yaml"),
@@ -65,31 +78,84 @@ upstreams:
     )
     .unwrap();
     let _proxy = spawn(
-        seed.command(env!("CARGO_BIN_EXE_isthmus")).args(["proxy", "--config"]).arg(dir.join("proxy.yaml")),
+        seed.command(env!("CARGO_BIN_EXE_isthmus"))
+            .args(["proxy", "--config"])
+            .arg(dir.join("proxy.yaml")),
         &dir.join("proxy.log"),
     );
     let p = |x: &std::path::PathBuf| x.display().to_string();
     let _server = spawn(
         seed.command("openvpn").args([
-            "--dev", "tun", "--proto", "tcp-server", "--local", "127.0.0.1", "--port", "1194",
-            "--ifconfig", "10.8.99.1", "10.8.99.2", "--tls-server", "--dh", "none",
-            "--ca", &p(&ca), "--cert", &p(&scrt), "--key", &p(&skey), "--verb", "3",
+            "--dev",
+            "tun",
+            "--proto",
+            "tcp-server",
+            "--local",
+            "127.0.0.1",
+            "--port",
+            "1194",
+            "--ifconfig",
+            "10.8.99.1",
+            "10.8.99.2",
+            "--tls-server",
+            "--dh",
+            "none",
+            "--ca",
+            &p(&ca),
+            "--cert",
+            &p(&scrt),
+            "--key",
+            &p(&skey),
+            "--verb",
+            "3",
         ]),
         &dir.join("server.log"),
     );
     std::fs::write(dir.join("index.html"), "through-the-tunnel\n").unwrap();
     let _web = spawn(
         seed.command("python3")
-            .args(["-m", "http.server", "8080", "--bind", "10.8.99.1", "--directory"])
+            .args([
+                "-m",
+                "http.server",
+                "8080",
+                "--bind",
+                "10.8.99.1",
+                "--directory",
+            ])
             .arg(dir.path()),
         &dir.join("web.log"),
     );
     let _client = spawn(
         shoot.command("openvpn").args([
-            "--dev", "tun", "--proto", "tcp-client", "--remote", "10.0.0.1", "1194",
-            "--http-proxy", "10.213.7.1", "8132", "--http-proxy-option", "CUSTOM-HEADER", HEADER, DEST,
-            "--ifconfig", "10.8.99.2", "10.8.99.1", "--tls-client", "--ca", &p(&ca), "--cert", &p(&ccrt),
-            "--key", &p(&ckey), "--connect-retry", "1", "1", "--verb", "3",
+            "--dev",
+            "tun",
+            "--proto",
+            "tcp-client",
+            "--remote",
+            "10.0.0.1",
+            "1194",
+            "--http-proxy",
+            "10.213.7.1",
+            "8132",
+            "--http-proxy-option",
+            "CUSTOM-HEADER",
+            HEADER,
+            DEST,
+            "--ifconfig",
+            "10.8.99.2",
+            "10.8.99.1",
+            "--tls-client",
+            "--ca",
+            &p(&ca),
+            "--cert",
+            &p(&ccrt),
+            "--key",
+            &p(&ckey),
+            "--connect-retry",
+            "1",
+            "1",
+            "--verb",
+            "3",
         ]),
         &dir.join("client.log"),
     );

@@ -12,7 +12,11 @@ use tokio::net::TcpStream;
 
 const DEST: &str = "outbound|1194||vpn-seed-server-0.shoot--foo--bar.svc.cluster.local";
 
-async fn fixture(header: &str, upstreams: &[(&str, SocketAddr)], routes: &[(&str, &str)]) -> Fixture {
+async fn fixture(
+    header: &str,
+    upstreams: &[(&str, SocketAddr)],
+    routes: &[(&str, &str)],
+) -> Fixture {
     let mut yaml = format!(
         "{}listeners:
   - name: vpn
@@ -57,30 +61,54 @@ fn connect_head(header: &str, value: &str) -> String {
 
 #[tokio::test]
 async fn the_gardener_header_picks_the_upstream_and_pipelined_bytes_follow() {
-    let (vpn0, vpn1) = (RawUpstream::start("vpn-0").await, RawUpstream::start("vpn-1").await);
+    let (vpn0, vpn1) = (
+        RawUpstream::start("vpn-0").await,
+        RawUpstream::start("vpn-1").await,
+    );
     let f = fixture(
         "X-Gardener-Destination",
         &[("vpn-0", vpn0.addr), ("vpn-1", vpn1.addr)],
-        &[(DEST, "vpn-0"), ("outbound|1194||vpn-seed-server-*.shoot--foo--bar.svc.cluster.local", "vpn-1")],
+        &[
+            (DEST, "vpn-0"),
+            (
+                "outbound|1194||vpn-seed-server-*.shoot--foo--bar.svc.cluster.local",
+                "vpn-1",
+            ),
+        ],
     )
     .await;
     let (head, mut s) = request(&f, &connect_head("x-gardener-destination", DEST), b"early").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let mut buf = [0u8; 64];
     let n = s.read(&mut buf).await.unwrap();
-    assert_eq!(&buf[..n], b"vpn-0:early", "bytes after the head reach the upstream unchanged");
-    assert_eq!(vpn0.bytes(0), b"early", "the CONNECT head itself is not forwarded");
+    assert_eq!(
+        &buf[..n],
+        b"vpn-0:early",
+        "bytes after the head reach the upstream unchanged"
+    );
+    assert_eq!(
+        vpn0.bytes(0),
+        b"early",
+        "the CONNECT head itself is not forwarded"
+    );
 
     let other = DEST.replace("server-0", "server-1");
     let (head, _s) = request(&f, &connect_head("X-Gardener-Destination", &other), b"").await;
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    isthmus_testkit::wait_until("pattern route reached vpn-1", WAIT, || async { vpn1.connections() == 1 }).await;
+    isthmus_testkit::wait_until("pattern route reached vpn-1", WAIT, || async {
+        vpn1.connections() == 1
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn refusals_answer_4xx_or_5xx_and_never_splice() {
     let vpn0 = RawUpstream::start("vpn-0").await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let f = fixture(
         "Reversed-VPN",
         &[("vpn-0", vpn0.addr), ("gone", dead)],
@@ -88,21 +116,51 @@ async fn refusals_answer_4xx_or_5xx_and_never_splice() {
     )
     .await;
     let cases = [
-        (connect_head("Reversed-VPN", "outbound|1194||unknown"), "HTTP/1.1 404", "unknown_header_value"),
-        ("CONNECT 10.0.0.1:1194 HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.1 400", "missing_route_header"),
-        ("GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_string(), "HTTP/1.1 405", "not_connect"),
+        (
+            connect_head("Reversed-VPN", "outbound|1194||unknown"),
+            "HTTP/1.1 404",
+            "unknown_header_value",
+        ),
+        (
+            "CONNECT 10.0.0.1:1194 HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+            "HTTP/1.1 400",
+            "missing_route_header",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_string(),
+            "HTTP/1.1 405",
+            "not_connect",
+        ),
         ("CONNECT\r\n\r\n".to_string(), "HTTP/1.1 400", "malformed"),
     ];
     for (req, status, reason) in cases {
         let (head, mut s) = request(&f, &req, b"").await;
         assert!(head.starts_with(status), "{req:?} -> {head}");
         assert_eq!(read_to_close(&mut s).await, b"");
-        f.wait_metric(&format!("isthmus_proxy_hello_rejections_total{{listener=\"vpn\",reason=\"{reason}\"}}"), 1.0)
-            .await;
+        f.wait_metric(
+            &format!(
+                "isthmus_proxy_hello_rejections_total{{listener=\"vpn\",reason=\"{reason}\"}}"
+            ),
+            1.0,
+        )
+        .await;
     }
-    let (head, _) = request(&f, &connect_head("Reversed-VPN", "outbound|1194||down"), b"").await;
+    let (head, _) = request(
+        &f,
+        &connect_head("Reversed-VPN", "outbound|1194||down"),
+        b"",
+    )
+    .await;
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
-    let (head, _) = request(&f, &format!("CONNECT a:1 HTTP/1.1\r\nX-Pad: {}\r\n\r\n", "a".repeat(9000)), b"").await;
+    let (head, _) = request(
+        &f,
+        &format!(
+            "CONNECT a:1 HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(9000)
+        ),
+        b"",
+    )
+    .await;
     assert!(head.starts_with("HTTP/1.1 431"), "{head}");
     assert_eq!(vpn0.connections(), 0);
 }

@@ -47,7 +47,14 @@ upstreams:
 }
 
 /// Sends `header + hello`, waits until the upstream got `expected_prefix + hello`.
-async fn check(f: &Fixture, up: &RawUpstream, header: &[u8], hello: &[u8], expected_prefix: &[u8], step: usize) {
+async fn check(
+    f: &Fixture,
+    up: &RawUpstream,
+    header: &[u8],
+    hello: &[u8],
+    expected_prefix: &[u8],
+    step: usize,
+) {
     let mut bytes = header.to_vec();
     bytes.extend_from_slice(hello);
     let (_, _s) = send_raw(f.addr("l").await, &bytes, step).await;
@@ -68,16 +75,35 @@ async fn v1_in_v2_out_and_v2_in_v1_out_byte_exact() {
 
     let f = fixture("accept", "v2", &up).await;
     let v1 = b"PROXY TCP4 203.0.113.7 198.51.100.1 40000 443\r\n";
-    check(&f, &up, v1, &hello, &v2_tcp4([203, 0, 113, 7], [198, 51, 100, 1], 40000, 443), v1.len()).await;
+    check(
+        &f,
+        &up,
+        v1,
+        &hello,
+        &v2_tcp4([203, 0, 113, 7], [198, 51, 100, 1], 40000, 443),
+        v1.len(),
+    )
+    .await;
 
     let up = RawUpstream::start("u").await;
     let f = fixture("require", "v1", &up).await;
     // One byte at a time: the header and the hello may be split anywhere.
-    check(&f, &up, &v2_tcp4([203, 0, 113, 7], [198, 51, 100, 1], 40000, 443), &hello, v1, 1).await;
+    check(
+        &f,
+        &up,
+        &v2_tcp4([203, 0, 113, 7], [198, 51, 100, 1], 40000, 443),
+        &hello,
+        v1,
+        1,
+    )
+    .await;
 
     let up = RawUpstream::start("u").await;
     let f = fixture("accept", "v2", &up).await;
-    let (a, b) = ("2001:db8::7".parse().unwrap(), "2001:db8::1".parse().unwrap());
+    let (a, b) = (
+        "2001:db8::7".parse().unwrap(),
+        "2001:db8::1".parse().unwrap(),
+    );
     let v6 = b"PROXY TCP6 2001:db8::7 2001:db8::1 40000 443\r\n";
     check(&f, &up, v6, &hello, &v2_tcp6(a, b, 40000, 443), 5).await;
 }
@@ -90,21 +116,37 @@ async fn without_a_header_the_socket_peer_is_sent_on_and_require_rejects() {
     let f = fixture("accept", "v1", &up).await;
     let (_, s) = send_raw(f.addr("l").await, &hello, hello.len()).await;
     let local = s.local_addr().unwrap();
-    let expected = format!("PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n", local.port(), f.addr("l").await.port());
-    wait_until("upstream got v1 with the socket addresses", WAIT, || async {
-        up.connections() == 1 && up.bytes(0).starts_with(expected.as_bytes()) && up.bytes(0).ends_with(&hello)
-    })
+    let expected = format!(
+        "PROXY TCP4 127.0.0.1 127.0.0.1 {} {}\r\n",
+        local.port(),
+        f.addr("l").await.port()
+    );
+    wait_until(
+        "upstream got v1 with the socket addresses",
+        WAIT,
+        || async {
+            up.connections() == 1
+                && up.bytes(0).starts_with(expected.as_bytes())
+                && up.bytes(0).ends_with(&hello)
+        },
+    )
     .await;
 
     let up = RawUpstream::start("u").await;
     let f = fixture("require", "none", &up).await;
     let (_, mut s) = send_raw(f.addr("l").await, &hello, hello.len()).await;
     assert_eq!(read_to_close(&mut s).await, b"");
-    f.wait_metric("isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}", 1.0)
-        .await;
+    f.wait_metric(
+        "isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}",
+        1.0,
+    )
+    .await;
     let (_, mut s) = send_raw(f.addr("l").await, b"PROXY TCP4 1.2.3.4 nonsense\r\n", 64).await;
     assert_eq!(read_to_close(&mut s).await, b"");
-    f.wait_metric("isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}", 2.0)
-        .await;
+    f.wait_metric(
+        "isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}",
+        2.0,
+    )
+    .await;
     assert_eq!(up.connections(), 0);
 }

@@ -56,7 +56,10 @@ impl Netns {
     pub fn link(&self, other: &Netns, a_ip: &str, b_ip: &str) -> Result<(), String> {
         static N: AtomicUsize = AtomicUsize::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
-        let (a, b) = (format!("vi{}a{n}", std::process::id() % 100_000), format!("vi{}b{n}", std::process::id() % 100_000));
+        let (a, b) = (
+            format!("vi{}a{n}", std::process::id() % 100_000),
+            format!("vi{}b{n}", std::process::id() % 100_000),
+        );
         run(Command::new("ip").args(["link", "add", &a, "type", "veth", "peer", "name", &b]))?;
         run(Command::new("ip").args(["link", "set", &a, "netns", &self.name]))?;
         run(Command::new("ip").args(["link", "set", &b, "netns", &other.name]))?;
