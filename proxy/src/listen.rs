@@ -95,12 +95,14 @@ pub async fn accept_loop(
         };
         // The listener may have been removed by a reload that has not stopped this loop yet;
         // such a connection is closed, never routed with a stale table.
-        let Some(spec) = shared.current().listeners.get(&name).cloned() else {
+        let snapshot = shared.current();
+        let Some(spec) = snapshot.listeners.get(&name).cloned() else {
             continue;
         };
         // The global cap counts connection tasks; the one over it is closed (and counted)
         // by its own task so that the accept loop never waits on it.
-        let over = shared.connections.len() >= shared.current().config.max_connections;
+        let over = shared.connections.len() >= snapshot.config.max_connections;
+        drop(snapshot);
         shared.connections.spawn(conn::handle(
             sock,
             peer,
