@@ -316,8 +316,26 @@ async fn forward(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics, in
 async fn reject(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics, reason: Reject) {
     metrics.reject(&spec.name, reason.as_str());
     debug!(reason = reason.as_str(), "rejected");
-    if let (true, Some(alert)) = (spec.reject_with_alert, reason.alert()) {
-        let _ = down.write_all(&hello::alert_record(alert)).await;
+    let answer = match spec.kind {
+        // An HTTP client gets an HTTP status, never a TLS alert.
+        ListenerKind::HttpConnect => http_status(reason).map(http_connect::response),
+        ListenerKind::TlsPassthrough if spec.reject_with_alert => {
+            reason.alert().map(|a| hello::alert_record(a).to_vec())
+        }
+        ListenerKind::TlsPassthrough => None,
+    };
+    if let Some(bytes) = answer {
+        let _ = down.write_all(&bytes).await;
         let _ = down.shutdown().await;
+    }
+}
+
+fn http_status(reason: Reject) -> Option<u16> {
+    match reason {
+        Reject::Timeout => Some(408),
+        Reject::TooManyPending | Reject::TooManyConnections => Some(503),
+        Reject::ProxyProtocol => Some(400),
+        Reject::TooLarge => Some(431),
+        _ => None,
     }
 }

@@ -164,3 +164,26 @@ async fn refusals_answer_4xx_or_5xx_and_never_splice() {
     assert!(head.starts_with("HTTP/1.1 431"), "{head}");
     assert_eq!(vpn0.connections(), 0);
 }
+
+#[tokio::test]
+async fn a_slow_request_gets_408() {
+    let vpn0 = RawUpstream::start("vpn-0").await;
+    let yaml = format!(
+        "{}listeners:
+  - name: vpn
+    address: \"127.0.0.1:0\"
+    kind: http_connect
+    route_header: X-Gardener-Destination
+    client_hello_timeout: 200ms
+    routes: [ {{ header_value: \"{DEST}\", upstream: vpn-0 }} ]
+upstreams:
+  - {{ name: vpn-0, endpoints: [\"{}\"] }}
+",
+        admin_yaml(),
+        vpn0.addr
+    );
+    let f = Fixture::start(&yaml).await;
+    let (head, _) = request(&f, "CONNECT 10.0.0.1:1194 HTTP/1.1\r\n", b"").await;
+    assert!(head.starts_with("HTTP/1.1 408"), "{head}");
+    assert_eq!(vpn0.connections(), 0);
+}
