@@ -148,10 +148,11 @@ impl PortScheme {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DestinationSpec {
-    /// etcd member-name prefix of the destination members (member `i` is `<prefix>-<i>`), so
-    /// they cannot clash with the source members that have the same pod names.
+    /// etcd-druid `spec.memberNamePrefix` of the destination: member `i` is
+    /// `<prefix>-<etcdName>-<i>`, so it cannot clash with the source member of the same pod name.
     pub member_name_prefix: String,
-    /// The source members to join: copied from the source's `status.exposedMembers`.
+    /// The source members to join: copied from the source's `status.exposedMembers` (their
+    /// client URLs become `bootstrapWithExistingCluster.clientEndpoints`).
     pub source_members: Vec<MemberUrls>,
 }
 
@@ -235,4 +236,20 @@ pub struct Condition {
     pub last_transition_time: String,
     /// When reason or message last changed (RFC 3339).
     pub last_update_time: String,
+}
+
+/// Serialising the CRD failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serialise the EtcdMigration CRD: {0}")]
+pub struct CrdYamlError(String);
+
+/// The `CustomResourceDefinition` as YAML, generated from these types: the source of
+/// `deploy/crd-etcdmigration.yaml`.
+pub fn crd_yaml() -> Result<String, CrdYamlError> {
+    use kube::CustomResourceExt;
+    let body =
+        serde_saphyr::to_string(&EtcdMigration::crd()).map_err(|e| CrdYamlError(e.to_string()))?;
+    Ok(format!(
+        "# Generated from controller/src/crd.rs; do not edit. Regenerate with:\n#   ISTHMUS_UPDATE_CRD=1 cargo test -p isthmus-controller --test crd_yaml\n{body}"
+    ))
 }

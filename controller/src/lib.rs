@@ -24,4 +24,6 @@
 #![forbid(unsafe_code)]
 
 pub mod crd;
+pub mod gardener;
 pub mod plan;
+pub mod proxy_config;

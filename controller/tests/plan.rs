@@ -266,7 +266,7 @@ fn destination_run_and_exposed_urls() {
     let f = obs.etcd.map(|e| e.fields).unwrap_or_default();
     assert_eq!(
         (f.replicas, f.member_name_prefix.as_deref()),
-        (Some(3), Some("dest-etcd-main"))
+        (Some(3), Some("dest"))
     );
     assert!(f.advertise.is_empty() && f.bootstrap_members.is_empty());
     assert!(obs.dns_records.is_empty());
@@ -284,7 +284,7 @@ fn destination_join_fields() {
         panic!("expected apply, got {:?}", p.etcd);
     };
     assert_eq!(fields.replicas, Some(2));
-    assert_eq!(fields.member_name_prefix.as_deref(), Some("dest-etcd-main"));
+    assert_eq!(fields.member_name_prefix.as_deref(), Some("dest"));
     assert_eq!(fields.bootstrap_members, source_members());
     assert_eq!(fields.skip_client_san_verification, Some(true));
     assert_eq!(

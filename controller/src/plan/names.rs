@@ -10,8 +10,9 @@ pub struct Member {
     pub index: u8,
     /// Pod name, `<etcdName>-<index>`.
     pub pod: String,
-    /// etcd member name: the pod name on the source, `<memberNamePrefix>-<index>` on the
-    /// destination (pod names clash across seeds, member names must not).
+    /// etcd member name: the pod name on the source, `<memberNamePrefix>-<etcdName>-<index>`
+    /// on the destination (etcd-druid's `spec.memberNamePrefix` rule: pod names clash across
+    /// seeds, member names must not).
     pub member: String,
     /// `<pod>.<namespace>.<seed>.<internalDomain>`: the DNS name and the SNI.
     pub dns_name: String,
@@ -51,7 +52,7 @@ pub fn members(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<Member> {
         .map(|index| {
             let pod = format!("{}-{}", spec.etcd_name, index);
             let member = match (&spec.role, &spec.destination) {
-                (Role::Destination, Some(d)) => format!("{}-{}", d.member_name_prefix, index),
+                (Role::Destination, Some(d)) => format!("{}-{pod}", d.member_name_prefix),
                 _ => pod.clone(),
             };
             Member {
@@ -80,7 +81,7 @@ pub struct MemberRoute {
     pub port: u16,
     /// The SNI matched exactly.
     pub sni: String,
-    /// Upstream name, unique per migration (`<namespace>/<pod>/peer`).
+    /// Upstream name, unique per migration (`<namespace>.<pod>.peer`; namespaces and pod names hold no dots, so it is unique).
     pub upstream: String,
     /// `host:port` inside the seed.
     pub endpoint: String,
@@ -99,14 +100,14 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             listener: format!("peer-{}", m.peer_port),
             port: m.peer_port,
             sni: m.dns_name.clone(),
-            upstream: format!("{namespace}/{}/peer", m.pod),
+            upstream: format!("{namespace}.{}.peer", m.pod),
             endpoint: format!("{host}:2380"),
         });
         out.push(MemberRoute {
             listener: format!("client-{}", m.client_port),
             port: m.client_port,
             sni: m.dns_name.clone(),
-            upstream: format!("{namespace}/{}/client", m.pod),
+            upstream: format!("{namespace}.{}.client", m.pod),
             endpoint: format!("{host}:2379"),
         });
     }
@@ -115,7 +116,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             listener: format!("vpn-{}", vpn.port),
             port: vpn.port,
             sni: vpn.dns_name.clone(),
-            upstream: format!("{namespace}/vpn"),
+            upstream: format!("{namespace}.vpn"),
             endpoint: vpn.target.clone(),
         });
     }

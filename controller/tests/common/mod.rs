@@ -40,7 +40,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
         },
         ports: PortScheme::default(),
         destination: (role == Role::Destination).then(|| DestinationSpec {
-            member_name_prefix: "dest-etcd-main".into(),
+            member_name_prefix: "dest".into(),
             source_members: source_members(),
         }),
         vpn: (role == Role::Destination).then(|| VpnSpec {
@@ -60,7 +60,10 @@ pub fn source_members() -> Vec<MemberUrls> {
                 "https://etcd-main-{i}.{NS}.seed-a.internal.example.com:{}",
                 2380 + i
             )],
-            client_urls: vec![],
+            client_urls: vec![format!(
+                "https://etcd-main-{i}.{NS}.seed-a.internal.example.com:{}",
+                2379 - i
+            )],
         })
         .collect()
 }
