@@ -25,5 +25,6 @@
 
 pub mod crd;
 pub mod gardener;
+pub mod kube_adapter;
 pub mod plan;
 pub mod proxy_config;

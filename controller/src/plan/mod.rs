@@ -15,7 +15,7 @@ use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 use std::collections::BTreeMap;
 
 pub use names::{members, routes, Member, MemberRoute, VPN_RECORD};
-pub use steps::plan;
+pub use steps::{plan, wanted_routes};
 
 /// Annotation that asks a Gardener controller to reconcile.
 pub const OPERATION: &str = "gardener.cloud/operation";

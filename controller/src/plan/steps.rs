@@ -12,12 +12,9 @@ use std::net::IpAddr;
 /// Plans one migration. Pure: equal inputs give equal plans.
 pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let mut verdicts = Vec::new();
-    let step = effective_step(spec, obs, &mut verdicts);
+    let step = effective_step(spec, &obs.previous, &mut verdicts);
     let members = members(spec, &obs.namespace);
-    let exposing = matches!(step, Step::Expose | Step::Join | Step::Grow | Step::Shrink);
-    let with_vpn = spec.role == Role::Destination
-        && matches!(step, Step::Join | Step::Grow | Step::Shrink)
-        && spec.vpn.is_some();
+    let (exposing, with_vpn) = exposure_wanted(spec, step);
 
     let wanted = if exposing {
         desired_records(spec, obs, &members, with_vpn)
@@ -84,9 +81,36 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     }
 }
 
+/// The proxy routes a migration wants, from its spec and last status alone: what the
+/// adapter renders for *every* migration on the seed into the shared ConfigMap.
+pub fn wanted_routes(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    previous: &EtcdMigrationStatus,
+) -> Vec<super::MemberRoute> {
+    let step = effective_step(spec, previous, &mut Vec::new());
+    match exposure_wanted(spec, step) {
+        (true, with_vpn) => routes(spec, namespace, with_vpn),
+        (false, _) => Vec::new(),
+    }
+}
+
+/// `(members exposed, temporary VPN exposed)` at `step`.
+fn exposure_wanted(spec: &EtcdMigrationSpec, step: Step) -> (bool, bool) {
+    let exposing = matches!(step, Step::Expose | Step::Join | Step::Grow | Step::Shrink);
+    let with_vpn = spec.role == Role::Destination
+        && matches!(step, Step::Join | Step::Grow | Step::Shrink)
+        && spec.vpn.is_some();
+    (exposing, with_vpn)
+}
+
 /// An `Abort` after the peers joined is refused: the previous step stays planned.
-fn effective_step(spec: &EtcdMigrationSpec, obs: &Observed, verdicts: &mut Vec<Verdict>) -> Step {
-    if spec.step != Step::Abort || !cond::is_true(&obs.previous.conditions, cond::PEERS_JOINED) {
+fn effective_step(
+    spec: &EtcdMigrationSpec,
+    previous: &EtcdMigrationStatus,
+    verdicts: &mut Vec<Verdict>,
+) -> Step {
+    if spec.step != Step::Abort || !cond::is_true(&previous.conditions, cond::PEERS_JOINED) {
         return spec.step;
     }
     verdicts.push(Verdict::refused(
@@ -94,7 +118,7 @@ fn effective_step(spec: &EtcdMigrationSpec, obs: &Observed, verdicts: &mut Vec<V
         "AbortRefused",
         "DestinationEtcdPeersJoined is True: abort is allowed only before the peers joined",
     ));
-    match obs.previous.step {
+    match previous.step {
         Some(s) if s != Step::Abort => s,
         _ => Step::Join,
     }
