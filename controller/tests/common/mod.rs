@@ -1,7 +1,10 @@
 //! Builders shared by the planner tests: specs, and a tiny simulated seed that "applies" a plan
 //! the way the API server plus Gardener's controllers would.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test]: a panic is a failure
 #![allow(dead_code)]
+
+pub mod apiserver;
 
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, PortScheme,
