@@ -13,11 +13,13 @@ mod metrics;
 pub mod probe;
 mod proxy;
 mod reconcile;
+mod serve;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;
 pub use metrics::{FailureLabels, Metrics, StepLabels};
 pub use reconcile::{error_policy, reconcile};
+pub use serve::{connect, serve_metrics, ConnectError};
 
 use crate::crd::EtcdMigration;
 use crate::gardener::{dnsrecord_resource, etcd_resource, MIGRATION_LABEL};
