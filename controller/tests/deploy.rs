@@ -2,6 +2,8 @@
 //! layout, the bootstrap proxy config is valid, the examples are valid `EtcdMigration`s, and
 //! the grace period outlasts the proxy's drain.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test]: a panic is a failure
+
 use isthmus_controller::crd::{EtcdMigration, PortScheme};
 use isthmus_controller::proxy_config::Layout;
 use serde_json::Value;
