@@ -128,3 +128,68 @@ async fn http_fetcher_rejects_errors_and_bad_bodies() {
     let addr = one_shot_http("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
     assert!(f.fetch(addr).await.is_err());
 }
+
+mod leader_loop {
+    use super::*;
+    use isthmus_controller::kube_adapter::lease::{run_as_leader, LeaseError};
+    use prometheus_client::metrics::gauge::Gauge;
+
+    const CREATE: &str = "/apis/coordination.k8s.io/v1/namespaces/isthmus-system/leases";
+
+    fn lock(client: kube::Client) -> LeaseLock {
+        LeaseLock::new(
+            Api::namespaced(client, "isthmus-system"),
+            "isthmus-controller",
+            "pod-a",
+            Duration::from_secs(15),
+        )
+    }
+
+    async fn lead(
+        script: Vec<Exchange>,
+        work: impl std::future::Future<Output = ()>,
+    ) -> (Result<(), LeaseError>, Gauge) {
+        let (client, handle) = mock();
+        let server = tokio::spawn(serve(handle, script, Arc::new(Mutex::new(Seen::default()))));
+        let gauge = Gauge::default();
+        let r = run_as_leader(&lock(client), &gauge, work).await;
+        server.await.unwrap();
+        (r, gauge)
+    }
+
+    fn ours_renewed() -> Value {
+        lease("pod-a", "2099-01-01T00:00:00Z")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waits_for_the_holder_then_runs_the_work() {
+        let script = vec![
+            expect(Method::GET, PATH).reply(lease("pod-b", "2099-01-01T00:00:00Z")),
+            expect(Method::GET, PATH).fail(404, "NotFound"),
+            expect(Method::POST, CREATE),
+        ];
+        let ran = Arc::new(Mutex::new(false));
+        let flag = ran.clone();
+        let (r, gauge) = lead(script, async move { *flag.lock().unwrap() = true }).await;
+        assert!(r.is_ok() && *ran.lock().unwrap());
+        assert_eq!(gauge.get(), 0, "not leader after the work ended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn stops_when_the_lease_is_lost() {
+        let script = vec![
+            expect(Method::GET, PATH).fail(404, "NotFound"),
+            expect(Method::POST, CREATE),
+            // A renewal: still ours.
+            expect(Method::GET, PATH).reply(ours_renewed()),
+            expect(Method::PUT, PATH),
+            // A transient failure is retried while the lease surely holds.
+            expect(Method::GET, PATH).fail(500, "InternalError"),
+            // Someone else took it over.
+            expect(Method::GET, PATH).reply(lease("pod-b", "2099-01-01T00:00:00Z")),
+        ];
+        let (r, gauge) = lead(script, futures::future::pending()).await;
+        assert!(matches!(r, Err(LeaseError::Lost)), "{r:?}");
+        assert_eq!(gauge.get(), 0);
+    }
+}

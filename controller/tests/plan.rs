@@ -153,6 +153,25 @@ fn dst_shrinking() -> Observed {
     o
 }
 
+/// Restart mid-Join: etcd joined, but the VPN record was recreated and is not ready yet.
+fn dst_joined_vpn_pending() -> Observed {
+    let mut o = dst_joined();
+    if let Some(r) = o.dns_records.get_mut("isthmus-vpn") {
+        r.observed_generation = None;
+    }
+    o
+}
+fn src_cleaned() -> Observed {
+    let mut o = src_exposed();
+    converge(&spec(Role::Source, Step::Complete), &mut o, 10);
+    o
+}
+fn dst_completed() -> Observed {
+    let mut o = dst_shrunk();
+    converge(&spec(Role::Destination, Step::Complete), &mut o, 10);
+    o
+}
+
 #[rustfmt::skip]
 fn cases() -> Vec<Case> {
     use Role::*;
@@ -167,6 +186,13 @@ fn cases() -> Vec<Case> {
         Case { name: "source expose, Etcd missing", role: Source, step: Expose, world: src_no_etcd, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "EtcdNotFound"), ready: false },
         Case { name: "source join keeps exposure", role: Source, step: Join, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
         Case { name: "source shrink keeps exposure", role: Source, step: Shrink, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source grow keeps exposure", role: Source, step: Grow, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanUp", "True", "CleanedUp"), ready: true },
+        Case { name: "source abort after cleanup", role: Source, step: Abort, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
+        Case { name: "destination exposed", role: Destination, step: Expose, world: dst_exposed, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "True", "EtcdExposed"), ready: true },
+        Case { name: "restart mid-join, VPN record pending", role: Destination, step: Join, world: dst_joined_vpn_pending, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
+        Case { name: "destination completed", role: Destination, step: Complete, world: dst_completed, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
+        Case { name: "step moved back after Complete re-exposes", role: Destination, step: Shrink, world: dst_completed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanUp", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination expose", role: Destination, step: Expose, world: dst_empty, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "Progressing", "WaitingForDNSRecords"), ready: false },

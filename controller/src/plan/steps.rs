@@ -436,11 +436,15 @@ fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     "RemovingSourceMembers",
                     format!("still members: {}", leftovers.join(", ")),
                 ),
-                _ => Verdict::waiting(
-                    t,
-                    "WaitingForEtcd",
-                    format!("waiting for {replicas} ready destination members"),
-                ),
+                _ => match &ctx.exposure {
+                    // Say what blocks first: without exposure etcd cannot make progress.
+                    Some((reason, msg)) => Verdict::waiting(t, reason, msg.clone()),
+                    None => Verdict::waiting(
+                        t,
+                        "WaitingForEtcd",
+                        format!("waiting for {replicas} ready destination members"),
+                    ),
+                },
             };
             let ready = etcd_done && leftovers.is_empty() && ctx.vpn_ready;
             (apply(ctx, fields), leftovers, v, ready)
