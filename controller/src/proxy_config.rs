@@ -2,11 +2,41 @@
 //! proxy YAML file, and the rule for when a new file counts as rolled out.
 
 use crate::plan::MemberRoute;
-use isthmus_config::{
-    hash_bytes, AdminConfig, Duration, ListenerConfig, ProxyConfig, RouteConfig, UpstreamConfig,
-};
+use isthmus_config::hash_bytes;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+
+// The file is written from these minimal shapes rather than `isthmus_config::ProxyConfig`:
+// only the fields the controller decides are written, every other setting takes the proxy
+// schema's default, and new fields in the proxy schema cannot break this crate. The tests parse
+// the output with the proxy's own loader.
+#[derive(Serialize)]
+struct File {
+    admin: Admin,
+    listeners: Vec<Listener>,
+    upstreams: Vec<Upstream>,
+}
+#[derive(Serialize)]
+struct Admin {
+    address: SocketAddr,
+}
+#[derive(Serialize)]
+struct Listener {
+    name: String,
+    address: SocketAddr,
+    routes: Vec<Route>,
+}
+#[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
+struct Route {
+    sni: String,
+    upstream: String,
+}
+#[derive(Serialize)]
+struct Upstream {
+    name: String,
+    endpoints: Vec<String>,
+}
 
 /// Key of the proxy file in the ConfigMap (mounted as `/etc/isthmus/proxy.yaml`).
 pub const CONFIG_KEY: &str = "proxy.yaml";
@@ -61,7 +91,7 @@ pub struct Rendered {
 /// Renders `routes` of every migration into one proxy config; output is sorted so equal inputs
 /// give byte-identical files (and so identical hashes).
 pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, RenderError> {
-    let mut listeners: BTreeMap<(u16, String), Vec<RouteConfig>> = BTreeMap::new();
+    let mut listeners: BTreeMap<(u16, String), Vec<Route>> = BTreeMap::new();
     for (name, port) in &layout.listeners {
         listeners.entry((*port, name.clone())).or_default();
     }
@@ -70,7 +100,7 @@ pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, Rende
         listeners
             .entry((r.port, r.listener.clone()))
             .or_default()
-            .push(RouteConfig {
+            .push(Route {
                 sni: r.sni.clone(),
                 upstream: r.upstream.clone(),
             });
@@ -79,35 +109,28 @@ pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, Rende
             eps.push(r.endpoint.clone());
         }
     }
-    let config = ProxyConfig {
-        admin: AdminConfig {
+    let file = File {
+        admin: Admin {
             address: layout.admin,
         },
         listeners: listeners
             .into_iter()
             .map(|((port, name), mut routes)| {
-                routes.sort_by(|a, b| a.sni.cmp(&b.sni));
+                routes.sort();
                 routes.dedup();
-                ListenerConfig {
+                Listener {
                     name,
                     address: SocketAddr::from(([0, 0, 0, 0], port)),
-                    client_hello_timeout: Duration::from_secs(10),
-                    max_client_hello_bytes: 16 * 1024,
-                    default_upstream: None,
-                    reject_with_alert: true,
                     routes,
                 }
             })
             .collect(),
         upstreams: upstreams
             .into_iter()
-            .map(|(name, endpoints)| UpstreamConfig { name, endpoints })
+            .map(|(name, endpoints)| Upstream { name, endpoints })
             .collect(),
-        drain_delay: Duration::from_secs(5),
-        drain_timeout: Duration::from_secs(30),
-        watch_interval: Duration::from_secs(1),
     };
-    let body = serde_saphyr::to_string(&config).map_err(|e| RenderError::Yaml(e.to_string()))?;
+    let body = serde_saphyr::to_string(&file).map_err(|e| RenderError::Yaml(e.to_string()))?;
     let text = format!("# Written by isthmus controller; edits are overwritten.\n{body}");
     let hash = hash_bytes(text.as_bytes());
     Ok(Rendered { text, hash })
