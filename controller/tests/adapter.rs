@@ -576,3 +576,112 @@ async fn released_fields_body_matches_planner_release() {
     );
     assert_eq!(p.etcd, EtcdAction::Release);
 }
+
+#[tokio::test]
+async fn destination_abort_confirms_and_deletes_etcd() {
+    let m = migration(Role::Destination, Step::Abort, true);
+    // Join applied; members never became ready, so abort is allowed.
+    let (records, _) = converged(Role::Destination, Step::Expose, &[]);
+    let mut etcd = etcd_body(
+        "etcd-main",
+        NS,
+        Default::default(),
+        &EtcdFields {
+            replicas: Some(2),
+            ..Default::default()
+        },
+        &Default::default(),
+    );
+    etcd["metadata"]["generation"] = json!(1);
+    let mut script = observe(&m, records, Some(etcd), None);
+    for i in 0..3 {
+        let path = format!("{DNS}/isthmus-etcd-main-{i}");
+        script.push(expect(Method::PATCH, path.clone()));
+        script.push(expect(Method::DELETE, path));
+    }
+    script.push(expect(Method::PATCH, ETCD).check(|b| {
+        assert_eq!(
+            b["metadata"]["annotations"]["confirmation.gardener.cloud/deletion"],
+            "true"
+        );
+    }));
+    script.push(expect(Method::DELETE, ETCD));
+    script.push(status_check(
+        &m,
+        "LiveMigrationAborted",
+        "Progressing",
+        false,
+    ));
+    let (r, _, _) = run(m, script, false).await;
+    assert!(r.is_ok(), "{r:?}");
+}
+
+#[tokio::test]
+async fn destination_abort_after_join_is_refused_and_keeps_join() {
+    let mut m = migration(Role::Destination, Step::Abort, true);
+    let (records, etcd) = converged(Role::Destination, Step::Join, &[Step::Expose]);
+    let mut status = EtcdMigrationStatus {
+        step: Some(Step::Join),
+        ..Default::default()
+    };
+    status.conditions.push(isthmus_controller::crd::Condition {
+        type_: "DestinationEtcdPeersJoined".into(),
+        status: "True".into(),
+        reason: "PeersJoinedSuccessfully".into(),
+        message: String::new(),
+        last_transition_time: T0.into(),
+        last_update_time: T0.into(),
+    });
+    m.status = Some(status);
+    let mut script = observe(&m, records, etcd, Some("seed-b"));
+    for name in [
+        "isthmus-etcd-main-0",
+        "isthmus-etcd-main-1",
+        "isthmus-etcd-main-2",
+        "isthmus-vpn",
+    ] {
+        script.push(expect(Method::PATCH, format!("{DNS}/{name}")).ssa());
+    }
+    script.push(
+        expect(Method::PATCH, ETCD)
+            .ssa()
+            .check(|b| assert_eq!(b["spec"]["replicas"], 2)),
+    );
+    script.push(status_check(&m, "LiveMigrationAborted", "False", true));
+    let (r, _, _) = run(m, script, false).await;
+    assert!(r.is_ok(), "{r:?}");
+}
+
+#[test]
+fn watch_mappers_find_the_migration() {
+    use isthmus_controller::kube_adapter::{etcd_users, record_owner};
+    use kube::api::DynamicObject;
+    let record: DynamicObject = serde_json::from_value(json!({
+        "metadata": {"name": "isthmus-etcd-main-0", "namespace": NS, "labels": {"isthmus.dev/migration": "etcd-main"}}
+    })).unwrap();
+    let owner = record_owner(&record).unwrap();
+    assert_eq!(
+        (owner.name.as_str(), owner.namespace.as_deref()),
+        ("etcd-main", Some(NS))
+    );
+    let unlabelled: DynamicObject =
+        serde_json::from_value(json!({"metadata": {"name": "x", "namespace": NS}})).unwrap();
+    assert!(record_owner(&unlabelled).is_none());
+
+    let etcd: DynamicObject =
+        serde_json::from_value(json!({"metadata": {"name": "etcd-main", "namespace": NS}}))
+            .unwrap();
+    let mut other_ns = migration(Role::Source, Step::Expose, true);
+    other_ns.metadata.namespace = Some("shoot--other".into());
+    let mut other_etcd = migration(Role::Source, Step::Expose, true);
+    other_etcd.metadata.name = Some("events".into());
+    other_etcd.spec.etcd_name = "etcd-events".into();
+    let all = vec![
+        Arc::new(migration(Role::Source, Step::Expose, true)),
+        Arc::new(other_ns),
+        Arc::new(other_etcd),
+    ];
+    let users = etcd_users(&all, &etcd);
+    assert_eq!(users.len(), 1);
+    assert_eq!(users[0].name, "etcd-main");
+}

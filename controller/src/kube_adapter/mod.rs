@@ -31,6 +31,29 @@ use kube::runtime::watcher;
 use kube::ResourceExt;
 use std::sync::Arc;
 
+/// The migration a `DNSRecord` belongs to (by our label).
+pub fn record_owner(record: &DynamicObject) -> Option<ObjectRef<EtcdMigration>> {
+    let ns = record.namespace().unwrap_or_default();
+    record
+        .labels()
+        .get(MIGRATION_LABEL)
+        .map(|m| ObjectRef::<EtcdMigration>::new(m).within(&ns))
+}
+
+/// The migrations (in the `Etcd`'s namespace) whose `spec.etcdName` names this `Etcd`.
+pub fn etcd_users(
+    migrations: &[Arc<EtcdMigration>],
+    etcd: &DynamicObject,
+) -> Vec<ObjectRef<EtcdMigration>> {
+    let ns = etcd.namespace();
+    let name = etcd.name_any();
+    migrations
+        .iter()
+        .filter(|m| m.namespace() == ns && m.spec.etcd_name == name)
+        .map(|m| ObjectRef::from_obj(&**m))
+        .collect()
+}
+
 /// Runs the controller until the watch streams end.
 pub async fn run(ctx: Arc<Context>) {
     let client = ctx.client.clone();
