@@ -33,8 +33,9 @@ pub struct EtcdMigrationSpec {
     pub seed_name: String,
     /// The internal domain; exposed names are `<pod>.<namespace>.<seedName>.<internalDomain>`.
     pub internal_domain: String,
-    /// Number of members exposed on this seed (indices `0..members`). Default 3.
+    /// Number of members exposed on this seed (indices `0..members`), 1 to 10. Default 3.
     #[serde(default = "default_members")]
+    #[schemars(range(min = 1, max = 10))]
     pub members: u8,
     /// The DNS provider used for the `DNSRecord`s.
     pub dns: DnsProvider,
@@ -117,6 +118,10 @@ pub struct ObjectRef {
 /// resolve to the same address and port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.clientBase < self.peerBase",
+    "message": "clientBase must be below peerBase: client ports count down, peer ports up"
+}]))]
 pub struct PortScheme {
     /// First peer port (member 0). Default 2380.
     pub peer_base: u16,
