@@ -6,9 +6,57 @@
 //! wanted), so planning is idempotent and resumes from any point: after a restart the same
 //! observed objects give the same plan. Observation only gates *order* inside a step (the
 //! destination `Etcd` is not created before its members are reachable) and readiness.
+//!
+//! # Driving it without Kubernetes (a local backend)
+//!
+//! ```
+//! use isthmus_controller::crd::*;
+//! use isthmus_controller::plan::{self, EtcdAction, Observed};
+//! use isthmus_controller::proxy_config::{render, Layout};
+//!
+//! let spec = EtcdMigrationSpec {
+//!     role: Role::Source,
+//!     step: Step::Expose,
+//!     etcd_name: "etcd-main".into(),
+//!     seed_name: "seed-a".into(),
+//!     internal_domain: "lab.internal".into(),
+//!     members: 3,
+//!     dns: DnsProvider {
+//!         provider_type: "hosts-file".into(),
+//!         secret_ref: ObjectRef { name: "-".into(), namespace: "-".into() },
+//!         zone: None,
+//!     },
+//!     load_balancer: ObjectRef { name: "-".into(), namespace: "-".into() },
+//!     ports: PortScheme::default(),
+//!     destination: None,
+//!     vpn: None,
+//!     druid_api: DruidApi::default(),
+//! };
+//! let mut obs = Observed {
+//!     namespace: "shoot".into(),
+//!     now: "2026-01-01T00:00:00Z".into(),
+//!     lb_address: Some("10.0.0.1".into()),
+//!     ..Observed::default()
+//! };
+//! let p = plan::plan(&spec, &obs);
+//! // 1. DNS: write `p.dns_records[i].spec.name -> values[0]` into the hosts file, drop
+//! //    `p.dns_deletions`, then report them in `obs.dns_records` (ready once written).
+//! assert_eq!(p.dns_records[0].spec.name, "etcd-main-0.shoot.seed-a.lab.internal");
+//! // 2. Proxy: write the rendered file where the proxy watches it; once its `/config` hash
+//! //    equals `file.hash`, set `obs.proxy_rolled_out = true`.
+//! let file = render(&Layout::standard(spec.ports, 3, 8443, "127.0.0.1:9901".parse().unwrap()), &p.routes).unwrap();
+//! assert!(file.text.contains("peer-2381"));
+//! // 3. etcd: act on `p.etcd` (restart members with the extra peer URLs, `member add` with
+//! //    the bootstrap members, ...) and `p.members_to_remove`; describe the result in `obs.etcd`.
+//! assert!(matches!(p.etcd, EtcdAction::Keep)); // no Etcd observed yet
+//! // 4. Keep the status for the next pass, and repeat until `status.step_ready`.
+//! obs.previous = p.status;
+//! assert!(!obs.previous.step_ready);
+//! ```
 
 pub mod conditions;
 pub mod names;
+mod roles;
 mod steps;
 
 use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
