@@ -1,4 +1,5 @@
-//! The step logic: what each role wants at each step, and when that step is reached.
+//! Assembling a plan: the exposure (DNS records, proxy routes) each step wants, whether it is
+//! ready, and the conditions; the `Etcd` side is in `roles`.
 
 use super::conditions::{self as cond, Verdict};
 use super::names::{members, routes, Member, VPN_RECORD};

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod world;
 
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, PortScheme,
