@@ -231,15 +231,7 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
         ready_replicas: i64_at(obj, &["status", "readyReplicas"])
             .and_then(|r| i32::try_from(r).ok())
             .unwrap_or(0),
-        members: obj
-            .pointer("/status/members")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| str_at(m, &["name"]).map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        members: cluster_members(obj),
         fields: EtcdFields {
             replicas: i64_at(obj, &["spec", "replicas"]).and_then(|r| i32::try_from(r).ok()),
             member_name_prefix: str_at(obj, &["spec", "memberNamePrefix"]).map(String::from),
@@ -251,6 +243,30 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
         },
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
     }
+}
+
+/// Members of the etcd cluster as druid reports them: its own pods' members
+/// (`status.members`) plus the source members it joined
+/// (`status.bootstrapWithExistingClusterMembers`, cleared by druid once it removed them after
+/// Shrink).
+fn cluster_members(obj: &Value) -> Vec<String> {
+    let names = |p: &str| {
+        obj.pointer(p)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| str_at(m, &["name"]).map(String::from))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    let mut all = names("/status/members");
+    for n in names("/status/bootstrapWithExistingClusterMembers") {
+        if !all.contains(&n) {
+            all.push(n);
+        }
+    }
+    all
 }
 
 fn attach_clients(mut members: Vec<MemberUrls>, clients: &[String]) -> Vec<MemberUrls> {

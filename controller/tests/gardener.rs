@@ -122,3 +122,17 @@ fn observe_reads_status() {
     };
     assert_eq!(fields.replicas, None);
 }
+
+#[test]
+fn joined_source_members_count_until_druid_clears_them() {
+    let obj = json!({
+        "metadata": {"generation": 3},
+        "status": {"observedGeneration": 3, "readyReplicas": 3,
+                   "members": [{"name": "dest-etcd-main-0"}],
+                   "bootstrapWithExistingClusterMembers": [
+                       {"name": "etcd-main-0", "joinedAt": "2026-01-01T00:00:00Z"},
+                       {"name": "dest-etcd-main-0"}]},
+    });
+    let o = etcd_observe(&obj, DruidApi::default());
+    assert_eq!(o.members, vec!["dest-etcd-main-0", "etcd-main-0"]);
+}

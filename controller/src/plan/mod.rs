@@ -169,7 +169,8 @@ pub struct EtcdObs {
     pub observed_generation: Option<i64>,
     /// `status.readyReplicas`.
     pub ready_replicas: i32,
-    /// Names in `status.members` (the whole cluster's members as druid reports them).
+    /// Member names druid reports: `status.members` plus the joined source members in
+    /// `status.bootstrapWithExistingClusterMembers` (until druid removed them after Shrink).
     pub members: Vec<String>,
     /// Our fields as they are now.
     pub fields: EtcdFields,
