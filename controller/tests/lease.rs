@@ -167,6 +167,12 @@ mod leader_loop {
             expect(Method::GET, PATH).reply(lease("pod-b", "2099-01-01T00:00:00Z")),
             expect(Method::GET, PATH).fail(404, "NotFound"),
             expect(Method::POST, CREATE),
+            // The work ended: the lease is handed back.
+            expect(Method::GET, PATH).reply(ours_renewed()),
+            expect(Method::PUT, PATH).check(|b| {
+                assert_eq!(b["spec"].get("holderIdentity"), None, "released");
+                assert_eq!(b["metadata"]["resourceVersion"], "5");
+            }),
         ];
         let ran = Arc::new(Mutex::new(false));
         let flag = ran.clone();

@@ -89,6 +89,26 @@ impl LeaseLock {
     }
 }
 
+impl LeaseLock {
+    /// Gives the lease up if we hold it, so another replica takes over at once instead of
+    /// waiting out the lease. Conditional on the `resourceVersion` like every write.
+    pub async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let mut spec = lease.spec.clone().unwrap_or_default();
+        if spec.holder_identity.as_deref() != Some(self.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        lease.spec = Some(spec);
+        self.api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await?;
+        Ok(())
+    }
+}
+
 fn conflict_is_false<T>(r: Result<T, kube::Error>) -> Result<bool, kube::Error> {
     match r {
         Ok(_) => Ok(true),
@@ -98,7 +118,7 @@ fn conflict_is_false<T>(r: Result<T, kube::Error>) -> Result<bool, kube::Error> 
 }
 
 /// Waits until this replica holds the lease, then runs `work` while renewing. Returns when
-/// `work` ends, or with an error as soon as the lease is lost (the caller exits, and the
+/// `work` ends (releasing the lease), or with an error as soon as the lease is lost (the caller exits, and the
 /// restarted pod competes again: simpler and safer than stopping a controller half-way).
 pub async fn run_as_leader<F>(
     lock: &LeaseLock,
@@ -122,7 +142,12 @@ where
     let mut last_renewal = tokio::time::Instant::now();
     let result = loop {
         tokio::select! {
-            () = &mut work => break Ok(()),
+            () = &mut work => {
+                if let Err(e) = lock.release().await {
+                    tracing::warn!(error = %e, "lease: release failed; it expires on its own");
+                }
+                break Ok(());
+            }
             () = tokio::time::sleep(lock.renew_interval()) => {
                 match lock.try_acquire_or_renew(Timestamp::now()).await {
                     Ok(true) => last_renewal = tokio::time::Instant::now(),
