@@ -24,6 +24,9 @@ enum Command {
     Proxy(cmd::proxy::Args),
     /// Validate a proxy configuration file and print every error with file:line:col.
     CheckConfig(cmd::check_config::Args),
+    /// Run the live-migration controller (DNS records, proxy routes, Etcd fields) on this seed.
+    /// Boxed: its many flags would make every other variant as large.
+    Controller(Box<cmd::controller::Args>),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +35,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::Controller(args) => cmd::controller::run(*args),
     };
     match result {
         Ok(code) => code,

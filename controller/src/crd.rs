@@ -1,0 +1,260 @@
+//! The `EtcdMigration` custom resource (`isthmus.dev/v1alpha1`): what the orchestrator asks of
+//! this seed's controller, and what the controller reports back. The spec is plain data so that
+//! a local backend can build one without Kubernetes.
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// One shoot's etcd live migration as seen from one seed.
+#[derive(CustomResource, Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[kube(
+    group = "isthmus.dev",
+    version = "v1alpha1",
+    kind = "EtcdMigration",
+    namespaced,
+    status = "EtcdMigrationStatus",
+    shortname = "etcdmig",
+    printcolumn = r#"{"name":"Role","type":"string","jsonPath":".spec.role"}"#,
+    printcolumn = r#"{"name":"Step","type":"string","jsonPath":".spec.step"}"#,
+    printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.stepReady"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMigrationSpec {
+    /// Which side of the migration this seed is.
+    pub role: Role,
+    /// The step the orchestrator wants; the controller converges on it and reports
+    /// `status.stepReady` when it is reached.
+    pub step: Step,
+    /// Name of the `Etcd` resource in this namespace (source: the running one; destination:
+    /// the one that joins). Member pods are named `<etcdName>-<index>`.
+    pub etcd_name: String,
+    /// This seed's name; part of every exposed DNS name.
+    pub seed_name: String,
+    /// The internal domain; exposed names are `<pod>.<namespace>.<seedName>.<internalDomain>`.
+    pub internal_domain: String,
+    /// Number of members exposed on this seed (indices `0..members`), 1 to 10. Default 3.
+    #[serde(default = "default_members")]
+    #[schemars(range(min = 1, max = 10))]
+    pub members: u8,
+    /// The DNS provider used for the `DNSRecord`s.
+    pub dns: DnsProvider,
+    /// The Service whose `status.loadBalancer` is the proxy's public address.
+    pub load_balancer: ObjectRef,
+    /// Port scheme of the proxy listeners.
+    #[serde(default)]
+    pub ports: PortScheme,
+    /// Destination-only settings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination: Option<DestinationSpec>,
+    /// The temporary VPN's exposure (destination seed only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vpn: Option<VpnSpec>,
+    /// Which etcd-druid API generation to write.
+    #[serde(default)]
+    pub druid_api: DruidApi,
+}
+
+fn default_members() -> u8 {
+    3
+}
+
+/// Side of the migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The seed the control plane leaves.
+    Source,
+    /// The seed the control plane moves to.
+    Destination,
+}
+
+/// Steps, advanced by the orchestrator in this order (or to `Abort`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize, JsonSchema,
+)]
+pub enum Step {
+    /// Expose this seed's members: DNS records, proxy routes (source: also advertise URLs).
+    Expose,
+    /// Destination: create the joining `Etcd` (2 members) and the temporary VPN record.
+    Join,
+    /// Destination: 3 destination members (6 in the cluster for a moment).
+    Grow,
+    /// Destination: clear the bootstrap members; etcd-druid removes the source members.
+    Shrink,
+    /// Remove the exposure and the migration-only fields.
+    Complete,
+    /// Undo, allowed only before `DestinationEtcdPeersJoined` is True.
+    Abort,
+}
+
+/// The DNS provider of the `DNSRecord`s.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DnsProvider {
+    /// Provider type (`aws-route53`, `local`, ...), the `DNSRecord`'s `spec.type`.
+    #[serde(rename = "type")]
+    pub provider_type: String,
+    /// The provider credentials' Secret.
+    pub secret_ref: ObjectRef,
+    /// Optional hosted zone id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// A namespaced object reference.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub struct ObjectRef {
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+/// Proxy ports: member `i` is reached on peer port `peerBase + i` and client port
+/// `clientBase - i`, so with the defaults 2380/2379 member 0 keeps etcd's usual ports and the
+/// two ranges grow away from each other (2380, 2381, 2382 and 2379, 2378, 2377) and never
+/// overlap. One port per member index is required: etcd crashes when two members' peer URLs
+/// resolve to the same address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.clientBase < self.peerBase",
+    "message": "clientBase must be below peerBase: client ports count down, peer ports up"
+}]))]
+pub struct PortScheme {
+    /// First peer port (member 0). Default 2380.
+    pub peer_base: u16,
+    /// Client port of member 0; member `i` uses `clientBase - i`. Default 2379.
+    pub client_base: u16,
+}
+
+impl Default for PortScheme {
+    fn default() -> Self {
+        Self {
+            peer_base: 2380,
+            client_base: 2379,
+        }
+    }
+}
+
+impl PortScheme {
+    /// Peer port of member `index`.
+    pub fn peer(&self, index: u8) -> u16 {
+        self.peer_base.saturating_add(u16::from(index))
+    }
+    /// Client port of member `index`.
+    pub fn client(&self, index: u8) -> u16 {
+        self.client_base.saturating_sub(u16::from(index))
+    }
+}
+
+/// Destination settings.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DestinationSpec {
+    /// etcd-druid `spec.memberNamePrefix` of the destination: member `i` is
+    /// `<prefix>-<etcdName>-<i>`, so it cannot clash with the source member of the same pod name.
+    pub member_name_prefix: String,
+    /// The source members to join: copied from the source's `status.exposedMembers` (their
+    /// client URLs become `bootstrapWithExistingCluster.clientEndpoints`).
+    pub source_members: Vec<MemberUrls>,
+}
+
+/// A member and its URLs.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberUrls {
+    /// etcd member name.
+    pub name: String,
+    /// Peer URLs (`https://<dns>:<port>`).
+    pub peer_urls: Vec<String>,
+    /// Client URLs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_urls: Vec<String>,
+}
+
+/// The temporary VPN's exposure.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VpnSpec {
+    /// The temporary VPN's DNS name (the agent's SNI).
+    pub dns_name: String,
+    /// In-cluster `host:port` of the tunnel server.
+    pub target: String,
+    /// Proxy port the agent dials. Default 8443.
+    #[serde(default = "default_vpn_port")]
+    pub port: u16,
+}
+
+fn default_vpn_port() -> u16 {
+    8443
+}
+
+/// etcd-druid API generations (`Etcd` is `druid.gardener.cloud/v1alpha1` in both).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+pub enum DruidApi {
+    /// `spec.etcd.additionalAdvertisePeerUrls: [{memberName, urls}]` (GEP-0039 text).
+    #[default]
+    AdditionalAdvertisePeerUrls,
+    /// `spec.etcd.additionalAdvertisedURLs: [{memberName, peerURLs, clientURLs}]` (the newer
+    /// shape; the field name is druid's, the inner shape is our best reading and is isolated
+    /// in `druid.rs`).
+    AdditionalAdvertisedUrls,
+}
+
+/// What the controller reports.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdMigrationStatus {
+    /// `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The step last planned; an `Abort` that is refused keeps planning this step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Step>,
+    /// True when everything `step` asks for is in place.
+    #[serde(default)]
+    pub step_ready: bool,
+    /// This seed's exposed members with their URLs (what the other seed's spec needs).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exposed_members: Vec<MemberUrls>,
+    /// GEP-0039 conditions.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+}
+
+/// A condition as in a Shoot's `status.liveMigration.conditions`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// GEP-0039 name (`SourceEtcdPreparedForPeerJoin`, ...).
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False`, `Progressing` or `Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+    /// When `status` last changed (RFC 3339).
+    pub last_transition_time: String,
+    /// When reason or message last changed (RFC 3339).
+    pub last_update_time: String,
+}
+
+/// Serialising the CRD failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serialise the EtcdMigration CRD: {0}")]
+pub struct CrdYamlError(String);
+
+/// The `CustomResourceDefinition` as YAML, generated from these types: the source of
+/// `deploy/crd-etcdmigration.yaml`.
+pub fn crd_yaml() -> Result<String, CrdYamlError> {
+    use kube::CustomResourceExt;
+    let body =
+        serde_saphyr::to_string(&EtcdMigration::crd()).map_err(|e| CrdYamlError(e.to_string()))?;
+    Ok(format!(
+        "# Generated from controller/src/crd.rs; do not edit. Regenerate with:\n#   ISTHMUS_UPDATE_CRD=1 cargo test -p isthmus-controller --test crd_yaml\n{body}"
+    ))
+}

@@ -1,0 +1,103 @@
+//! What every reconciliation shares: the client, settings, metrics, the hash fetcher, a clock,
+//! and per-object failure counts for exponential backoff.
+
+use super::metrics::Metrics;
+use super::probe::HashFetcher;
+use crate::proxy_config::Layout;
+use kube::Client;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Field manager of every server-side apply.
+pub const FIELD_MANAGER: &str = "isthmus";
+/// Finalizer on every `EtcdMigration`: removes what the controller created.
+pub const FINALIZER: &str = "isthmus.dev/cleanup";
+
+/// Where the shared proxy lives on this seed.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Namespace of the proxy DaemonSet and its ConfigMap.
+    pub proxy_namespace: String,
+    /// Name of the route ConfigMap.
+    pub proxy_configmap: String,
+    /// Label selector of the proxy pods (`app.kubernetes.io/name=isthmus-proxy`).
+    pub proxy_selector: String,
+    /// Admin port of the proxy pods.
+    pub proxy_admin_port: u16,
+    /// Fixed listeners and admin address of the rendered config.
+    pub layout: Layout,
+    /// Watch only this namespace (`None`: all).
+    pub namespace: Option<String>,
+    /// Requeue interval while a step is not ready.
+    pub poll: Duration,
+    /// Requeue interval once a step is ready (drift check).
+    pub resync: Duration,
+}
+
+/// The clock, injected so tests get fixed timestamps.
+pub type Clock = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Shared by every reconciliation.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Settings.
+    pub settings: Settings,
+    /// Metrics.
+    pub metrics: Metrics,
+    /// Reads proxy `/config` hashes.
+    pub fetcher: Arc<dyn HashFetcher>,
+    /// Current time as RFC 3339.
+    pub now: Clock,
+    /// Consecutive failures per `namespace/name`, for backoff.
+    pub failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context with the wall clock.
+    pub fn new(
+        client: Client,
+        settings: Settings,
+        metrics: Metrics,
+        fetcher: Arc<dyn HashFetcher>,
+    ) -> Self {
+        Self {
+            client,
+            settings,
+            metrics,
+            fetcher,
+            now: Arc::new(|| {
+                k8s_openapi::jiff::Timestamp::now()
+                    .round(k8s_openapi::jiff::Unit::Second)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default()
+            }),
+            failures: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records a failure of `key` and returns how long to wait: 1 s, doubling, at most 5 min.
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut map = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let n = map.entry(key.to_string()).or_insert(0);
+        *n = n.saturating_add(1);
+        Duration::from_secs(1u64 << (*n - 1).min(8)).min(Duration::from_secs(300))
+    }
+
+    /// Forgets the failures of `key` after a success.
+    pub fn succeeded(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(key);
+    }
+}

@@ -1,0 +1,60 @@
+//! Controller metrics, registered into a registry handed in by `main` (no globals).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Label of the failure counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// [`super::Error::label`].
+    pub reason: String,
+}
+
+/// Label of the reconciliation counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// `source` or `destination`.
+    pub role: String,
+    /// Planned step.
+    pub step: String,
+    /// Whether the step was ready after this pass.
+    pub ready: String,
+}
+
+/// The controller's metrics.
+#[derive(Debug, Clone, Default)]
+pub struct Metrics {
+    /// Successful reconciliations by role, step and readiness.
+    pub reconciliations: Family<StepLabels, Counter>,
+    /// Failed reconciliations by reason.
+    pub failures: Family<FailureLabels, Counter>,
+    /// 1 while this replica holds the leader Lease.
+    pub leader: Gauge,
+}
+
+impl Metrics {
+    /// Creates the metrics and registers them under `isthmus_controller_`.
+    pub fn new(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        let r = registry.sub_registry_with_prefix("isthmus_controller");
+        r.register(
+            "reconciliations",
+            "Successful reconciliations",
+            m.reconciliations.clone(),
+        );
+        r.register(
+            "failures",
+            "Failed reconciliations by reason",
+            m.failures.clone(),
+        );
+        r.register(
+            "leader",
+            "1 while this replica holds the leader Lease",
+            m.leader.clone(),
+        );
+        m
+    }
+}

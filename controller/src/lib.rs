@@ -1,0 +1,30 @@
+//! isthmus-controller: turns "migrate this shoot's etcd" into objects on one seed — a
+//! `DNSRecord` per exposed etcd member and for the temporary VPN, routes in the shared isthmus
+//! proxy config, and the migration fields of etcd-druid's `Etcd` — step by step, resumable, and
+//! cleaned up afterwards. It must never terminate or inspect etcd traffic, never delete an
+//! object it did not create, and never delete a `DNSRecord` or `Etcd` without the Gardener
+//! deletion confirmation.
+//!
+//! # Layers
+//! - [`crd`]: the `EtcdMigration` resource (`isthmus.dev/v1alpha1`), plain serde data.
+//! - [`plan`]: the pure planner. **This is the API a non-Kubernetes backend drives**:
+//!   build a [`crd::EtcdMigrationSpec`] and a [`plan::Observed`] (LB address, existing DNS
+//!   records, whether every proxy serves the routes, the `Etcd`'s state, the last status),
+//!   call [`plan::plan`], and carry out the [`plan::Plan`]: apply/delete DNS records (a local
+//!   backend writes a hosts file), serve [`plan::Plan::routes`] (render them with
+//!   [`proxy_config::render`] into the proxy's YAML file), act on [`plan::EtcdAction`] (a local
+//!   backend changes real etcd membership; [`plan::Plan::members_to_remove`] lists members to
+//!   `member remove` after moving leadership to a member that stays), and store
+//!   [`plan::Plan::status`] as the next `previous`. Call again until `status.step_ready`.
+//! - [`proxy_config`]: renders all migrations' routes into the proxy ConfigMap text and its hash.
+//! - [`gardener`]: the partial, versioned JSON shapes of `DNSRecord` and `Etcd`.
+//! - [`kube_adapter`]: the kube-rs controller (server-side apply, finalizer, status, metrics,
+//!   leader election, proxy `/config` hash probes).
+
+#![forbid(unsafe_code)]
+
+pub mod crd;
+pub mod gardener;
+pub mod kube_adapter;
+pub mod plan;
+pub mod proxy_config;

@@ -1,0 +1,225 @@
+//! The pure planner: `(spec, observed objects) → desired objects + status`. No I/O, no clock,
+//! no Kubernetes client: every input is plain data, so the kube adapter and a local backend
+//! (hosts file, proxy YAML file, real etcd membership calls) drive the same decisions.
+//!
+//! The desired state of a step is cumulative (Grow also wants everything Expose and Join
+//! wanted), so planning is idempotent and resumes from any point: after a restart the same
+//! observed objects give the same plan. Observation only gates *order* inside a step (the
+//! destination `Etcd` is not created before its members are reachable) and readiness.
+//!
+//! # Driving it without Kubernetes (a local backend)
+//!
+//! ```
+//! use isthmus_controller::crd::*;
+//! use isthmus_controller::plan::{self, EtcdAction, Observed};
+//! use isthmus_controller::proxy_config::{render, Layout};
+//!
+//! let spec = EtcdMigrationSpec {
+//!     role: Role::Source,
+//!     step: Step::Expose,
+//!     etcd_name: "etcd-main".into(),
+//!     seed_name: "seed-a".into(),
+//!     internal_domain: "lab.internal".into(),
+//!     members: 3,
+//!     dns: DnsProvider {
+//!         provider_type: "hosts-file".into(),
+//!         secret_ref: ObjectRef { name: "-".into(), namespace: "-".into() },
+//!         zone: None,
+//!     },
+//!     load_balancer: ObjectRef { name: "-".into(), namespace: "-".into() },
+//!     ports: PortScheme::default(),
+//!     destination: None,
+//!     vpn: None,
+//!     druid_api: DruidApi::default(),
+//! };
+//! let mut obs = Observed {
+//!     namespace: "shoot".into(),
+//!     now: "2026-01-01T00:00:00Z".into(),
+//!     lb_address: Some("10.0.0.1".into()),
+//!     ..Observed::default()
+//! };
+//! let p = plan::plan(&spec, &obs);
+//! // 1. DNS: write `p.dns_records[i].spec.name -> values[0]` into the hosts file, drop
+//! //    `p.dns_deletions`, then report them in `obs.dns_records` (ready once written).
+//! assert_eq!(p.dns_records[0].spec.name, "etcd-main-0.shoot.seed-a.lab.internal");
+//! // 2. Proxy: write the rendered file where the proxy watches it; once its `/config` hash
+//! //    equals `file.hash`, set `obs.proxy_rolled_out = true`.
+//! let file = render(&Layout::standard(spec.ports, 3, 8443, "127.0.0.1:9901".parse().unwrap()), &p.routes).unwrap();
+//! assert!(file.text.contains("peer-2381"));
+//! // 3. etcd: act on `p.etcd` (restart members with the extra peer URLs, `member add` with
+//! //    the bootstrap members, ...) and `p.members_to_remove`; describe the result in `obs.etcd`.
+//! assert!(matches!(p.etcd, EtcdAction::Keep)); // no Etcd observed yet
+//! // 4. Keep the status for the next pass, and repeat until `status.step_ready`.
+//! obs.previous = p.status;
+//! assert!(!obs.previous.step_ready);
+//! ```
+
+pub mod conditions;
+pub mod names;
+mod roles;
+mod steps;
+
+use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
+use std::collections::BTreeMap;
+
+pub use names::{members, routes, Member, MemberRoute, VPN_RECORD};
+pub use steps::{plan, wanted_routes};
+
+/// Annotation that asks a Gardener controller to reconcile.
+pub const OPERATION: &str = "gardener.cloud/operation";
+/// Annotation with the time of the request, so a repeated request is a change.
+pub const TIMESTAMP: &str = "gardener.cloud/timestamp";
+/// Annotation without which Gardener's webhooks refuse deleting a `DNSRecord` or `Etcd`.
+pub const CONFIRM_DELETION: &str = "confirmation.gardener.cloud/deletion";
+
+/// What the planner needs to know about the world.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Observed {
+    /// Namespace of the migration (the shoot's namespace on this seed).
+    pub namespace: String,
+    /// Current time, RFC 3339; used only for annotations and condition times.
+    pub now: String,
+    /// The migration's `metadata.generation`, echoed as `status.observedGeneration`.
+    pub generation: Option<i64>,
+    /// The proxy load balancer's address (IP or host name), once it has one.
+    pub lb_address: Option<String>,
+    /// Our `DNSRecord`s that exist, by object name.
+    pub dns_records: BTreeMap<String, DnsRecordObs>,
+    /// Every proxy pod serves a config that holds this migration's current routes.
+    pub proxy_rolled_out: bool,
+    /// The `Etcd` named in the spec, if it exists.
+    pub etcd: Option<EtcdObs>,
+    /// The status as last written (conditions carry their transition times forward).
+    pub previous: EtcdMigrationStatus,
+}
+
+/// The part of a `DNSRecord` spec we own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsRecordSpec {
+    /// Provider type.
+    pub provider_type: String,
+    /// Credentials.
+    pub secret_ref: ObjectRef,
+    /// Hosted zone, if pinned.
+    pub zone: Option<String>,
+    /// Fully qualified name.
+    pub name: String,
+    /// `A`, `AAAA` or `CNAME`.
+    pub record_type: String,
+    /// Addresses or the CNAME target.
+    pub values: Vec<String>,
+}
+
+/// An existing `DNSRecord`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsRecordObs {
+    /// Its spec as far as we own it.
+    pub spec: DnsRecordSpec,
+    /// Its `gardener.cloud/timestamp`.
+    pub timestamp: Option<String>,
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// `status.lastOperation.state` (`Succeeded`, `Processing`, `Error`, ...).
+    pub last_operation_state: Option<String>,
+}
+
+impl DnsRecordObs {
+    /// The provider has applied this spec.
+    pub fn ready(&self) -> bool {
+        self.observed_generation == Some(self.generation)
+            && self.last_operation_state.as_deref() == Some("Succeeded")
+    }
+}
+
+/// A `DNSRecord` to apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsRecordDesired {
+    /// Object name.
+    pub object_name: String,
+    /// Spec.
+    pub spec: DnsRecordSpec,
+    /// Annotations to own: `operation: reconcile` and a fresh timestamp when the spec changes,
+    /// the existing timestamp otherwise (a new one on every pass would reconcile forever).
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// The `Etcd` fields isthmus owns (everything else belongs to gardenlet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdFields {
+    /// `spec.replicas`.
+    pub replicas: Option<i32>,
+    /// Member-name prefix (destination).
+    pub member_name_prefix: Option<String>,
+    /// `bootstrapWithExistingCluster.members`; empty means the field is not set.
+    pub bootstrap_members: Vec<MemberUrls>,
+    /// Extra advertised URLs per member; empty means not set.
+    pub advertise: Vec<MemberUrls>,
+    /// `peerUrlTls.skipClientSANVerification`.
+    pub skip_client_san_verification: Option<bool>,
+}
+
+/// An observed `Etcd`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdObs {
+    /// `metadata.generation`.
+    pub generation: i64,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// `status.readyReplicas`.
+    pub ready_replicas: i32,
+    /// Member names druid reports: `status.members` plus the joined source members in
+    /// `status.bootstrapWithExistingClusterMembers` (until druid removed them after Shrink).
+    pub members: Vec<String>,
+    /// Our fields as they are now.
+    pub fields: EtcdFields,
+    /// Its `gardener.cloud/timestamp`.
+    pub timestamp: Option<String>,
+}
+
+impl EtcdObs {
+    /// etcd-druid has acted on the current generation.
+    pub fn synced(&self) -> bool {
+        self.observed_generation == Some(self.generation)
+    }
+}
+
+/// What to do with the `Etcd`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtcdAction {
+    /// Leave it alone.
+    Keep,
+    /// Own exactly these fields (server-side apply: fields we owned and omit are removed).
+    Apply {
+        /// The fields.
+        fields: EtcdFields,
+        /// Annotations to own (`operation: reconcile` + timestamp when the fields change).
+        annotations: BTreeMap<String, String>,
+    },
+    /// Give up every field we own (apply an empty intent).
+    Release,
+    /// Confirm and delete it (abort on the destination only).
+    Delete,
+}
+
+/// The planner's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// The step actually planned (a refused `Abort` plans the previous step).
+    pub step: Step,
+    /// `DNSRecord`s to apply.
+    pub dns_records: Vec<DnsRecordDesired>,
+    /// `DNSRecord` object names to confirm and delete (only those that exist).
+    pub dns_deletions: Vec<String>,
+    /// This migration's proxy routes; empty means none.
+    pub routes: Vec<MemberRoute>,
+    /// The `Etcd`.
+    pub etcd: EtcdAction,
+    /// etcd members that must leave the cluster. In Kubernetes etcd-druid does this (Shrink:
+    /// clearing the bootstrap members; abort: gardenlet); a local backend calls
+    /// `member remove` itself, after moving leadership to a member that stays.
+    pub members_to_remove: Vec<String>,
+    /// The status to write.
+    pub status: EtcdMigrationStatus,
+}

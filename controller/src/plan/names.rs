@@ -1,0 +1,124 @@
+//! Names, URLs and proxy routes derived from a spec: the one place that decides how an exposed
+//! member is spelled, so the DNS records, the routes and the advertised URLs always agree.
+
+use crate::crd::{EtcdMigrationSpec, MemberUrls, Role};
+
+/// One exposed etcd member of this seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// Member index (`0..spec.members`).
+    pub index: u8,
+    /// Pod name, `<etcdName>-<index>`.
+    pub pod: String,
+    /// etcd member name: the pod name on the source, `<memberNamePrefix>-<etcdName>-<index>`
+    /// on the destination (etcd-druid's `spec.memberNamePrefix` rule: pod names clash across
+    /// seeds, member names must not).
+    pub member: String,
+    /// `<pod>.<namespace>.<seed>.<internalDomain>`: the DNS name and the SNI.
+    pub dns_name: String,
+    /// The `DNSRecord` object name.
+    pub record_name: String,
+    /// Proxy peer port.
+    pub peer_port: u16,
+    /// Proxy client port.
+    pub client_port: u16,
+}
+
+impl Member {
+    /// Peer URL advertised to the other seed.
+    pub fn peer_url(&self) -> String {
+        format!("https://{}:{}", self.dns_name, self.peer_port)
+    }
+    /// Client URL.
+    pub fn client_url(&self) -> String {
+        format!("https://{}:{}", self.dns_name, self.client_port)
+    }
+    /// As reported in `status.exposedMembers`.
+    pub fn urls(&self) -> MemberUrls {
+        MemberUrls {
+            name: self.member.clone(),
+            peer_urls: vec![self.peer_url()],
+            client_urls: vec![self.client_url()],
+        }
+    }
+}
+
+/// The `DNSRecord` name of the temporary VPN.
+pub const VPN_RECORD: &str = "isthmus-vpn";
+
+/// Every member this seed exposes.
+pub fn members(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<Member> {
+    (0..spec.members)
+        .map(|index| {
+            let pod = format!("{}-{}", spec.etcd_name, index);
+            let member = match (&spec.role, &spec.destination) {
+                (Role::Destination, Some(d)) => format!("{}-{pod}", d.member_name_prefix),
+                _ => pod.clone(),
+            };
+            Member {
+                index,
+                dns_name: format!(
+                    "{pod}.{namespace}.{}.{}",
+                    spec.seed_name, spec.internal_domain
+                ),
+                record_name: format!("isthmus-{pod}"),
+                peer_port: spec.ports.peer(index),
+                client_port: spec.ports.client(index),
+                member,
+                pod,
+            }
+        })
+        .collect()
+}
+
+/// One SNI route of one migration in the shared proxy config.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct MemberRoute {
+    /// Listener name (`peer-2380`, `client-2379`, `vpn-8443`); one listener per port,
+    /// shared by every migration on the seed.
+    pub listener: String,
+    /// Listener port.
+    pub port: u16,
+    /// The SNI matched exactly.
+    pub sni: String,
+    /// Upstream name, unique per migration (`<namespace>.<pod>.peer`; namespaces and pod names hold no dots, so it is unique).
+    pub upstream: String,
+    /// `host:port` inside the seed.
+    pub endpoint: String,
+}
+
+/// Routes of the members (and the VPN, if `with_vpn`) of one migration.
+pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<MemberRoute> {
+    let mut out = Vec::new();
+    for m in members(spec, namespace) {
+        // etcd-druid's headless peer Service gives each pod a stable in-cluster name.
+        let host = format!(
+            "{}.{}-peer.{namespace}.svc.cluster.local",
+            m.pod, spec.etcd_name
+        );
+        out.push(MemberRoute {
+            listener: format!("peer-{}", m.peer_port),
+            port: m.peer_port,
+            sni: m.dns_name.clone(),
+            upstream: format!("{namespace}.{}.peer", m.pod),
+            endpoint: format!("{host}:2380"),
+        });
+        out.push(MemberRoute {
+            listener: format!("client-{}", m.client_port),
+            port: m.client_port,
+            sni: m.dns_name.clone(),
+            upstream: format!("{namespace}.{}.client", m.pod),
+            endpoint: format!("{host}:2379"),
+        });
+    }
+    if let (true, Some(vpn)) = (with_vpn, &spec.vpn) {
+        out.push(MemberRoute {
+            listener: format!("vpn-{}", vpn.port),
+            port: vpn.port,
+            sni: vpn.dns_name.clone(),
+            upstream: format!("{namespace}.vpn"),
+            endpoint: vpn.target.clone(),
+        });
+    }
+    out
+}

@@ -1,0 +1,219 @@
+//! Builders shared by the planner tests: specs, and a tiny simulated seed that "applies" a plan
+//! the way the API server plus Gardener's controllers would.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test]: a panic is a failure
+#![allow(dead_code)]
+
+pub mod apiserver;
+pub mod world;
+
+use isthmus_controller::crd::{
+    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, PortScheme,
+    Role, Step, VpnSpec,
+};
+use isthmus_controller::plan::{
+    self, DnsRecordObs, EtcdAction, EtcdFields, EtcdObs, Observed, Plan, TIMESTAMP,
+};
+
+pub const NS: &str = "shoot--foo--bar";
+
+pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
+    let seed = if role == Role::Source {
+        "seed-a"
+    } else {
+        "seed-b"
+    };
+    EtcdMigrationSpec {
+        role,
+        step,
+        etcd_name: "etcd-main".into(),
+        seed_name: seed.into(),
+        internal_domain: "internal.example.com".into(),
+        members: 3,
+        dns: DnsProvider {
+            provider_type: "aws-route53".into(),
+            secret_ref: ObjectRef {
+                name: "dns".into(),
+                namespace: NS.into(),
+            },
+            zone: None,
+        },
+        load_balancer: ObjectRef {
+            name: "isthmus-proxy".into(),
+            namespace: "isthmus-system".into(),
+        },
+        ports: PortScheme::default(),
+        destination: (role == Role::Destination).then(|| DestinationSpec {
+            member_name_prefix: "dest".into(),
+            source_members: source_members(),
+        }),
+        vpn: (role == Role::Destination).then(|| VpnSpec {
+            dns_name: "vpn-tmp.foo.example.com".into(),
+            target: "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443".into(),
+            port: 8443,
+        }),
+        druid_api: DruidApi::default(),
+    }
+}
+
+pub fn source_members() -> Vec<MemberUrls> {
+    (0..3)
+        .map(|i| MemberUrls {
+            name: format!("etcd-main-{i}"),
+            peer_urls: vec![format!(
+                "https://etcd-main-{i}.{NS}.seed-a.internal.example.com:{}",
+                2380 + i
+            )],
+            client_urls: vec![format!(
+                "https://etcd-main-{i}.{NS}.seed-a.internal.example.com:{}",
+                2379 - i
+            )],
+        })
+        .collect()
+}
+
+pub fn observed(now: &str) -> Observed {
+    Observed {
+        namespace: NS.into(),
+        now: now.into(),
+        generation: Some(1),
+        ..Observed::default()
+    }
+}
+
+/// A running 3-member source Etcd that gardenlet owns (replicas 3, none of our fields).
+pub fn source_etcd() -> EtcdObs {
+    EtcdObs {
+        generation: 4,
+        observed_generation: Some(4),
+        ready_replicas: 3,
+        members: (0..3).map(|i| format!("etcd-main-{i}")).collect(),
+        fields: EtcdFields {
+            replicas: Some(3),
+            ..EtcdFields::default()
+        },
+        timestamp: None,
+    }
+}
+
+/// How the simulated Gardener controllers behave on this pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Behaviour {
+    /// DNS provider finishes records at once.
+    pub dns: bool,
+    /// Proxy pods pick up the config at once.
+    pub proxy: bool,
+    /// etcd-druid acts on the Etcd at once (rolls, adds or removes members).
+    pub druid: bool,
+}
+
+pub const ALL: Behaviour = Behaviour {
+    dns: true,
+    proxy: true,
+    druid: true,
+};
+pub const NOTHING: Behaviour = Behaviour {
+    dns: false,
+    proxy: false,
+    druid: false,
+};
+
+/// Applies `plan` to `obs` like the API server would, then lets the controllers in `b` act.
+pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
+    for name in &plan.dns_deletions {
+        obs.dns_records.remove(name);
+    }
+    for d in &plan.dns_records {
+        let prev = obs.dns_records.get(&d.object_name).cloned();
+        let changed = prev.as_ref().map(|p| p.spec != d.spec).unwrap_or(true);
+        let generation = prev.as_ref().map(|p| p.generation).unwrap_or(0) + i64::from(changed);
+        let mut rec = prev.unwrap_or(DnsRecordObs {
+            spec: d.spec.clone(),
+            timestamp: None,
+            generation,
+            observed_generation: None,
+            last_operation_state: None,
+        });
+        rec.spec = d.spec.clone();
+        rec.generation = generation;
+        rec.timestamp = d.annotations.get(TIMESTAMP).cloned();
+        if b.dns {
+            rec.observed_generation = Some(generation);
+            rec.last_operation_state = Some("Succeeded".into());
+        }
+        obs.dns_records.insert(d.object_name.clone(), rec);
+    }
+    obs.proxy_rolled_out = b.proxy;
+    match &plan.etcd {
+        EtcdAction::Keep => {}
+        EtcdAction::Delete => obs.etcd = None,
+        EtcdAction::Release => {
+            if let Some(e) = &mut obs.etcd {
+                let keep_replicas = e.fields.replicas;
+                if e.fields.advertise != Vec::new()
+                    || e.fields.skip_client_san_verification.is_some()
+                {
+                    e.generation += 1;
+                }
+                e.fields = EtcdFields {
+                    replicas: keep_replicas,
+                    ..EtcdFields::default()
+                };
+            }
+        }
+        EtcdAction::Apply {
+            fields,
+            annotations,
+        } => {
+            let e = obs.etcd.get_or_insert_with(EtcdObs::default);
+            let mut merged = fields.clone();
+            if merged.replicas.is_none() {
+                merged.replicas = e.fields.replicas;
+            }
+            if merged != e.fields {
+                e.generation += 1;
+                e.fields = merged;
+            }
+            e.timestamp = annotations.get(TIMESTAMP).cloned();
+        }
+    }
+    if b.druid {
+        if let Some(e) = &mut obs.etcd {
+            e.observed_generation = Some(e.generation);
+            let want = e.fields.replicas.unwrap_or(0);
+            e.ready_replicas = want;
+            if role == Role::Destination {
+                let mut members: Vec<String> = e
+                    .fields
+                    .bootstrap_members
+                    .iter()
+                    .map(|m| m.name.clone())
+                    .collect();
+                members.extend((0..want).map(|i| format!("dest-etcd-main-{i}")));
+                e.members = members;
+            }
+        }
+    }
+}
+
+/// Plans and applies until the status says ready (or `limit` passes), returning the last plan.
+pub fn converge(spec: &EtcdMigrationSpec, obs: &mut Observed, limit: usize) -> Plan {
+    let mut last = plan::plan(spec, obs);
+    for _ in 0..limit {
+        last = plan::plan(spec, obs);
+        obs.previous = last.status.clone();
+        if last.status.step_ready {
+            return last;
+        }
+        apply(obs, &last, ALL, spec.role);
+    }
+    last
+}
+
+pub fn condition<'a>(plan: &'a Plan, type_: &str) -> Option<(&'a str, &'a str)> {
+    plan.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}

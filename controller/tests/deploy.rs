@@ -1,0 +1,116 @@
+//! deploy/ agrees with the code: the Service and DaemonSet ports are the controller's port
+//! layout, the bootstrap proxy config is valid, the examples are valid `EtcdMigration`s, and
+//! the grace period outlasts the proxy's drain.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test]: a panic is a failure
+
+use isthmus_controller::crd::{EtcdMigration, PortScheme};
+use isthmus_controller::proxy_config::Layout;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+fn deploy(file: &str) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy")
+        .join(file);
+    std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+fn docs(file: &str) -> Vec<Value> {
+    deploy(file)
+        .split("\n---\n")
+        .map(|d| serde_saphyr::from_str::<Value>(d).unwrap())
+        .collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter().find(|d| d["kind"] == kind).unwrap()
+}
+
+#[test]
+fn proxy_ports_match_the_controller_layout() {
+    let d = docs("proxy.yaml");
+    let layout = Layout::standard(
+        PortScheme::default(),
+        3,
+        8443,
+        "0.0.0.0:9901".parse().unwrap(),
+    );
+    let want: BTreeSet<(String, u64)> = layout
+        .listeners
+        .iter()
+        .map(|(n, p)| (n.clone(), u64::from(*p)))
+        .collect();
+    let svc: BTreeSet<(String, u64)> = find(&d, "Service")["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["port"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(svc, want);
+    let ds = find(&d, "DaemonSet");
+    let container = &ds["spec"]["template"]["spec"]["containers"][0];
+    let ports: BTreeSet<(String, u64)> = container["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["name"] != "admin")
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["containerPort"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(ports, want);
+    assert_eq!(
+        find(&d, "Service")["spec"]["externalTrafficPolicy"],
+        "Local"
+    );
+}
+
+#[test]
+fn grace_period_outlasts_prestop_and_drain() {
+    let d = docs("proxy.yaml");
+    let spec = &find(&d, "DaemonSet")["spec"]["template"]["spec"];
+    let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();
+    let pre_stop = spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_u64()
+        .unwrap();
+    let text = find(&d, "ConfigMap")["data"]["proxy.yaml"]
+        .as_str()
+        .unwrap();
+    let cfg = isthmus_config::parse_proxy("deploy/proxy.yaml", text).unwrap();
+    let drain = cfg.drain_delay.get().as_secs() + cfg.drain_timeout.get().as_secs();
+    assert!(
+        grace > pre_stop + drain,
+        "grace {grace}s <= preStop {pre_stop}s + drain {drain}s"
+    );
+    assert_eq!(
+        cfg.admin.address.port(),
+        9901,
+        "the controller probes the admin port"
+    );
+}
+
+#[test]
+fn examples_are_valid_etcdmigrations() {
+    for f in [
+        "examples/etcdmigration-source.yaml",
+        "examples/etcdmigration-destination.yaml",
+    ] {
+        let m: EtcdMigration =
+            serde_saphyr::from_str(&deploy(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+        assert_eq!(
+            m.metadata.namespace.as_deref(),
+            Some("shoot--foo--bar"),
+            "{f}"
+        );
+    }
+}

@@ -1,0 +1,489 @@
+//! Planner tables: every step × observed state for both roles, including partial progress,
+//! restarts mid-step, refused and accepted aborts, and whole runs against a simulated seed.
+
+mod common;
+
+use common::*;
+use isthmus_controller::crd::{Role, Step};
+use isthmus_controller::plan::{self, EtcdAction, Observed, Plan, OPERATION, TIMESTAMP};
+
+const T0: &str = "2026-01-01T00:00:00Z";
+const T1: &str = "2026-01-01T00:01:00Z";
+
+/// Drives `role` to just after `step` was ready, returning the observed world.
+fn world_after(role: Role, steps: &[Step]) -> Observed {
+    let mut obs = observed(T0);
+    obs.lb_address = Some("203.0.113.7".into());
+    if role == Role::Source {
+        obs.etcd = Some(source_etcd());
+    }
+    for step in steps {
+        let p = converge(&spec(role, *step), &mut obs, 10);
+        assert!(
+            p.status.step_ready,
+            "{role:?} {step:?} not ready: {:?}",
+            p.status
+        );
+    }
+    obs
+}
+
+fn etcd_kind(p: &Plan) -> &'static str {
+    match p.etcd {
+        EtcdAction::Keep => "keep",
+        EtcdAction::Apply { .. } => "apply",
+        EtcdAction::Release => "release",
+        EtcdAction::Delete => "delete",
+    }
+}
+
+struct Case {
+    name: &'static str,
+    role: Role,
+    step: Step,
+    world: fn() -> Observed,
+    etcd: &'static str,
+    records: usize,
+    deletions: usize,
+    routes: usize,
+    condition: (&'static str, &'static str, &'static str),
+    ready: bool,
+}
+
+fn no_lb() -> Observed {
+    let mut o = observed(T0);
+    o.etcd = Some(source_etcd());
+    o
+}
+fn lb_only() -> Observed {
+    let mut o = no_lb();
+    o.lb_address = Some("203.0.113.7".into());
+    o
+}
+/// One pass applied but the DNS provider, the proxy and druid did nothing yet.
+fn src_applied_nothing_done() -> Observed {
+    let mut o = lb_only();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
+    apply(&mut o, &p, NOTHING, Role::Source);
+    o
+}
+fn src_dns_done() -> Observed {
+    let mut o = lb_only();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
+    apply(
+        &mut o,
+        &p,
+        Behaviour {
+            dns: true,
+            proxy: false,
+            druid: false,
+        },
+        Role::Source,
+    );
+    o
+}
+fn src_proxy_done() -> Observed {
+    let mut o = lb_only();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
+    apply(
+        &mut o,
+        &p,
+        Behaviour {
+            dns: true,
+            proxy: true,
+            druid: false,
+        },
+        Role::Source,
+    );
+    o
+}
+fn src_exposed() -> Observed {
+    world_after(Role::Source, &[Step::Expose])
+}
+fn src_no_etcd() -> Observed {
+    let mut o = lb_only();
+    o.etcd = None;
+    o
+}
+fn dst_empty() -> Observed {
+    let mut o = observed(T0);
+    o.lb_address = Some("198.51.100.9".into());
+    o
+}
+fn dst_exposed() -> Observed {
+    world_after(Role::Destination, &[Step::Expose])
+}
+fn dst_joined() -> Observed {
+    world_after(Role::Destination, &[Step::Expose, Step::Join])
+}
+fn dst_grown() -> Observed {
+    world_after(Role::Destination, &[Step::Expose, Step::Join, Step::Grow])
+}
+fn dst_shrunk() -> Observed {
+    world_after(
+        Role::Destination,
+        &[Step::Expose, Step::Join, Step::Grow, Step::Shrink],
+    )
+}
+/// Restart mid-Join: the Etcd exists, but a proxy pod restarted with an old config.
+fn dst_join_proxy_lagging() -> Observed {
+    let mut o = dst_joined();
+    o.proxy_rolled_out = false;
+    o
+}
+/// Shrink applied, druid has removed only one source member so far.
+fn dst_shrinking() -> Observed {
+    let mut o = dst_grown();
+    let p = plan::plan(&spec(Role::Destination, Step::Shrink), &o);
+    o.previous = p.status.clone();
+    apply(
+        &mut o,
+        &p,
+        Behaviour {
+            dns: true,
+            proxy: true,
+            druid: false,
+        },
+        Role::Destination,
+    );
+    if let Some(e) = &mut o.etcd {
+        e.observed_generation = Some(e.generation);
+        e.members.retain(|m| m != "etcd-main-0");
+    }
+    o
+}
+
+/// Restart mid-Join: etcd joined, but the VPN record was recreated and is not ready yet.
+fn dst_joined_vpn_pending() -> Observed {
+    let mut o = dst_joined();
+    if let Some(r) = o.dns_records.get_mut("isthmus-vpn") {
+        r.observed_generation = None;
+    }
+    o
+}
+fn src_cleaned() -> Observed {
+    let mut o = src_exposed();
+    converge(&spec(Role::Source, Step::Complete), &mut o, 10);
+    o
+}
+fn dst_completed() -> Observed {
+    let mut o = dst_shrunk();
+    converge(&spec(Role::Destination, Step::Complete), &mut o, 10);
+    o
+}
+
+#[rustfmt::skip]
+fn cases() -> Vec<Case> {
+    use Role::*;
+    use Step::*;
+    vec![
+        Case { name: "source expose, no LB address", role: Source, step: Expose, world: no_lb, etcd: "apply", records: 0, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "WaitingForLoadBalancer"), ready: false },
+        Case { name: "source expose, LB known", role: Source, step: Expose, world: lb_only, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "WaitingForDNSRecords"), ready: false },
+        Case { name: "source expose, records pending", role: Source, step: Expose, world: src_applied_nothing_done, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "WaitingForDNSRecords"), ready: false },
+        Case { name: "source expose, proxy lagging", role: Source, step: Expose, world: src_dns_done, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "WaitingForProxyRollout"), ready: false },
+        Case { name: "source expose, druid rolling", role: Source, step: Expose, world: src_proxy_done, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "WaitingForEtcd"), ready: false },
+        Case { name: "source expose, done", role: Source, step: Expose, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source expose, Etcd missing", role: Source, step: Expose, world: src_no_etcd, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "Progressing", "EtcdNotFound"), ready: false },
+        Case { name: "source join keeps exposure", role: Source, step: Join, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source shrink keeps exposure", role: Source, step: Shrink, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source grow keeps exposure", role: Source, step: Grow, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
+        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanUp", "True", "CleanedUp"), ready: true },
+        Case { name: "source abort after cleanup", role: Source, step: Abort, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
+        Case { name: "destination exposed", role: Destination, step: Expose, world: dst_exposed, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "True", "EtcdExposed"), ready: true },
+        Case { name: "restart mid-join, VPN record pending", role: Destination, step: Join, world: dst_joined_vpn_pending, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
+        Case { name: "destination completed", role: Destination, step: Complete, world: dst_completed, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
+        Case { name: "step moved back after Complete re-exposes", role: Destination, step: Shrink, world: dst_completed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForDNSRecords"), ready: false },
+        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanUp", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination expose", role: Destination, step: Expose, world: dst_empty, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "Progressing", "WaitingForDNSRecords"), ready: false },
+        Case { name: "destination join before exposure: no Etcd yet", role: Destination, step: Join, world: dst_empty, etcd: "keep", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForDNSRecords"), ready: false },
+        Case { name: "destination join after exposure creates Etcd", role: Destination, step: Join, world: dst_exposed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForEtcd"), ready: false },
+        Case { name: "destination joined", role: Destination, step: Join, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "True", "PeersJoinedSuccessfully"), ready: true },
+        Case { name: "restart mid-join, proxy lagging: keep applying", role: Destination, step: Join, world: dst_join_proxy_lagging, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "True", "PeersJoinedSuccessfully"), ready: true },
+        Case { name: "destination grow asks for 3", role: Destination, step: Grow, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForEtcd"), ready: false },
+        Case { name: "destination grown", role: Destination, step: Grow, world: dst_grown, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "ThirdMemberJoined"), ready: true },
+        Case { name: "destination shrinking, one source member gone", role: Destination, step: Shrink, world: dst_shrinking, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "RemovingSourceMembers"), ready: false },
+        Case { name: "destination shrunk", role: Destination, step: Shrink, world: dst_shrunk, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "True", "SourceMembersRemoved"), ready: true },
+        Case { name: "destination complete removes exposure and VPN record", role: Destination, step: Complete, world: dst_shrunk, etcd: "apply", records: 0, deletions: 4, routes: 0, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination abort before join", role: Destination, step: Abort, world: dst_exposed, etcd: "keep", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination abort after join is refused", role: Destination, step: Abort, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("LiveMigrationAborted", "False", "AbortRefused"), ready: true },
+    ]
+}
+
+#[test]
+fn every_step_and_observed_state() {
+    let mut failures = Vec::new();
+    for c in cases() {
+        let obs = (c.world)();
+        let p = plan::plan(&spec(c.role, c.step), &obs);
+        let got = (
+            etcd_kind(&p),
+            p.dns_records.len(),
+            p.dns_deletions.len(),
+            p.routes.len(),
+            condition(&p, c.condition.0),
+            p.status.step_ready,
+        );
+        let want = (
+            c.etcd,
+            c.records,
+            c.deletions,
+            c.routes,
+            Some((c.condition.1, c.condition.2)),
+            c.ready,
+        );
+        if got != want {
+            failures.push(format!("{}:\n   got {got:?}\n  want {want:?}", c.name));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn planning_is_idempotent() {
+    for c in cases() {
+        let obs = (c.world)();
+        let s = spec(c.role, c.step);
+        assert_eq!(plan::plan(&s, &obs), plan::plan(&s, &obs), "{}", c.name);
+    }
+}
+
+#[test]
+fn source_run_expose_to_cleanup() {
+    let mut obs = world_after(
+        Role::Source,
+        &[Step::Expose, Step::Join, Step::Grow, Step::Shrink],
+    );
+    let p = converge(&spec(Role::Source, Step::Complete), &mut obs, 10);
+    assert!(p.status.step_ready);
+    assert_eq!(
+        condition(&p, "SourceSeedCleanUp"),
+        Some(("True", "CleanedUp"))
+    );
+    assert!(obs.dns_records.is_empty());
+    let etcd = obs.etcd.as_ref().map(|e| e.fields.clone());
+    assert_eq!(
+        etcd.and_then(|f| f.replicas),
+        Some(3),
+        "gardenlet's replicas untouched"
+    );
+    assert!(obs
+        .etcd
+        .as_ref()
+        .is_some_and(|e| e.fields.advertise.is_empty()));
+}
+
+#[test]
+fn destination_run_and_exposed_urls() {
+    let mut obs = world_after(
+        Role::Destination,
+        &[Step::Expose, Step::Join, Step::Grow, Step::Shrink],
+    );
+    let e = obs.etcd.clone().unwrap_or_default();
+    assert_eq!(
+        e.members,
+        vec!["dest-etcd-main-0", "dest-etcd-main-1", "dest-etcd-main-2"]
+    );
+    let p = converge(&spec(Role::Destination, Step::Complete), &mut obs, 10);
+    assert_eq!(
+        condition(&p, "MigrationCompleted"),
+        Some(("True", "MigrationCompleted"))
+    );
+    let f = obs.etcd.map(|e| e.fields).unwrap_or_default();
+    assert_eq!(
+        (f.replicas, f.member_name_prefix.as_deref()),
+        (Some(3), Some("dest"))
+    );
+    assert!(f.advertise.is_empty() && f.bootstrap_members.is_empty());
+    assert!(obs.dns_records.is_empty());
+}
+
+#[test]
+fn destination_join_fields() {
+    let obs = dst_exposed();
+    let p = plan::plan(&spec(Role::Destination, Step::Join), &obs);
+    let EtcdAction::Apply {
+        fields,
+        annotations,
+    } = &p.etcd
+    else {
+        panic!("expected apply, got {:?}", p.etcd);
+    };
+    assert_eq!(fields.replicas, Some(2));
+    assert_eq!(fields.member_name_prefix.as_deref(), Some("dest"));
+    assert_eq!(fields.bootstrap_members, source_members());
+    assert_eq!(fields.skip_client_san_verification, Some(true));
+    assert_eq!(
+        fields.advertise[1].peer_urls,
+        vec!["https://etcd-main-1.shoot--foo--bar.seed-b.internal.example.com:2381"]
+    );
+    assert_eq!(fields.advertise[1].name, "dest-etcd-main-1");
+    assert_eq!(
+        annotations.get(OPERATION).map(String::as_str),
+        Some("reconcile")
+    );
+    let vpn = p
+        .dns_records
+        .iter()
+        .find(|r| r.object_name == "isthmus-vpn");
+    assert_eq!(
+        vpn.map(|r| r.spec.name.as_str()),
+        Some("vpn-tmp.foo.example.com")
+    );
+}
+
+#[test]
+fn source_exposed_members_and_ports() {
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &src_exposed());
+    let m = &p.status.exposed_members[2];
+    assert_eq!(m.name, "etcd-main-2");
+    assert_eq!(
+        m.peer_urls,
+        vec!["https://etcd-main-2.shoot--foo--bar.seed-a.internal.example.com:2382"]
+    );
+    assert_eq!(
+        m.client_urls,
+        vec!["https://etcd-main-2.shoot--foo--bar.seed-a.internal.example.com:2377"]
+    );
+    let listeners: Vec<&str> = p.routes.iter().map(|r| r.listener.as_str()).collect();
+    assert_eq!(
+        listeners,
+        [
+            "peer-2380",
+            "client-2379",
+            "peer-2381",
+            "client-2378",
+            "peer-2382",
+            "client-2377"
+        ]
+    );
+    assert_eq!(
+        p.routes[0].endpoint,
+        "etcd-main-0.etcd-main-peer.shoot--foo--bar.svc.cluster.local:2380"
+    );
+}
+
+#[test]
+fn converged_objects_are_not_touched_again() {
+    // A fresh timestamp or `operation: reconcile` on every pass would reconcile forever.
+    let mut obs = src_exposed();
+    obs.now = T1.into();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &obs);
+    for r in &p.dns_records {
+        assert_eq!(r.annotations.get(OPERATION), None);
+        assert_eq!(r.annotations.get(TIMESTAMP).map(String::as_str), Some(T0));
+    }
+    let EtcdAction::Apply { annotations, .. } = &p.etcd else {
+        panic!("expected apply");
+    };
+    assert_eq!(annotations.get(OPERATION), None);
+}
+
+#[test]
+fn lb_address_change_rewrites_records() {
+    let mut obs = src_exposed();
+    obs.now = T1.into();
+    obs.lb_address = Some("lb-123.elb.example.com".into());
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &obs);
+    for r in &p.dns_records {
+        assert_eq!(r.spec.record_type, "CNAME");
+        assert_eq!(r.annotations.get(TIMESTAMP).map(String::as_str), Some(T1));
+        assert_eq!(
+            r.annotations.get(OPERATION).map(String::as_str),
+            Some("reconcile")
+        );
+    }
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("Progressing", "WaitingForDNSRecords"))
+    );
+}
+
+#[test]
+fn restart_with_partial_records_keeps_existing_timestamps() {
+    let mut obs = src_applied_nothing_done();
+    obs.dns_records
+        .retain(|name, _| name == "isthmus-etcd-main-0");
+    obs.now = T1.into();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &obs);
+    let ts: Vec<&str> = p
+        .dns_records
+        .iter()
+        .filter_map(|r| r.annotations.get(TIMESTAMP).map(String::as_str))
+        .collect();
+    assert_eq!(ts, [T0, T1, T1]);
+}
+
+#[test]
+fn condition_transition_time_kept_while_status_unchanged() {
+    let mut obs = no_lb();
+    let s = spec(Role::Source, Step::Expose);
+    let first = plan::plan(&s, &obs);
+    obs.previous = first.status.clone();
+    obs.now = T1.into();
+    obs.lb_address = Some("203.0.113.7".into());
+    let second = plan::plan(&s, &obs);
+    let c = &second.status.conditions[0];
+    assert_eq!(
+        (c.last_transition_time.as_str(), c.last_update_time.as_str()),
+        (T0, T1)
+    );
+}
+
+#[test]
+fn destination_abort_removes_joined_members_and_etcd() {
+    // Join was applied and druid added members, but they never became ready: abort allowed.
+    let mut obs = dst_exposed();
+    let join = plan::plan(&spec(Role::Destination, Step::Join), &obs);
+    apply(&mut obs, &join, NOTHING, Role::Destination);
+    if let Some(e) = &mut obs.etcd {
+        e.members = vec!["etcd-main-0".into(), "dest-etcd-main-0".into()];
+    }
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
+    assert_eq!(p.etcd, EtcdAction::Delete);
+    assert_eq!(p.members_to_remove, vec!["dest-etcd-main-0"]);
+    let done = converge(&spec(Role::Destination, Step::Abort), &mut obs, 10);
+    assert_eq!(
+        condition(&done, "LiveMigrationAborted"),
+        Some(("True", "CleanedUp"))
+    );
+    assert!(obs.etcd.is_none() && obs.dns_records.is_empty());
+}
+
+#[test]
+fn refused_abort_plans_the_previous_step() {
+    let mut obs = dst_grown();
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
+    assert_eq!(p.step, Step::Grow);
+    let EtcdAction::Apply { fields, .. } = &p.etcd else {
+        panic!("expected apply")
+    };
+    assert_eq!(fields.replicas, Some(3));
+    obs.previous = p.status;
+    assert_eq!(
+        plan::plan(&spec(Role::Destination, Step::Abort), &obs).step,
+        Step::Grow
+    );
+}
+
+#[test]
+fn shrink_lists_source_members_still_present() {
+    let p = plan::plan(&spec(Role::Destination, Step::Shrink), &dst_shrinking());
+    assert_eq!(p.members_to_remove, vec!["etcd-main-1", "etcd-main-2"]);
+    let EtcdAction::Apply { fields, .. } = &p.etcd else {
+        panic!("expected apply")
+    };
+    assert!(fields.bootstrap_members.is_empty());
+}
+
+#[test]
+fn missing_destination_spec_is_refused() {
+    let mut s = spec(Role::Destination, Step::Join);
+    s.destination = None;
+    let p = plan::plan(&s, &dst_empty());
+    assert_eq!(
+        condition(&p, "DestinationEtcdPeersJoined"),
+        Some(("False", "MissingDestinationSpec"))
+    );
+    assert_eq!(p.etcd, EtcdAction::Keep);
+}

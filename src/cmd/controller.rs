@@ -1,0 +1,104 @@
+//! `isthmus controller`: flags and wiring for the kube-rs controller in `isthmus-controller`.
+
+use anyhow::Context as _;
+use isthmus_controller::crd::PortScheme;
+use isthmus_controller::kube_adapter::lease::{run_as_leader, LeaseLock};
+use isthmus_controller::kube_adapter::probe::HttpFetcher;
+use isthmus_controller::kube_adapter::{self, connect, serve_metrics, Context, Metrics, Settings};
+use isthmus_controller::proxy_config::Layout;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Flags of `controller`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig file. Default: in-cluster config, else `$KUBECONFIG` / `~/.kube/config`.
+    #[arg(long, env = "KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Watch only this namespace (default: all namespaces; needs the ClusterRole).
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "isthmus-controller")]
+    pub lease_name: String,
+    /// Namespace of the Lease (normally the controller's own, via the downward API).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "isthmus-system")]
+    pub lease_namespace: String,
+    /// This replica's identity in the Lease (the pod name).
+    #[arg(long, env = "POD_NAME", default_value = "isthmus-controller")]
+    pub identity: String,
+    /// Lease duration; renewed every third of it.
+    #[arg(long, default_value = "15", value_name = "SECONDS")]
+    pub lease_seconds: u64,
+    /// Address of `/metrics` and `/healthz`.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub metrics_address: SocketAddr,
+    /// Namespace of the proxy DaemonSet and its route ConfigMap.
+    #[arg(long, default_value = "isthmus-system")]
+    pub proxy_namespace: String,
+    /// Name of the proxy route ConfigMap.
+    #[arg(long, default_value = "isthmus-proxy-routes")]
+    pub proxy_configmap: String,
+    /// Label selector of the proxy pods whose `/config` hash is checked.
+    #[arg(long, default_value = "app.kubernetes.io/name=isthmus-proxy")]
+    pub proxy_selector: String,
+    /// Admin port of the proxy pods.
+    #[arg(long, default_value = "9901")]
+    pub proxy_admin_port: u16,
+    /// Member indices the proxy always listens for (ports per the default scheme).
+    #[arg(long, default_value = "3")]
+    pub members: u8,
+    /// Proxy port of the temporary VPN.
+    #[arg(long, default_value = "8443")]
+    pub vpn_port: u16,
+    /// Print the EtcdMigration CRD (YAML) and exit.
+    #[arg(long)]
+    pub print_crd: bool,
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if args.print_crd {
+        print!("{}", isthmus_controller::crd::crd_yaml()?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+    rt.block_on(serve(args))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn serve(args: Args) -> anyhow::Result<()> {
+    let client = connect(args.kubeconfig.as_deref()).await?;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let metrics = Metrics::new(&mut registry);
+    let leader = metrics.leader.clone();
+    let listener = tokio::net::TcpListener::bind(args.metrics_address)
+        .await
+        .with_context(|| format!("binding {}", args.metrics_address))?;
+    tokio::spawn(serve_metrics(listener, Arc::new(registry)));
+
+    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
+    let settings = Settings {
+        layout: Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin),
+        proxy_namespace: args.proxy_namespace,
+        proxy_configmap: args.proxy_configmap,
+        proxy_selector: args.proxy_selector,
+        proxy_admin_port: args.proxy_admin_port,
+        namespace: args.namespace,
+        poll: Duration::from_secs(5),
+        resync: Duration::from_secs(300),
+    };
+    let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));
+    let ctx = Arc::new(Context::new(client.clone(), settings, metrics, fetcher));
+    let leases = kube::Api::namespaced(client, &args.lease_namespace);
+    let lock = LeaseLock::new(
+        leases,
+        &args.lease_name,
+        &args.identity,
+        Duration::from_secs(args.lease_seconds.max(3)),
+    );
+    run_as_leader(&lock, &leader, kube_adapter::run(ctx)).await?;
+    Ok(())
+}
