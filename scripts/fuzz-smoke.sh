@@ -5,7 +5,7 @@
 # so and succeeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${FUZZ_SECONDS:-20}"
+seconds="${FUZZ_SECONDS:-15}"
 if ! cargo +nightly --version >/dev/null 2>&1; then
   echo "fuzz-smoke: no nightly toolchain; the stable mutation test covered the parser"
   exit 0

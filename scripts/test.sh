@@ -6,4 +6,5 @@ cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cargo test --workspace --all-targets
 cargo test --workspace --doc
+deploy/validate.sh
 scripts/fuzz-smoke.sh
