@@ -24,9 +24,14 @@ mod error;
 mod load;
 pub mod nullable;
 mod proxy;
+pub mod tunnel;
 pub mod validate;
 
 pub use duration::Duration;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
 pub use proxy::{AdminConfig, ListenerConfig, ProxyConfig, RouteConfig, UpstreamConfig};
+pub use tunnel::{
+    AgentTlsConfig, AgentsListenerConfig, AllowRule, ConnectListenerConfig, Http2Config,
+    ServerEntryConfig, ServerTlsConfig, TunnelAgentConfig, TunnelServerConfig,
+};

@@ -2,6 +2,7 @@
 
 pub mod check_config;
 pub mod proxy;
+pub mod tunnel;
 
 use tracing_subscriber::EnvFilter;
 

@@ -1,1 +1,235 @@
-//! placeholder
+//! Test support for isthmus: a throw-away certificate authority (rcgen), rustls client and
+//! server configurations built from it, temporary directories and a polling helper.
+//!
+//! What it is for: letting every crate's tests run real TLS on `127.0.0.1:0` in a few lines.
+//! What it must never do: appear in a non-test dependency graph, or touch anything outside the
+//! temporary directories it creates. Panics on setup failure are fine here: these are tests.
+
+#![forbid(unsafe_code)]
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// A certificate and its private key, in DER and PEM.
+#[derive(Debug)]
+pub struct CertKey {
+    /// Certificate chain, leaf first (just the leaf: the CA is in the trust store).
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The private key (PKCS#8).
+    pub key: PrivateKeyDer<'static>,
+    /// The certificate as PEM.
+    pub cert_pem: String,
+    /// The private key as PEM.
+    pub key_pem: String,
+}
+
+impl CertKey {
+    /// Writes `NAME.crt` and `NAME.key` into `dir`; returns their paths.
+    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, &self.cert_pem).unwrap();
+        std::fs::write(&k, &self.key_pem).unwrap();
+        (c, k)
+    }
+}
+
+/// A throw-away CA that issues server and client certificates.
+#[derive(Debug)]
+pub struct TestPki {
+    ca: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl Default for TestPki {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestPki {
+    /// A new CA named "isthmus test CA".
+    pub fn new() -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        params.distinguished_name = dn("isthmus test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { ca }
+    }
+
+    /// The CA certificate.
+    pub fn ca_der(&self) -> CertificateDer<'static> {
+        self.ca.der().clone()
+    }
+
+    /// The CA certificate as PEM.
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    /// Writes the CA certificate as `ca.crt` into `dir`.
+    pub fn write_ca(&self, dir: &Path) -> PathBuf {
+        let p = dir.join("ca.crt");
+        std::fs::write(&p, self.ca_pem()).unwrap();
+        p
+    }
+
+    /// A trust store holding just this CA.
+    pub fn roots(&self) -> RootCertStore {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca_der()).unwrap();
+        roots
+    }
+
+    /// A server certificate for DNS names and/or IP addresses (`"127.0.0.1"` becomes an IP SAN).
+    pub fn server_cert(&self, names: &[&str]) -> CertKey {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        params.distinguished_name = dn(names.first().map_or("server", String::as_str));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue(params)
+    }
+
+    /// A client certificate with common name `cn`.
+    pub fn client_cert(&self, cn: &str) -> CertKey {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = dn(cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
+    fn issue(&self, params: CertificateParams) -> CertKey {
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        CertKey {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// A rustls server config presenting `cert`; with `client_auth`, clients must present a
+    /// certificate from this CA. ALPN: `alpn` (empty for none).
+    pub fn server_config(
+        &self,
+        cert: &CertKey,
+        client_auth: bool,
+        alpn: &[&str],
+    ) -> Arc<ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = if client_auth {
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(self.roots()),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(v)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut c = builder
+            .with_single_cert(cert.chain.clone(), cert.key.clone_key())
+            .unwrap();
+        c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Arc::new(c)
+    }
+
+    /// A rustls client config trusting this CA, presenting `client` if given.
+    pub fn client_config(&self, client: Option<&CertKey>, alpn: &[&str]) -> Arc<ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots());
+        let mut c = match client {
+            Some(ck) => builder
+                .with_client_auth_cert(ck.chain.clone(), ck.key.clone_key())
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Arc::new(c)
+    }
+}
+
+fn dn(cn: &str) -> DistinguishedName {
+    let mut d = DistinguishedName::new();
+    d.push(DnType::CommonName, cn);
+    d
+}
+
+/// A directory under the system temp dir, removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    /// Creates `isthmus-test-PID-N-LABEL`.
+    pub fn new(label: &str) -> Self {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p =
+            std::env::temp_dir().join(format!("isthmus-test-{}-{n}-{label}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Polls `check` every 10 ms until it returns true; panics with `what` after `timeout`.
+/// Use instead of sleeps: the test proceeds as soon as the condition holds.
+pub async fn wait_until<F, Fut>(timeout: Duration, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting until {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Nearest-rank percentile (0..=100) of unsorted samples; `Duration::ZERO` when empty.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut s = samples.to_vec();
+    s.sort();
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}
