@@ -8,7 +8,7 @@
 //! | `isthmus_tunnel_dials_total{outcome,reason}` | agent | target dials: `ok`/`denied`/`failed` × reason |
 //! | `isthmus_tunnel_connects_total{code}` | server | CONNECT requests by the status answered |
 //! | `isthmus_tunnel_handshakes_total{outcome}` | both | session TLS handshakes: `ok`/`failed` |
-//! | `isthmus_tunnel_bytes_total{direction}` | both | bytes of closed streams, `to_target`/`from_target` |
+//! | `isthmus_tunnel_bytes_total{direction}` | both | bytes carried, `to_target`/`from_target` |
 //! | `isthmus_tunnel_ping_rtt_seconds` | server | round trip of a request/answer on each session |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -68,7 +68,7 @@ pub struct Metrics {
     pub connects: Family<CodeLabel, Counter>,
     /// Session handshakes.
     pub handshakes: Family<OutcomeLabel, Counter>,
-    /// Bytes of closed streams.
+    /// Bytes carried.
     pub bytes: Family<DirectionLabel, Counter>,
     /// Session round trip.
     pub ping_rtt: Histogram,
@@ -109,7 +109,7 @@ impl Metrics {
             "Session TLS handshakes by outcome",
             m.handshakes.clone(),
         );
-        r.register("bytes", "Bytes carried by closed streams", m.bytes.clone());
+        r.register("bytes", "Bytes carried by streams", m.bytes.clone());
         r.register(
             "ping_rtt_seconds",
             "Request round trip on a session",
@@ -146,15 +146,6 @@ impl Metrics {
             family: self.sessions.clone(),
             state,
         }
-    }
-
-    /// Adds the bytes of a closed stream.
-    pub(crate) fn add_bytes(&self, to_target: u64, from_target: u64) {
-        let d = |direction| DirectionLabel { direction };
-        self.bytes.get_or_create(&d("to_target")).inc_by(to_target);
-        self.bytes
-            .get_or_create(&d("from_target"))
-            .inc_by(from_target);
     }
 }
 

@@ -22,15 +22,12 @@ async fn setup(world: &World, allow: &[&str]) -> (TestServer, TestAgent) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn webhook_calls_in_parallel() {
-    let world = World::new();
+    let world = std::sync::Arc::new(World::new());
     let (webhook, served) = start_webhook(&world).await;
     let (server, agent) = setup(&world, &["127.0.0.0/8"]).await;
     let addr = ConnectAddr::Tcp(server.connect);
     let start = Instant::now();
-    let calls = (0..200)
-        .map(|_| call(&world, &addr, true, webhook, "/"))
-        .collect();
-    let results = join_all(calls).await;
+    let results = parallel_calls(&world, &addr, true, webhook, 200).await;
     let failed: Vec<_> = results.iter().filter_map(|r| r.as_ref().err()).collect();
     println!(
         "200 parallel webhook calls through the tunnel in {:?}",

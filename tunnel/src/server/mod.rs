@@ -16,7 +16,6 @@ use tokio::net::{TcpListener, UnixListener};
 use tokio_rustls::{TlsAcceptor, TlsStream};
 use tokio_util::sync::CancellationToken;
 
-
 /// Everything the server needs besides its sockets.
 #[derive(Debug, Clone)]
 pub struct ServerOptions {

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
@@ -38,6 +38,11 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
+        // `RUST_LOG=isthmus_tunnel=debug cargo test ... -- --nocapture` shows the tunnel's logs.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
         let pki = TestPki::new();
         Self {
             server_cert: pki.server_cert(&["vpn.test", "vpn-temp.test", "127.0.0.1"]),
@@ -118,6 +123,7 @@ pub fn entry(address: &str) -> ServerEntryConfig {
     }
 }
 
+#[derive(Clone, Debug)]
 pub enum ConnectAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
@@ -363,27 +369,118 @@ pub async fn call(
     }
 }
 
-/// Runs all futures concurrently on the current task (no `'static` needed) and returns their
-/// outputs in order.
-pub async fn join_all<F: Future>(futs: Vec<F>) -> Vec<F::Output> {
-    let mut futs: Vec<Pin<Box<F>>> = futs.into_iter().map(Box::pin).collect();
-    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
-            if o.is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => *o = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
+/// `n` webhook calls at once, each in its own task; the results in order.
+pub async fn parallel_calls(
+    world: &Arc<World>,
+    addr: &ConnectAddr,
+    tls: bool,
+    webhook: SocketAddr,
+    n: usize,
+) -> Vec<Result<(), String>> {
+    let tasks: Vec<_> = (0..n)
+        .map(|_| {
+            let (world, addr) = (world.clone(), addr.clone());
+            tokio::spawn(async move { call(&world, &addr, tls, webhook, "/").await })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(n);
+    for t in tasks {
+        out.push(t.await.unwrap_or_else(|e| Err(e.to_string())));
+    }
+    out
+}
+
+/// One recorded webhook call of a [`Load`].
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub start: Instant,
+    pub end: Instant,
+    pub result: Result<(), String>,
+}
+
+/// Webhook calls issued continuously by `workers` tasks until stopped; every call recorded.
+pub struct Load {
+    stop: CancellationToken,
+    pub records: Arc<Mutex<Vec<Record>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Load {
+    /// Each worker alternates a fast call and one whose webhook takes `slow_ms` (0: all fast),
+    /// so that some streams are always open when a session drains.
+    pub fn start(
+        world: &Arc<World>,
+        addr: &ConnectAddr,
+        webhook: SocketAddr,
+        workers: usize,
+        slow_ms: u64,
+    ) -> Self {
+        let stop = CancellationToken::new();
+        let records = Arc::new(Mutex::new(Vec::new()));
+        let tasks = (0..workers)
+            .map(|w| {
+                let (world, addr, stop, records) =
+                    (world.clone(), addr.clone(), stop.clone(), records.clone());
+                tokio::spawn(async move {
+                    let mut i = w;
+                    while !stop.is_cancelled() {
+                        let path = if slow_ms > 0 && i % 2 == 1 {
+                            format!("/slow/{slow_ms}")
+                        } else {
+                            "/".into()
+                        };
+                        i += 1;
+                        let start = Instant::now();
+                        let result = call(&world, &addr, true, webhook, &path).await;
+                        records.lock().unwrap().push(Record {
+                            start,
+                            end: Instant::now(),
+                            result,
+                        });
+                    }
+                })
+            })
+            .collect();
+        Self {
+            stop,
+            records,
+            tasks,
         }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
+    }
+
+    pub fn ok(&self) -> usize {
+        self.records
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.result.is_ok())
+            .count()
+    }
+
+    /// Waits until `more` further calls have succeeded.
+    pub async fn wait_for_more(&self, more: usize) {
+        let target = self.ok() + more;
+        isthmus_testkit::wait_until(DEADLINE, "more calls succeeded", || {
+            let done = self.ok() >= target;
+            async move { done }
+        })
+        .await;
+    }
+
+    /// Stops issuing calls, waits for the ones in flight, returns every record.
+    pub async fn stop(self) -> Vec<Record> {
+        self.stop.cancel();
+        for t in self.tasks {
+            t.await.unwrap();
         }
-    })
-    .await;
-    out.into_iter().flatten().collect()
+        let r = self.records.lock().unwrap().clone();
+        r
+    }
+}
+
+pub fn failures(records: &[Record]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| r.result.clone().err())
+        .collect()
 }
