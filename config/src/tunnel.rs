@@ -26,6 +26,10 @@ pub struct TunnelServerConfig {
     /// How long a CONNECT may wait for an agent to answer before it gets `504`. Default `15s`.
     #[serde(default = "defaults::connect_timeout")]
     pub connect_timeout: Duration,
+    /// When no agent session is live, how long a CONNECT waits for one (an agent reconnecting
+    /// after a server restart) before it gets `503`. Default `3s`; `0s` answers at once.
+    #[serde(default = "defaults::session_wait")]
+    pub session_wait: Duration,
     /// After SIGTERM, how long open streams may take to finish. Default `30s`.
     #[serde(default = "defaults::drain_timeout")]
     pub drain_timeout: Duration,
@@ -295,6 +299,12 @@ impl Schema for TunnelServerConfig {
                 "is the same as agents.address".into(),
             ));
         }
+        if self.session_wait.get() >= self.connect_timeout.get() {
+            p.push((
+                "session_wait".into(),
+                "must be less than connect_timeout".into(),
+            ));
+        }
         check_http2(&mut p, &self.http2);
         for (at, d) in [
             ("connect_timeout", self.connect_timeout),
@@ -418,6 +428,9 @@ mod defaults {
     }
     pub fn connect_timeout() -> Duration {
         Duration::from_secs(15)
+    }
+    pub fn session_wait() -> Duration {
+        Duration::from_secs(3)
     }
     pub fn drain_timeout() -> Duration {
         Duration::from_secs(30)

@@ -93,7 +93,7 @@ async fn open(
     target: &str,
 ) -> Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode> {
     let mut last = StatusCode::SERVICE_UNAVAILABLE;
-    for session in shared.sessions.candidates() {
+    for session in candidates(shared).await {
         let counted = session.begin_stream();
         let req = Request::connect(target)
             .body(Empty::<Bytes>::new())
@@ -128,4 +128,17 @@ async fn open(
         }
     }
     Err(last)
+}
+
+/// The candidate sessions; when there is none, waits up to `session_wait` for one, so that a
+/// CONNECT arriving while the agent reconnects (server restart) is delayed, not refused.
+async fn candidates(shared: &Shared) -> Vec<std::sync::Arc<super::sessions::Session>> {
+    let deadline = tokio::time::Instant::now() + shared.session_wait;
+    loop {
+        let c = shared.sessions.candidates();
+        if !c.is_empty() || tokio::time::Instant::now() >= deadline {
+            return c;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
 }

@@ -27,6 +27,8 @@ pub struct ServerOptions {
     pub http2: Http2Config,
     /// How long a CONNECT may wait for an agent's answer.
     pub connect_timeout: Duration,
+    /// How long a CONNECT waits for a session when none is live.
+    pub session_wait: Duration,
     /// How long open streams may take to finish after shutdown starts.
     pub drain_timeout: Duration,
     /// Interval of the round-trip probe on each session (`ping_rtt_seconds`).
@@ -52,6 +54,7 @@ impl ServerOptions {
             connect_tls,
             http2: c.http2.clone(),
             connect_timeout: c.connect_timeout.get(),
+            session_wait: c.session_wait.get(),
             drain_timeout: c.drain_timeout.get(),
             probe_interval: c.http2.keepalive_interval.get(),
         })
@@ -74,6 +77,7 @@ pub(crate) struct Shared {
     pub(crate) acceptor: TlsAcceptor,
     pub(crate) http2: hyper::client::conn::http2::Builder<TokioExecutor>,
     pub(crate) connect_timeout: Duration,
+    pub(crate) session_wait: Duration,
     pub(crate) probe_interval: Duration,
     /// Cancelled when the server stops for good: sessions and streams are dropped.
     pub(crate) shutdown: CancellationToken,
@@ -103,6 +107,7 @@ impl Server {
             acceptor: TlsAcceptor::from(opts.agents_tls.clone()),
             http2: crate::h2::client(&opts.http2),
             connect_timeout: opts.connect_timeout,
+            session_wait: opts.session_wait,
             probe_interval: opts.probe_interval,
             shutdown: CancellationToken::new(),
         });

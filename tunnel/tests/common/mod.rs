@@ -60,6 +60,7 @@ impl World {
             connect_tls: connect_tls.then(|| self.pki.server_config(&self.server_cert, true, &[])),
             http2: Http2Config::default(),
             connect_timeout: Duration::from_secs(10),
+            session_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
             probe_interval: Duration::from_millis(200),
         }
