@@ -40,13 +40,10 @@ impl ServerOptions {
     pub fn from_config(c: &TunnelServerConfig) -> Result<Self, Error> {
         let t = &c.agents.tls;
         let agents_tls = tls::server_config(&t.cert, &t.key, &t.client_ca, &[tls::ALPN_H2])?;
+        // No ALPN on the CONNECT endpoint: a client offering none, or only `h2`, must still get
+        // in (rustls refuses a handshake whose offered protocols do not overlap ours).
         let connect_tls = match &c.connect.tls {
-            Some(t) => Some(tls::server_config(
-                &t.cert,
-                &t.key,
-                &t.client_ca,
-                &[b"http/1.1"],
-            )?),
+            Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.client_ca, &[])?),
             None => None,
         };
         Ok(Self {
