@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod allow;
 mod duration;
 mod error;
 mod load;
