@@ -203,3 +203,60 @@ fn example_configs_parse() {
     }
     assert!(n >= 3, "expected the example configs in {}", dir.display());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_names_are_resolved_in_the_shoot_and_checked() {
+    let world = World::new();
+    let (webhook, _) = start_webhook(&world).await;
+    let server = TestServer::start(world.server_options(true), None, None).await;
+    let allow = format!("127.0.0.1/32:{}", webhook.port());
+    let mut opts = world.agent_options(
+        vec![entry("vpn.test:443")],
+        SwitchResolver::new(vec![server.agents]),
+        &[allow.as_str()],
+    );
+    // Bounds the lookup of the unknown name where DNS does not answer at all.
+    opts.dial_timeout = std::time::Duration::from_secs(1);
+    let agent = TestAgent::start(opts);
+    let s = server.server.clone();
+    wait_until(DEADLINE, "the agent is connected", || {
+        let ok = s.live_sessions() == 1;
+        async move { ok }
+    })
+    .await;
+    let addr = ConnectAddr::Tcp(server.connect);
+    // `localhost` resolves (in the shoot) to 127.0.0.1 (and maybe ::1, which is not allowed).
+    let ok = connect(
+        &addr,
+        Some(world.apiserver_tls()),
+        &format!("localhost:{}", webhook.port()),
+    )
+    .await;
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    drop(ok);
+    let denied = connect(
+        &addr,
+        Some(world.apiserver_tls()),
+        &format!("localhost:{}", server.agents.port()),
+    )
+    .await;
+    assert_eq!(denied.err().as_deref(), Some("status 403"));
+    let unknown = connect(
+        &addr,
+        Some(world.apiserver_tls()),
+        "no-such-host.invalid:443",
+    )
+    .await;
+    assert_eq!(unknown.err().as_deref(), Some("status 502"));
+    let m = agent.metrics();
+    assert_eq!(
+        metric(
+            &m,
+            "isthmus_tunnel_dials_total{outcome=\"failed\",reason=\"resolve\"}"
+        ),
+        1.0,
+        "{m}"
+    );
+    agent.stop().await;
+    server.stop().await;
+}

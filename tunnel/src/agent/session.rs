@@ -15,6 +15,10 @@ use tokio_util::sync::CancellationToken;
 /// Connects at most this long (TCP, proxy and TLS together).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A session whose server has not sent its verifying probe by then is dropped and redialed:
+/// something that accepted our TLS is not a working tunnel server.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Keeps a session to `route` until `drain` is cancelled; `verified` is true while the
 /// current connection has answered the server's probe.
 pub(crate) async fn run(
@@ -54,6 +58,7 @@ pub(crate) async fn run(
         let mut conn = std::pin::pin!(conn);
         let mut seen = verified.subscribe();
         let mut was_verified = false;
+        let verify_by = tokio::time::Instant::now() + VERIFY_TIMEOUT;
         loop {
             tokio::select! {
                 r = &mut conn => {
@@ -67,6 +72,10 @@ pub(crate) async fn run(
                         state.set("active");
                         tracing::info!(server = %route.addr, "session active");
                     }
+                }
+                _ = tokio::time::sleep_until(verify_by), if !was_verified => {
+                    tracing::warn!(server = %route.addr, "server never verified the session; redialing");
+                    break;
                 }
                 _ = drain.cancelled() => {
                     // GOAWAY: the server opens no new streams here; open ones finish.
