@@ -171,3 +171,34 @@ async fn server_restart_agents_reconnect() {
     agent.stop().await;
     restarted.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn new_streams_go_to_the_session_with_fewest_in_flight() {
+    let world = Arc::new(World::new());
+    let (webhook, _) = start_webhook(&world).await;
+    let server = TestServer::start(world.server_options(true), None, None).await;
+    let dns = SwitchResolver::new(vec![server.agents]);
+    let a = TestAgent::start(world.agent_options(
+        vec![entry("vpn.test:443")],
+        dns.clone(),
+        &["127.0.0.0/8"],
+    ));
+    let b =
+        TestAgent::start(world.agent_options(vec![entry("vpn.test:443")], dns, &["127.0.0.0/8"]));
+    live(&server.server, 2, "both agents are connected").await;
+    let addr = ConnectAddr::Tcp(server.connect);
+    let mut open = Vec::new();
+    for _ in 0..10 {
+        open.push(
+            connect(&addr, Some(world.apiserver_tls()), &webhook.to_string())
+                .await
+                .unwrap(),
+        );
+    }
+    let in_flight = |t: &TestAgent| metric(&t.metrics(), "isthmus_tunnel_streams_in_flight");
+    assert_eq!((in_flight(&a), in_flight(&b)), (5.0, 5.0));
+    drop(open);
+    a.stop().await;
+    b.stop().await;
+    server.stop().await;
+}
