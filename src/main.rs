@@ -22,6 +22,10 @@ struct Cli {
 enum Command {
     /// Run the L4 SNI proxy (routes TLS by ClientHello SNI; never terminates TLS).
     Proxy(cmd::proxy::Args),
+    /// Run the seed-side tunnel server (agents dial in; kube-apiserver CONNECTs through it).
+    TunnelServer(cmd::tunnel::Args),
+    /// Run the shoot-side tunnel agent (dials out to servers; dials allowed targets).
+    TunnelAgent(cmd::tunnel::Args),
     /// Validate a proxy configuration file and print every error with file:line:col.
     CheckConfig(cmd::check_config::Args),
     /// Run the live-migration controller (DNS records, proxy routes, Etcd fields) on this seed.
@@ -36,6 +40,8 @@ fn main() -> ExitCode {
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::CheckConfig(args) => cmd::check_config::run(args),
         Command::Controller(args) => cmd::controller::run(*args),
+        Command::TunnelServer(args) => cmd::tunnel::run_server(args),
+        Command::TunnelAgent(args) => cmd::tunnel::run_agent(args),
     };
     match result {
         Ok(code) => code,

@@ -3,7 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use isthmus_testkit::{
-    client_config, http_get, tls_connect, wait_until, Scratch, TestPki, TlsEchoServer,
+    client_config, http_get, server_config, tls_connect, wait_until, Scratch, TestPki,
+    TlsEchoServer,
 };
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -111,7 +112,7 @@ async fn bound(admin: SocketAddr, listener: &str) -> SocketAddr {
 async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com", "b.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let dir = Scratch::new("cli-proxy");
     let config = |sni: &str| {
         format!(
@@ -191,7 +192,7 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
 async fn accept_backs_off_on_emfile_and_recovers() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let dir = Scratch::new("cli-emfile");
     let path = dir.join("proxy.yaml");
     std::fs::write(

@@ -19,11 +19,13 @@
 
 #![forbid(unsafe_code)]
 
+mod allow;
 mod duration;
 mod error;
 mod load;
 pub mod nullable;
 mod proxy;
+pub mod tunnel;
 pub mod validate;
 
 pub use duration::Duration;
@@ -32,4 +34,8 @@ pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists
 pub use proxy::{
     AdminConfig, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing, OutlierDetection,
     ProxyConfig, ProxyProtocolMode, ResolverConfig, RouteConfig, SendProxyProtocol, UpstreamConfig,
+};
+pub use tunnel::{
+    AgentTlsConfig, AgentsListenerConfig, AllowRule, ConnectListenerConfig, Http2Config,
+    ServerEntryConfig, ServerTlsConfig, TunnelAgentConfig, TunnelServerConfig,
 };

@@ -5,7 +5,9 @@
 mod common;
 
 use common::*;
-use isthmus_testkit::{client_config, http_get, tls_connect, wait_until, TestPki, TlsEchoServer};
+use isthmus_testkit::{
+    client_config, http_get, server_config, tls_connect, wait_until, TestPki, TlsEchoServer,
+};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -38,7 +40,7 @@ async fn config_endpoint_reports_the_file_hash_and_effective_config() {
 async fn shutdown_drains_readiness_then_listeners_then_connections() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let yaml = format!(
         "admin: {{ address: \"127.0.0.1:0\" }}
 watch_interval: 0s

@@ -6,7 +6,9 @@ mod common;
 
 use common::*;
 use isthmus_proxy::Reloaded;
-use isthmus_testkit::{client_config, tls_connect, wait_until, TestPki, TlsEchoServer};
+use isthmus_testkit::{
+    client_config, server_config, tls_connect, wait_until, TestPki, TlsEchoServer,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn config(
@@ -44,7 +46,7 @@ async fn echo<S: AsyncReadExt + AsyncWriteExt + Unpin>(s: &mut S, msg: &str) -> 
 async fn a_connection_survives_100_reloads_including_removal_of_its_route_and_listener() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com", "b.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let with_route = "{ sni: \"a.example.com\", upstream: u }";
     let f = Fixture::start(&config(with_route, up.addr, false, "0s")).await;
     let addr = f.addr("l").await;
@@ -86,7 +88,7 @@ async fn a_connection_survives_100_reloads_including_removal_of_its_route_and_li
 async fn an_invalid_file_is_rejected_counted_and_the_old_config_stays() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let good = config(
         "{ sni: \"a.example.com\", upstream: u }",
         up.addr,
@@ -125,7 +127,7 @@ async fn an_invalid_file_is_rejected_counted_and_the_old_config_stays() {
 async fn listeners_are_added_and_removed_without_touching_the_others() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let routes = "{ sni: \"a.example.com\", upstream: u }";
     let f = Fixture::start(&config(routes, up.addr, false, "0s")).await;
     let l_addr = f.addr("l").await;
@@ -172,7 +174,7 @@ async fn listeners_are_added_and_removed_without_touching_the_others() {
 async fn a_configmap_style_symlink_swap_is_picked_up_by_the_watcher() {
     let pki = TestPki::new();
     let id = pki.server_cert(&["a.example.com", "b.example.com"]);
-    let up = TlsEchoServer::start("up", &id).await;
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
     let dir = isthmus_testkit::Scratch::new("configmap");
     let write_version = |v: &str, routes: &str| {
         let d = dir.join(v);

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use isthmus_testkit::{client_config, tls_connect, TestPki, TlsEchoServer};
+use isthmus_testkit::{client_config, server_config, tls_connect, TestPki, TlsEchoServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn roundtrip(pki: &TestPki, addr: std::net::SocketAddr, sni: &str) -> String {
@@ -27,10 +27,10 @@ async fn routes_by_sni_across_listeners_with_wildcard_precedence() {
     ];
     let id = pki.server_cert(&names);
     let (a, b, c, d) = (
-        TlsEchoServer::start("exact-0", &id).await,
-        TlsEchoServer::start("wild-long", &id).await,
-        TlsEchoServer::start("wild-short", &id).await,
-        TlsEchoServer::start("exact-1", &id).await,
+        TlsEchoServer::start("exact-0", server_config(&pki, &id)).await,
+        TlsEchoServer::start("wild-long", server_config(&pki, &id)).await,
+        TlsEchoServer::start("wild-short", server_config(&pki, &id)).await,
+        TlsEchoServer::start("exact-1", server_config(&pki, &id)).await,
     );
     let yaml = format!(
         "{}listeners:

@@ -3,6 +3,7 @@
 pub mod check_config;
 pub mod controller;
 pub mod proxy;
+pub mod tunnel;
 
 use tracing_subscriber::EnvFilter;
 

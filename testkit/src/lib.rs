@@ -12,8 +12,8 @@ mod poll;
 mod scratch;
 mod tls;
 
-pub use pki::{Identity, TestPki};
-pub use poll::wait_until;
+pub use pki::{CertKey, TestPki};
+pub use poll::{percentile, wait_until};
 pub use scratch::Scratch;
 pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};
 

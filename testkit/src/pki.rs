@@ -1,46 +1,45 @@
-//! A throwaway certificate authority (rcgen) issuing server and client certificates.
+//! A throwaway certificate authority (rcgen) issuing server and client certificates, and
+//! rustls configurations built from it.
 
 use rcgen::{
-    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// A CA that signs leaf certificates for tests.
-pub struct TestPki {
-    issuer: CertifiedIssuer<'static, KeyPair>,
-}
-
-impl std::fmt::Debug for TestPki {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TestPki")
-    }
-}
-
-/// A certificate with its key, in the forms rustls and files want.
-#[derive(Debug, Clone)]
-pub struct Identity {
+/// A certificate and its private key, in DER and PEM.
+#[derive(Debug)]
+pub struct CertKey {
+    /// Certificate chain, leaf first (just the leaf: the CA is in the trust store).
+    pub chain: Vec<CertificateDer<'static>>,
+    /// The private key (PKCS#8).
+    pub key: PrivateKeyDer<'static>,
+    /// The certificate as PEM.
     pub cert_pem: String,
+    /// The private key as PEM.
     pub key_pem: String,
-    pub cert_der: CertificateDer<'static>,
-    pub key_der: Vec<u8>,
 }
 
-impl Identity {
-    /// The key in the type rustls configs take.
-    pub fn key(&self) -> PrivateKeyDer<'static> {
-        PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(self.key_der.clone()))
+impl CertKey {
+    /// Writes `NAME.crt` and `NAME.key` into `dir`; returns their paths.
+    pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        let (c, k) = (
+            dir.join(format!("{name}.crt")),
+            dir.join(format!("{name}.key")),
+        );
+        std::fs::write(&c, &self.cert_pem).unwrap();
+        std::fs::write(&k, &self.key_pem).unwrap();
+        (c, k)
     }
+}
 
-    /// Writes `<stem>.crt` and `<stem>.key` into `dir` and returns their paths.
-    pub fn write(&self, dir: &Path, stem: &str) -> (PathBuf, PathBuf) {
-        let cert = dir.join(format!("{stem}.crt"));
-        let key = dir.join(format!("{stem}.key"));
-        std::fs::write(&cert, &self.cert_pem).unwrap();
-        std::fs::write(&key, &self.key_pem).unwrap();
-        (cert, key)
-    }
+/// A throw-away CA that issues server and client certificates.
+#[derive(Debug)]
+pub struct TestPki {
+    ca: CertifiedIssuer<'static, KeyPair>,
 }
 
 impl Default for TestPki {
@@ -50,60 +49,118 @@ impl Default for TestPki {
 }
 
 impl TestPki {
-    /// A new CA with a fresh key.
+    /// A new CA named "isthmus test CA".
     pub fn new() -> Self {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "isthmus test CA");
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { issuer }
+        params.distinguished_name = dn("isthmus test CA");
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        Self { ca }
     }
 
-    /// The CA certificate (DER).
+    /// The CA certificate.
     pub fn ca_der(&self) -> CertificateDer<'static> {
-        self.issuer.der().clone()
+        self.ca.der().clone()
     }
 
-    /// The CA certificate (PEM).
+    /// The CA certificate as PEM.
     pub fn ca_pem(&self) -> String {
-        self.issuer.pem()
+        self.ca.pem()
     }
 
-    /// Writes `ca.crt` into `dir` and returns its path.
+    /// Writes the CA certificate as `ca.crt` into `dir`.
     pub fn write_ca(&self, dir: &Path) -> PathBuf {
-        let path = dir.join("ca.crt");
-        std::fs::write(&path, self.ca_pem()).unwrap();
-        path
+        let p = dir.join("ca.crt");
+        std::fs::write(&p, self.ca_pem()).unwrap();
+        p
     }
 
-    /// A certificate for these DNS names / IP addresses, usable as server and client.
-    pub fn server_cert(&self, names: &[&str]) -> Identity {
-        self.issue(names, names.first().copied().unwrap_or("server"))
+    /// A trust store holding just this CA.
+    pub fn roots(&self) -> RootCertStore {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca_der()).unwrap();
+        roots
     }
 
-    /// A client certificate with this common name.
-    pub fn client_cert(&self, cn: &str) -> Identity {
-        self.issue(&[cn], cn)
-    }
-
-    fn issue(&self, names: &[&str], cn: &str) -> Identity {
+    /// A server certificate for DNS names and/or IP addresses (`"127.0.0.1"` becomes an IP SAN).
+    pub fn server_cert(&self, names: &[&str]) -> CertKey {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names).unwrap();
-        params.distinguished_name.push(DnType::CommonName, cn);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        params.distinguished_name = dn(names.first().map_or("server", String::as_str));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue(params)
+    }
+
+    /// A client certificate with common name `cn`.
+    pub fn client_cert(&self, cn: &str) -> CertKey {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = dn(cn);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
+    fn issue(&self, params: CertificateParams) -> CertKey {
         let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Identity {
+        let cert = params.signed_by(&key, &self.ca).unwrap();
+        CertKey {
+            chain: vec![cert.der().clone()],
+            key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
-            cert_der: cert.der().clone(),
-            key_der: key.serialize_der(),
         }
     }
+
+    /// A rustls server config presenting `cert`; with `client_auth`, clients must present a
+    /// certificate from this CA. ALPN: `alpn` (empty for none).
+    pub fn server_config(
+        &self,
+        cert: &CertKey,
+        client_auth: bool,
+        alpn: &[&str],
+    ) -> Arc<ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .unwrap();
+        let builder = if client_auth {
+            let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(self.roots()),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(v)
+        } else {
+            builder.with_no_client_auth()
+        };
+        let mut c = builder
+            .with_single_cert(cert.chain.clone(), cert.key.clone_key())
+            .unwrap();
+        c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Arc::new(c)
+    }
+
+    /// A rustls client config trusting this CA, presenting `client` if given.
+    pub fn client_config(&self, client: Option<&CertKey>, alpn: &[&str]) -> Arc<ClientConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(self.roots());
+        let mut c = match client {
+            Some(ck) => builder
+                .with_client_auth_cert(ck.chain.clone(), ck.key.clone_key())
+                .unwrap(),
+            None => builder.with_no_client_auth(),
+        };
+        c.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
+        Arc::new(c)
+    }
+}
+
+fn dn(cn: &str) -> DistinguishedName {
+    let mut d = DistinguishedName::new();
+    d.push(DnType::CommonName, cn);
+    d
 }

@@ -21,3 +21,14 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Nearest-rank percentile (0..=100) of unsorted samples; `Duration::ZERO` when empty.
+pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let mut s = samples.to_vec();
+    s.sort();
+    let rank = ((p / 100.0) * s.len() as f64).ceil() as usize;
+    s[rank.clamp(1, s.len()) - 1]
+}

@@ -1,39 +1,22 @@
 //! rustls configurations and a TLS echo server that names itself in every reply.
 
-use crate::{Identity, TestPki};
+use crate::{CertKey, TestPki};
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::{ClientConfig, ServerConfig};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{client::TlsStream, TlsAcceptor, TlsConnector};
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+/// A server config presenting `id`, without client authentication, no ALPN.
+pub fn server_config(pki: &TestPki, id: &CertKey) -> Arc<ServerConfig> {
+    pki.server_config(id, false, &[])
 }
 
-/// A server config presenting `id`.
-pub fn server_config(id: &Identity) -> Arc<ServerConfig> {
-    let c = ServerConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(vec![id.cert_der.clone()], id.key())
-        .unwrap();
-    Arc::new(c)
-}
-
-/// A client config trusting `pki`'s CA.
+/// A client config trusting `pki`'s CA, without a client certificate, no ALPN.
 pub fn client_config(pki: &TestPki) -> Arc<ClientConfig> {
-    let mut roots = RootCertStore::empty();
-    roots.add(pki.ca_der()).unwrap();
-    let c = ClientConfig::builder_with_provider(provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    Arc::new(c)
+    pki.client_config(None, &[])
 }
 
 /// Connects to `addr` and completes a TLS handshake with SNI `name`.
@@ -57,11 +40,11 @@ pub struct TlsEchoServer {
 }
 
 impl TlsEchoServer {
-    /// Starts serving `id` under the name `label`.
-    pub async fn start(label: &str, id: &Identity) -> Self {
+    /// Starts serving `config` under the name `label`.
+    pub async fn start(label: &str, config: Arc<ServerConfig>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let acceptor = TlsAcceptor::from(server_config(id));
+        let acceptor = TlsAcceptor::from(config);
         let label = label.to_owned();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {

@@ -1,0 +1,442 @@
+//! The schema of `isthmus tunnel-server --config FILE` and `isthmus tunnel-agent --config FILE`
+//! (issue 4). Every field is documented here and in `tunnel/README.md`; keep them in step.
+
+pub use crate::allow::AllowRule;
+use crate::load::{Lists, Schema};
+use crate::{nullable, AdminConfig, ConfigError, Duration};
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+type Problems = Vec<(String, String)>;
+
+/// The whole `tunnel-server` configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelServerConfig {
+    /// Where agents dial in (TLS 1.3, client certificate required).
+    pub agents: AgentsListenerConfig,
+    /// The HTTP/1.1 CONNECT endpoint kube-apiserver's egress selector uses.
+    pub connect: ConnectListenerConfig,
+    /// The admin HTTP endpoint (`/metrics`, `/healthz`, `/readyz`). Default `127.0.0.1:9902`.
+    #[serde(default = "defaults::server_admin")]
+    pub admin: AdminConfig,
+    /// HTTP/2 tuning of the agent sessions.
+    #[serde(default)]
+    pub http2: Http2Config,
+    /// How long a CONNECT may wait for an agent to answer before it gets `504`. Default `15s`.
+    #[serde(default = "defaults::connect_timeout")]
+    pub connect_timeout: Duration,
+    /// When no agent session is live, how long a CONNECT waits for one (an agent reconnecting
+    /// after a server restart) before it gets `503`. Default `3s`; `0s` answers at once.
+    #[serde(default = "defaults::session_wait")]
+    pub session_wait: Duration,
+    /// After SIGTERM, how long open streams may take to finish. Default `30s`.
+    #[serde(default = "defaults::drain_timeout")]
+    pub drain_timeout: Duration,
+}
+
+/// The agents' listener.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentsListenerConfig {
+    /// Address and port, e.g. `0.0.0.0:9443`.
+    pub address: SocketAddr,
+    /// Server certificate and the CA that agents' client certificates must chain to.
+    pub tls: ServerTlsConfig,
+}
+
+/// The CONNECT listener: exactly one of `address` (TCP, optionally TLS) or `unix`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConnectListenerConfig {
+    /// TCP address and port, e.g. `0.0.0.0:9444`.
+    #[serde(default)]
+    pub address: Option<SocketAddr>,
+    /// Path of a Unix socket to listen on instead of TCP (removed and re-created at start).
+    #[serde(default)]
+    pub unix: Option<PathBuf>,
+    /// TLS with mandatory client certificates for the TCP endpoint. Without it the endpoint
+    /// speaks plain HTTP: only for a socket reachable by kube-apiserver alone.
+    #[serde(default)]
+    pub tls: Option<ServerTlsConfig>,
+}
+
+/// Server-side TLS files (PEM).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerTlsConfig {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1).
+    pub key: PathBuf,
+    /// CA certificates that peers' client certificates must chain to.
+    pub client_ca: PathBuf,
+}
+
+/// HTTP/2 settings of an agent session; both ends use the same defaults.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http2Config {
+    /// Receive window of each stream in bytes. Default `4194304` (4 MiB): at 200 ms RTT a
+    /// stream can then carry ~160 Mbit/s; the HTTP/2 default of 64 KiB caps it at ~2.6 Mbit/s.
+    #[serde(default = "defaults::stream_window")]
+    pub stream_window: u32,
+    /// Receive window of the whole session in bytes. Default `33554432` (32 MiB): eight
+    /// streams can sit on full windows (a stalled reader) and the rest still flow.
+    #[serde(default = "defaults::connection_window")]
+    pub connection_window: u32,
+    /// Interval of HTTP/2 PING keepalives, well under any load balancer's idle timeout.
+    /// Default `10s`.
+    #[serde(default = "defaults::keepalive_interval")]
+    pub keepalive_interval: Duration,
+    /// A session whose PING is not answered within this time is closed. Default `20s`.
+    #[serde(default = "defaults::keepalive_timeout")]
+    pub keepalive_timeout: Duration,
+}
+
+impl Default for Http2Config {
+    fn default() -> Self {
+        Self {
+            stream_window: defaults::stream_window(),
+            connection_window: defaults::connection_window(),
+            keepalive_interval: defaults::keepalive_interval(),
+            keepalive_timeout: defaults::keepalive_timeout(),
+        }
+    }
+}
+
+/// The whole `tunnel-agent` configuration file.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct TunnelAgentConfig {
+    /// Tunnel servers to hold sessions to; each name is re-resolved every `resolve_interval`
+    /// and one session is held per resolved address.
+    pub servers: Vec<ServerEntryConfig>,
+    /// The agent's client certificate and the CA that servers' certificates must chain to.
+    pub tls: AgentTlsConfig,
+    /// Targets the server may open: `CIDR` or `CIDR:port` (`10.250.0.0/16:10250`,
+    /// `fd00::/8:443`); a bare IP means a single address. Anything else gets `403`, no dial.
+    pub allow: Vec<String>,
+    /// The admin HTTP endpoint (`/metrics`, `/healthz`, `/readyz`). Default `127.0.0.1:9903`.
+    #[serde(default = "defaults::agent_admin")]
+    pub admin: AdminConfig,
+    /// HTTP/2 tuning of the sessions.
+    #[serde(default)]
+    pub http2: Http2Config,
+    /// How often server names are re-resolved. Default `30s`.
+    #[serde(default = "defaults::resolve_interval")]
+    pub resolve_interval: Duration,
+    /// How long dialing a target may take before the server gets `504`. Default `10s`.
+    #[serde(default = "defaults::dial_timeout")]
+    pub dial_timeout: Duration,
+    /// First reconnect delay; doubled per failure, with jitter. Default `100ms`.
+    #[serde(default = "defaults::backoff_initial")]
+    pub backoff_initial: Duration,
+    /// Largest reconnect delay. Default `4s`.
+    #[serde(default = "defaults::backoff_max")]
+    pub backoff_max: Duration,
+    /// How long streams of a draining session may take to finish. Default `30s`.
+    #[serde(default = "defaults::drain_timeout")]
+    pub drain_timeout: Duration,
+}
+
+/// One tunnel server the agent dials.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntryConfig {
+    /// `host:port` to dial (the server itself, an isthmus proxy routing on SNI, or the HTTP
+    /// CONNECT proxy when `http_connect_header` is set).
+    pub address: String,
+    /// TLS server name (SNI and certificate check). Default: the host of `address`.
+    #[serde(default, deserialize_with = "nullable::string")]
+    pub server_name: Option<String>,
+    /// When set, `address` is an HTTP CONNECT proxy: the agent sends `CONNECT address` with
+    /// this `Name: value` header (Gardener's `X-Gardener-Destination: outbound|1194||…`).
+    #[serde(default, deserialize_with = "nullable::string")]
+    pub http_connect_header: Option<String>,
+}
+
+/// Agent-side TLS files (PEM).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentTlsConfig {
+    /// CA certificates that the server's certificate must chain to.
+    pub ca: PathBuf,
+    /// The agent's client certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// The agent's private key.
+    pub key: PathBuf,
+}
+
+impl TunnelAgentConfig {
+    /// The parsed allow-list; entries that fail to parse were already rejected by validation.
+    pub fn allow_rules(&self) -> Vec<AllowRule> {
+        self.allow
+            .iter()
+            .filter_map(|a| AllowRule::parse(a).ok())
+            .collect()
+    }
+}
+
+impl Schema for TunnelServerConfig {
+    fn validate(&self) -> Problems {
+        let mut p = Problems::new();
+        match (&self.connect.address, &self.connect.unix) {
+            (Some(_), Some(_)) => p.push((
+                "connect".into(),
+                "set exactly one of address and unix, not both".into(),
+            )),
+            (None, None) => p.push((
+                "connect".into(),
+                "set exactly one of address and unix".into(),
+            )),
+            (None, Some(_)) if self.connect.tls.is_some() => p.push((
+                "connect.tls".into(),
+                "TLS is only for address, not unix".into(),
+            )),
+            _ => {}
+        }
+        if self.connect.address.is_some() && self.connect.address == Some(self.agents.address) {
+            p.push((
+                "connect.address".into(),
+                "is the same as agents.address".into(),
+            ));
+        }
+        if self.session_wait.get() >= self.connect_timeout.get() {
+            p.push((
+                "session_wait".into(),
+                "must be less than connect_timeout".into(),
+            ));
+        }
+        check_http2(&mut p, &self.http2);
+        for (at, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("drain_timeout", self.drain_timeout),
+        ] {
+            if d.get().is_zero() {
+                p.push((at.into(), "must be more than 0s".into()));
+            }
+        }
+        p
+    }
+}
+
+impl Schema for TunnelAgentConfig {
+    fn validate(&self) -> Problems {
+        let mut p = Problems::new();
+        if self.servers.is_empty() {
+            p.push(("servers".into(), "needs at least one server".into()));
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            if split_host_port(&s.address).is_none() {
+                p.push((
+                    format!("servers[{i}].address"),
+                    format!("invalid address {:?}: write host:port", s.address),
+                ));
+            }
+            if let Some(h) = &s.http_connect_header {
+                let ok = h.split_once(':').is_some_and(|(n, v)| {
+                    !n.is_empty()
+                        && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                        && !v.contains(['\r', '\n'])
+                });
+                if !ok {
+                    p.push((
+                        format!("servers[{i}].http_connect_header"),
+                        "write `Name: value`".into(),
+                    ));
+                }
+            }
+        }
+        if self.allow.is_empty() {
+            p.push((
+                "allow".into(),
+                "needs at least one entry (an empty list would refuse every target)".into(),
+            ));
+        }
+        for (i, a) in self.allow.iter().enumerate() {
+            if let Err(m) = AllowRule::parse(a) {
+                p.push((format!("allow[{i}]"), m));
+            }
+        }
+        check_http2(&mut p, &self.http2);
+        if self.backoff_initial.get().is_zero()
+            || self.backoff_initial.get() > self.backoff_max.get()
+        {
+            p.push((
+                "backoff_initial".into(),
+                "must be more than 0s and at most backoff_max".into(),
+            ));
+        }
+        for (at, d) in [
+            ("resolve_interval", self.resolve_interval),
+            ("dial_timeout", self.dial_timeout),
+        ] {
+            if d.get().is_zero() {
+                p.push((at.into(), "must be more than 0s".into()));
+            }
+        }
+        p
+    }
+    fn list_errors(lists: &Lists<'_>) -> Vec<ConfigError> {
+        lists.probe::<ServerEntryConfig>("servers")
+    }
+}
+
+/// Splits `host:port` / `[v6]:port` into host and port.
+pub fn split_host_port(s: &str) -> Option<(String, u16)> {
+    if let Ok(sa) = s.parse::<SocketAddr>() {
+        return Some((sa.ip().to_string(), sa.port()));
+    }
+    let (host, port) = s.rsplit_once(':')?;
+    let port = port.parse::<u16>().ok().filter(|p| *p > 0)?;
+    (!host.is_empty() && !host.contains([':', '[', ']', '/'])).then(|| (host.to_owned(), port))
+}
+
+fn check_http2(p: &mut Problems, h: &Http2Config) {
+    // RFC 9113: windows are at most 2^31-1; below 64 KiB would be slower than the default.
+    let range = 65_535..=0x7fff_ffff;
+    if !range.contains(&h.stream_window) {
+        p.push((
+            "http2.stream_window".into(),
+            "must be 65535..=2147483647".into(),
+        ));
+    }
+    if !range.contains(&h.connection_window) || h.connection_window < h.stream_window {
+        p.push((
+            "http2.connection_window".into(),
+            "must be 65535..=2147483647 and ≥ stream_window".into(),
+        ));
+    }
+    if h.keepalive_interval.get().is_zero() || h.keepalive_timeout.get().is_zero() {
+        p.push((
+            "http2".into(),
+            "keepalive_interval and keepalive_timeout must be more than 0s".into(),
+        ));
+    }
+}
+
+mod defaults {
+    use crate::{AdminConfig, Duration};
+    use std::net::SocketAddr;
+    pub fn server_admin() -> AdminConfig {
+        AdminConfig {
+            address: SocketAddr::from(([127, 0, 0, 1], 9902)),
+        }
+    }
+    pub fn agent_admin() -> AdminConfig {
+        AdminConfig {
+            address: SocketAddr::from(([127, 0, 0, 1], 9903)),
+        }
+    }
+    pub fn connect_timeout() -> Duration {
+        Duration::from_secs(15)
+    }
+    pub fn session_wait() -> Duration {
+        Duration::from_secs(3)
+    }
+    pub fn drain_timeout() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn stream_window() -> u32 {
+        4 << 20
+    }
+    pub fn connection_window() -> u32 {
+        32 << 20
+    }
+    pub fn keepalive_interval() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn keepalive_timeout() -> Duration {
+        Duration::from_secs(20)
+    }
+    pub fn resolve_interval() -> Duration {
+        Duration::from_secs(30)
+    }
+    pub fn dial_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn backoff_initial() -> Duration {
+        Duration::from_millis(100)
+    }
+    pub fn backoff_max() -> Duration {
+        Duration::from_secs(4)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parse;
+
+    const SERVER: &str = r#"
+agents:  { address: "0.0.0.0:9443", tls: { cert: s.crt, key: s.key, client_ca: ca.crt } }
+connect: { address: "0.0.0.0:9444", tls: { cert: c.crt, key: c.key, client_ca: ca.crt } }
+admin:   { address: "0.0.0.0:9902" }
+"#;
+    const AGENT: &str = r#"
+servers:
+  - { address: "vpn.shoot--foo--bar.seed-b.internal.example.com:443" }
+  - { address: "api.example.com:8443", http_connect_header: "X-Gardener-Destination: outbound|1194||vpn-seed-server-0.shoot--foo--bar.svc.cluster.local", server_name: vpn-seed-server }
+tls:   { ca: ca.crt, cert: a.crt, key: a.key }
+allow: ["10.96.0.0/12", "10.250.0.0/16:10250", "100.64.0.0/13"]
+admin: { address: "0.0.0.0:9903" }
+"#;
+
+    #[test]
+    fn issue_examples_parse() {
+        let s: TunnelServerConfig = parse("server.yaml", SERVER).unwrap();
+        assert_eq!(s.connect.address, Some("0.0.0.0:9444".parse().unwrap()));
+        let a: TunnelAgentConfig = parse("agent.yaml", AGENT).unwrap();
+        assert_eq!(a.servers[1].server_name.as_deref(), Some("vpn-seed-server"));
+        assert_eq!(a.allow_rules().len(), 3);
+    }
+
+    #[test]
+    fn connect_needs_exactly_one_endpoint() {
+        let text = SERVER.replace(
+            "connect: { address: \"0.0.0.0:9444\",",
+            "connect: { unix: /x.sock, address: \"0.0.0.0:9444\",",
+        );
+        let e = parse::<TunnelServerConfig>("s.yaml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("s.yaml:3:10: connect: set exactly one of address and unix"),
+            "{e}"
+        );
+        let e = parse::<TunnelServerConfig>("s.yaml", "agents: { address: \"0.0.0.0:1\", tls: { cert: a, key: b, client_ca: c } }\nconnect: {}\n").unwrap_err();
+        assert!(e.to_string().contains("connect: set exactly one"), "{e}");
+    }
+
+    #[test]
+    fn bad_allow_entries_point_at_the_entry() {
+        let text = AGENT.replace(
+            "\"100.64.0.0/13\"",
+            "\"100.64.0.1/13\", \"10.0.0.0/8:0\", nonsense",
+        );
+        let e = parse::<TunnelAgentConfig>("a.yaml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("a.yaml:6:"), "{e}");
+        assert!(
+            e.contains("allow[2]: invalid allow entry \"100.64.0.1/13\": host bits"),
+            "{e}"
+        );
+        assert!(
+            e.contains("allow[3]: invalid allow entry \"10.0.0.0/8:0\""),
+            "{e}"
+        );
+        assert!(
+            e.contains("allow[4]: invalid allow entry \"nonsense\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_errors() {
+        let e = parse::<TunnelAgentConfig>("a.yaml", &format!("{AGENT}bogus: 1\n")).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+    }
+}

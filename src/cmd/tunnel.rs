@@ -1,0 +1,106 @@
+//! `isthmus tunnel-server --config FILE` and `isthmus tunnel-agent --config FILE`.
+
+use anyhow::Context;
+use isthmus_config::{load_file, TunnelAgentConfig, TunnelServerConfig};
+use isthmus_tunnel::agent::{Agent, AgentOptions};
+use isthmus_tunnel::server::{ConnectListener, Server, ServerOptions};
+use prometheus_client::registry::Registry;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// Flags of `tunnel-server` and `tunnel-agent`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The configuration file (YAML).
+    #[arg(long, short = 'c')]
+    pub config: PathBuf,
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+/// Cancels the token on SIGTERM or SIGINT.
+async fn signals(token: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tracing::info!("shutting down: draining");
+    token.cancel();
+    Ok(())
+}
+
+pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
+    let config = load_file::<TunnelServerConfig>(&args.config)?.config;
+    let opts = ServerOptions::from_config(&config)?;
+    runtime()?.block_on(async move {
+        let mut registry = Registry::default();
+        let server = Server::new(opts, &mut registry);
+        let agents = tokio::net::TcpListener::bind(config.agents.address)
+            .await
+            .with_context(|| format!("bind agents {}", config.agents.address))?;
+        let connect = match (&config.connect.address, &config.connect.unix) {
+            (Some(a), _) => ConnectListener::Tcp(
+                tokio::net::TcpListener::bind(a)
+                    .await
+                    .with_context(|| format!("bind connect {a}"))?,
+            ),
+            (None, Some(p)) => {
+                let _ = std::fs::remove_file(p);
+                ConnectListener::Unix(
+                    tokio::net::UnixListener::bind(p)
+                        .with_context(|| format!("bind {}", p.display()))?,
+                )
+            }
+            (None, None) => anyhow::bail!("connect: set address or unix"),
+        };
+        let admin = tokio::net::TcpListener::bind(config.admin.address)
+            .await
+            .with_context(|| format!("bind admin {}", config.admin.address))?;
+        let shutdown = CancellationToken::new();
+        let ready_server = server.clone();
+        let ready = Arc::new(move || ready_server.live_sessions() > 0);
+        tokio::spawn(isthmus_tunnel::admin::serve(
+            admin,
+            Arc::new(registry),
+            ready,
+            shutdown.child_token(),
+        ));
+        tokio::spawn(signals(shutdown.clone()));
+        tracing::info!(agents = %config.agents.address, "tunnel server running");
+        server.run(agents, connect, shutdown).await;
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
+    let config = load_file::<TunnelAgentConfig>(&args.config)?.config;
+    let opts = AgentOptions::from_config(&config)?;
+    runtime()?.block_on(async move {
+        let mut registry = Registry::default();
+        let agent = Agent::new(opts, &mut registry);
+        let admin = tokio::net::TcpListener::bind(config.admin.address)
+            .await
+            .with_context(|| format!("bind admin {}", config.admin.address))?;
+        let shutdown = CancellationToken::new();
+        let ready_agent = agent.clone();
+        let ready = Arc::new(move || ready_agent.live_sessions() > 0);
+        tokio::spawn(isthmus_tunnel::admin::serve(
+            admin,
+            Arc::new(registry),
+            ready,
+            shutdown.child_token(),
+        ));
+        tokio::spawn(signals(shutdown.clone()));
+        tracing::info!(servers = config.servers.len(), "tunnel agent running");
+        agent.run(shutdown).await;
+        Ok(ExitCode::SUCCESS)
+    })
+}

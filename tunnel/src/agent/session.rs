@@ -1,0 +1,113 @@
+//! One agent session to one server address: connect (with jittered exponential backoff),
+//! serve HTTP/2 to the server, reconnect when the connection ends, drain with GOAWAY when
+//! told to.
+
+use super::transport::{self, Route};
+use super::Shared;
+use crate::agent::target::Service;
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// Connects at most this long (TCP, proxy and TLS together).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A session whose server has not sent its verifying probe by then is dropped and redialed:
+/// something that accepted our TLS is not a working tunnel server.
+const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Keeps a session to `route` until `drain` is cancelled; `verified` is true while the
+/// current connection has answered the server's probe.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    route: Route,
+    drain: CancellationToken,
+    verified: watch::Sender<bool>,
+) {
+    let mut delay = shared.backoff_initial;
+    while !drain.is_cancelled() {
+        let mut state = shared.targets.metrics.session_state("connecting");
+        let tls = tokio::select! {
+            _ = drain.cancelled() => break,
+            r = transport::connect(&route, &shared.tls, CONNECT_TIMEOUT) => r,
+        };
+        let tls = match tls {
+            Ok(tls) => tls,
+            Err(e) => {
+                shared.targets.metrics.handshake(false);
+                tracing::warn!(server = %route.addr, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot reach tunnel server");
+                drop(state);
+                sleep_jittered(delay, &drain).await;
+                delay = (delay * 2).min(shared.backoff_max);
+                continue;
+            }
+        };
+        shared.targets.metrics.handshake(true);
+        let service = Service {
+            targets: shared.targets.clone(),
+            verified: verified.clone(),
+        };
+        let svc = hyper::service::service_fn(move |req| {
+            let s = service.clone();
+            async move { Ok::<_, Infallible>(s.handle(req).await) }
+        });
+        let conn = shared.http2.serve_connection(TokioIo::new(tls), svc);
+        let mut conn = std::pin::pin!(conn);
+        let mut seen = verified.subscribe();
+        let mut was_verified = false;
+        let verify_by = tokio::time::Instant::now() + VERIFY_TIMEOUT;
+        loop {
+            tokio::select! {
+                r = &mut conn => {
+                    tracing::info!(server = %route.addr, result = ?r, "session closed");
+                    break;
+                }
+                _ = seen.changed(), if !was_verified => {
+                    if *seen.borrow_and_update() {
+                        was_verified = true;
+                        delay = shared.backoff_initial;
+                        state.set("active");
+                        tracing::info!(server = %route.addr, "session active");
+                    }
+                }
+                _ = tokio::time::sleep_until(verify_by), if !was_verified => {
+                    tracing::warn!(server = %route.addr, "server never verified the session; redialing");
+                    break;
+                }
+                _ = drain.cancelled() => {
+                    // GOAWAY: the server opens no new streams here; open ones finish.
+                    state.set("draining");
+                    tracing::info!(server = %route.addr, "session draining");
+                    conn.as_mut().graceful_shutdown();
+                    if tokio::time::timeout(shared.drain_timeout, &mut conn).await.is_err() {
+                        tracing::warn!(server = %route.addr, "drain timeout: closing open streams");
+                    }
+                    break;
+                }
+            }
+        }
+        verified.send_replace(false);
+        if !was_verified && !drain.is_cancelled() {
+            drop(state);
+            sleep_jittered(delay, &drain).await;
+            delay = (delay * 2).min(shared.backoff_max);
+        }
+    }
+    verified.send_replace(false);
+}
+
+/// Sleeps 50–100 % of `d` (so that agents restarted together do not reconnect in lockstep),
+/// or until `drain`.
+async fn sleep_jittered(d: Duration, drain: &CancellationToken) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |t| t.subsec_nanos());
+    let factor = 0.5 + f64::from(nanos % 1000) / 2000.0;
+    tokio::select! {
+        _ = drain.cancelled() => {}
+        _ = tokio::time::sleep(d.mul_f64(factor)) => {}
+    }
+}

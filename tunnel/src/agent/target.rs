@@ -1,0 +1,129 @@
+//! The agent's HTTP/2 service: answers the server's probe, and for `CONNECT host:port` checks
+//! the allow-list, dials the target and pipes bytes. Never dials a target outside the list.
+
+use crate::metrics::Metrics;
+use crate::pipe::pipe;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use isthmus_config::AllowRule;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+/// What every stream of a session needs.
+#[derive(Debug)]
+pub(crate) struct Targets {
+    pub(crate) allow: Vec<AllowRule>,
+    pub(crate) dial_timeout: Duration,
+    pub(crate) metrics: Metrics,
+}
+
+/// Per-session state of the service.
+#[derive(Debug, Clone)]
+pub(crate) struct Service {
+    pub(crate) targets: Arc<Targets>,
+    /// Set once the server's probe arrived: the session works both ways.
+    pub(crate) verified: watch::Sender<bool>,
+}
+
+fn answer(code: StatusCode) -> Response<Empty<Bytes>> {
+    let mut r = Response::new(Empty::new());
+    *r.status_mut() = code;
+    r
+}
+
+impl Service {
+    pub(crate) async fn handle(self, mut req: Request<Incoming>) -> Response<Empty<Bytes>> {
+        if req.method() == Method::GET && req.uri().path() == "/ping" {
+            self.verified.send_replace(true);
+            return answer(StatusCode::OK);
+        }
+        if req.method() != Method::CONNECT {
+            return answer(StatusCode::METHOD_NOT_ALLOWED);
+        }
+        let t = &self.targets;
+        let Some((host, port)) = req
+            .uri()
+            .authority()
+            .and_then(|a| Some((a.host().to_owned(), a.port_u16()?)))
+        else {
+            t.metrics.dial("denied", "bad_target");
+            return answer(StatusCode::BAD_REQUEST);
+        };
+        let tcp = match self.dial(&host, port).await {
+            Ok(tcp) => tcp,
+            Err(code) => return answer(code),
+        };
+        let client = hyper::upgrade::on(&mut req);
+        let stream = t.metrics.stream();
+        let metrics = t.metrics.clone();
+        tokio::spawn(async move {
+            let _counted = stream;
+            match client.await {
+                Ok(up) => pipe(TokioIo::new(up), tcp, &metrics).await,
+                Err(e) => tracing::debug!(error = %e, "stream reset before the upgrade"),
+            }
+        });
+        answer(StatusCode::OK)
+    }
+
+    /// Resolves, filters by the allow-list, dials. The status says why not.
+    async fn dial(&self, host: &str, port: u16) -> Result<TcpStream, StatusCode> {
+        let t = &self.targets;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let addrs: Vec<SocketAddr> = match host.parse() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            // Names are resolved here, in the shoot, where cluster DNS answers them.
+            Err(_) => {
+                match tokio::time::timeout(t.dial_timeout, tokio::net::lookup_host((host, port)))
+                    .await
+                {
+                    Ok(Ok(a)) => a.collect(),
+                    _ => {
+                        t.metrics.dial("failed", "resolve");
+                        return Err(StatusCode::BAD_GATEWAY);
+                    }
+                }
+            }
+        };
+        let allowed: Vec<SocketAddr> = addrs
+            .into_iter()
+            .filter(|a| t.allow.iter().any(|r| r.allows(*a)))
+            .collect();
+        if allowed.is_empty() {
+            t.metrics.dial("denied", "not_allowed");
+            tracing::info!(%host, port, "target not allowed");
+            return Err(StatusCode::FORBIDDEN);
+        }
+        let mut code = StatusCode::BAD_GATEWAY;
+        for addr in allowed {
+            match tokio::time::timeout(t.dial_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(tcp)) => {
+                    let _ = tcp.set_nodelay(true);
+                    t.metrics.dial("ok", "connected");
+                    return Ok(tcp);
+                }
+                Ok(Err(e)) => {
+                    let reason = match e.kind() {
+                        std::io::ErrorKind::ConnectionRefused => "refused",
+                        std::io::ErrorKind::HostUnreachable
+                        | std::io::ErrorKind::NetworkUnreachable => "unreachable",
+                        _ => "error",
+                    };
+                    t.metrics.dial("failed", reason);
+                    tracing::info!(%addr, error = %e, "dial failed");
+                }
+                Err(_) => {
+                    t.metrics.dial("failed", "timeout");
+                    code = StatusCode::GATEWAY_TIMEOUT;
+                }
+            }
+        }
+        Err(code)
+    }
+}

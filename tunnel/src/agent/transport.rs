@@ -1,0 +1,85 @@
+//! How the agent reaches a tunnel server: TCP, optionally through an HTTP CONNECT proxy with a
+//! routing header (Gardener's `X-Gardener-Destination` ingress), then TLS 1.3 with a client
+//! certificate. Through an isthmus SNI proxy nothing special is needed: the SNI routes.
+
+use crate::Error;
+use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+/// Longest answer accepted from the HTTP CONNECT proxy.
+const MAX_PROXY_ANSWER: usize = 8 * 1024;
+
+/// One way of reaching one server address.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    pub(crate) addr: SocketAddr,
+    /// `host:port` as configured: the CONNECT target when a proxy is used.
+    pub(crate) address: String,
+    pub(crate) server_name: ServerName<'static>,
+    pub(crate) http_connect_header: Option<String>,
+}
+
+/// TCP (+ proxy) + TLS, all within `timeout`.
+pub(crate) async fn connect(
+    route: &Route,
+    tls: &Arc<rustls::ClientConfig>,
+    timeout: Duration,
+) -> Result<TlsStream<TcpStream>, Error> {
+    let fut = async {
+        let mut tcp = TcpStream::connect(route.addr)
+            .await
+            .map_err(|e| Error::io(format!("connect {}", route.addr), e))?;
+        let _ = tcp.set_nodelay(true);
+        if let Some(header) = &route.http_connect_header {
+            proxy_connect(&mut tcp, &route.address, header).await?;
+        }
+        TlsConnector::from(tls.clone())
+            .connect(route.server_name.clone(), tcp)
+            .await
+            .map_err(|e| Error::io(format!("TLS with {}", route.addr), e))
+    };
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
+        Error::io(
+            format!("connect {}", route.addr),
+            std::io::ErrorKind::TimedOut.into(),
+        )
+    })?
+}
+
+async fn proxy_connect(tcp: &mut TcpStream, target: &str, header: &str) -> Result<(), Error> {
+    let req = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{header}\r\n\r\n");
+    tcp.write_all(req.as_bytes())
+        .await
+        .map_err(|e| Error::io("HTTP CONNECT proxy", e))?;
+    // Byte by byte: the TLS server speaks only after our ClientHello, so nothing after the
+    // blank line can be lost, and the answer is tiny.
+    let mut answer = Vec::with_capacity(256);
+    let mut byte = [0u8; 1];
+    while !answer.ends_with(b"\r\n\r\n") {
+        if answer.len() >= MAX_PROXY_ANSWER {
+            return Err(Error::ProxyRefused("answer too long".into()));
+        }
+        let n = tcp
+            .read(&mut byte)
+            .await
+            .map_err(|e| Error::io("HTTP CONNECT proxy", e))?;
+        if n == 0 {
+            return Err(Error::ProxyRefused("closed before answering".into()));
+        }
+        answer.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    let status = text.lines().next().unwrap_or_default().to_owned();
+    let ok = status.split_whitespace().nth(1) == Some("200");
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::ProxyRefused(status))
+    }
+}

@@ -1,0 +1,144 @@
+//! The HTTP/1.1 CONNECT endpoint kube-apiserver's egress selector speaks: one CONNECT per
+//! connection, `200` only once the agent has connected to the target, then raw bytes.
+
+use super::Shared;
+use crate::metrics::CodeLabel;
+use crate::pipe::pipe;
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use std::convert::Infallible;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+/// Serves one client connection (TCP, TLS or Unix) of the CONNECT endpoint.
+pub(crate) async fn serve<I>(shared: Arc<Shared>, io: I)
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+    });
+    // Malformed requests get hyper's own `400 Bad Request`; CONNECT needs `with_upgrades`.
+    let r = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades()
+        .await;
+    if let Err(e) = r {
+        tracing::debug!(error = %e, "CONNECT client connection ended with an error");
+    }
+}
+
+fn status(shared: &Shared, code: StatusCode) -> Response<Empty<Bytes>> {
+    shared
+        .metrics
+        .connects
+        .get_or_create(&CodeLabel {
+            code: code.as_u16(),
+        })
+        .inc();
+    let mut r = Response::new(Empty::new());
+    *r.status_mut() = code;
+    r
+}
+
+async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Empty<Bytes>> {
+    if req.method() != Method::CONNECT {
+        return status(&shared, StatusCode::METHOD_NOT_ALLOWED);
+    }
+    // CONNECT must name `host:port` (RFC 9110 §9.3.6): anything else is malformed.
+    let target = match req.uri().authority() {
+        Some(a) if a.port_u16().is_some() && req.uri().path_and_query().is_none() => a.to_string(),
+        _ => return status(&shared, StatusCode::BAD_REQUEST),
+    };
+    let client = hyper::upgrade::on(&mut req);
+    let opened = tokio::time::timeout(shared.connect_timeout, open(&shared, &target)).await;
+    let (agent_io, session_stream) = match opened {
+        Ok(Ok(x)) => x,
+        Ok(Err(code)) => {
+            tracing::info!(%target, %code, "CONNECT refused");
+            return status(&shared, code);
+        }
+        Err(_) => {
+            tracing::warn!(%target, "CONNECT timed out waiting for an agent");
+            return status(&shared, StatusCode::GATEWAY_TIMEOUT);
+        }
+    };
+    let stream = shared.metrics.stream();
+    let task_shared = shared.clone();
+    tokio::spawn(async move {
+        let _counted = (stream, session_stream);
+        match client.await {
+            Ok(client) => {
+                pipe(
+                    TokioIo::new(client),
+                    TokioIo::new(agent_io),
+                    &task_shared.metrics,
+                )
+                .await
+            }
+            Err(e) => tracing::debug!(error = %e, "CONNECT client went away before the upgrade"),
+        }
+    });
+    status(&shared, StatusCode::OK)
+}
+
+/// Opens a stream to `target` through the best session; a session that fails at the HTTP/2
+/// level (GOAWAY, reset, closed) or whose agent could not dial is skipped for the next one.
+async fn open(
+    shared: &Shared,
+    target: &str,
+) -> Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode> {
+    let mut last = StatusCode::SERVICE_UNAVAILABLE;
+    for session in candidates(shared).await {
+        let counted = session.begin_stream();
+        let req = Request::connect(target)
+            .body(Empty::<Bytes>::new())
+            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        let mut send = session.send.clone();
+        let resp = match send.ready().await {
+            Ok(()) => send.send_request(req).await,
+            Err(e) => Err(e),
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                // The stream never reached the agent's handler or was refused (GOAWAY):
+                // retrying elsewhere is safe, nothing was sent to the target.
+                tracing::info!(session = session.id, error = %e, "session refused a stream; trying the next");
+                session.drain();
+                last = StatusCode::BAD_GATEWAY;
+                continue;
+            }
+        };
+        match resp.status() {
+            StatusCode::OK => match hyper::upgrade::on(resp).await {
+                Ok(io) => return Ok((io, counted)),
+                Err(e) => {
+                    tracing::info!(session = session.id, error = %e, "stream upgrade failed");
+                    last = StatusCode::BAD_GATEWAY;
+                }
+            },
+            // The allow-list and malformed targets answer the same on every agent.
+            code @ (StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) => return Err(code),
+            code => last = code,
+        }
+    }
+    Err(last)
+}
+
+/// The candidate sessions; when there is none, waits up to `session_wait` for one, so that a
+/// CONNECT arriving while the agent reconnects (server restart) is delayed, not refused.
+async fn candidates(shared: &Shared) -> Vec<std::sync::Arc<super::sessions::Session>> {
+    let deadline = tokio::time::Instant::now() + shared.session_wait;
+    loop {
+        let c = shared.sessions.candidates();
+        if !c.is_empty() || tokio::time::Instant::now() >= deadline {
+            return c;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}

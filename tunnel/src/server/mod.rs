@@ -1,0 +1,236 @@
+//! The seed-side tunnel server: accepts agent sessions (it is their HTTP/2 *client*) and
+//! offers kube-apiserver an HTTP/1.1 CONNECT endpoint whose streams it spreads over them.
+
+mod connect;
+mod session;
+mod sessions;
+
+use crate::metrics::Metrics;
+use crate::{tls, Error};
+use hyper_util::rt::TokioExecutor;
+use isthmus_config::{Http2Config, TunnelServerConfig};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener};
+use tokio_rustls::{TlsAcceptor, TlsStream};
+use tokio_util::sync::CancellationToken;
+
+/// Everything the server needs besides its sockets.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// TLS for agent sessions (client certificates required).
+    pub agents_tls: Arc<rustls::ServerConfig>,
+    /// TLS for the CONNECT endpoint; `None` for plain HTTP (Unix socket).
+    pub connect_tls: Option<Arc<rustls::ServerConfig>>,
+    /// HTTP/2 settings.
+    pub http2: Http2Config,
+    /// How long a CONNECT may wait for an agent's answer.
+    pub connect_timeout: Duration,
+    /// How long a CONNECT waits for a session when none is live.
+    pub session_wait: Duration,
+    /// How long open streams may take to finish after shutdown starts.
+    pub drain_timeout: Duration,
+    /// Interval of the round-trip probe on each session (`ping_rtt_seconds`).
+    pub probe_interval: Duration,
+}
+
+impl ServerOptions {
+    /// Reads the TLS files named in `c`.
+    pub fn from_config(c: &TunnelServerConfig) -> Result<Self, Error> {
+        let t = &c.agents.tls;
+        let agents_tls = tls::server_config(&t.cert, &t.key, &t.client_ca, &[tls::ALPN_H2])?;
+        // No ALPN on the CONNECT endpoint: a client offering none, or only `h2`, must still get
+        // in (rustls refuses a handshake whose offered protocols do not overlap ours).
+        let connect_tls = match &c.connect.tls {
+            Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.client_ca, &[])?),
+            None => None,
+        };
+        Ok(Self {
+            agents_tls,
+            connect_tls,
+            http2: c.http2.clone(),
+            connect_timeout: c.connect_timeout.get(),
+            session_wait: c.session_wait.get(),
+            drain_timeout: c.drain_timeout.get(),
+            probe_interval: c.http2.keepalive_interval.get(),
+        })
+    }
+}
+
+/// Where the CONNECT endpoint listens.
+#[derive(Debug)]
+pub enum ConnectListener {
+    /// TCP, with TLS if [`ServerOptions::connect_tls`] is set.
+    Tcp(TcpListener),
+    /// A Unix socket, plain HTTP.
+    Unix(UnixListener),
+}
+
+/// State shared by the server's tasks.
+pub(crate) struct Shared {
+    pub(crate) sessions: sessions::Sessions,
+    pub(crate) metrics: Metrics,
+    pub(crate) acceptor: TlsAcceptor,
+    pub(crate) http2: hyper::client::conn::http2::Builder<TokioExecutor>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) session_wait: Duration,
+    pub(crate) probe_interval: Duration,
+    /// Cancelled when the server stops for good: sessions and streams are dropped.
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// A tunnel server. Cheap to clone; all clones are the same server.
+#[derive(Clone)]
+pub struct Server {
+    shared: Arc<Shared>,
+    opts: ServerOptions,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("live_sessions", &self.live_sessions())
+            .finish()
+    }
+}
+
+impl Server {
+    /// Creates a server whose metrics go into `registry`.
+    pub fn new(opts: ServerOptions, registry: &mut Registry) -> Self {
+        let shared = Arc::new(Shared {
+            sessions: sessions::Sessions::default(),
+            metrics: Metrics::new(registry),
+            acceptor: TlsAcceptor::from(opts.agents_tls.clone()),
+            http2: crate::h2::client(&opts.http2),
+            connect_timeout: opts.connect_timeout,
+            session_wait: opts.session_wait,
+            probe_interval: opts.probe_interval,
+            shutdown: CancellationToken::new(),
+        });
+        Self { shared, opts }
+    }
+
+    /// Sessions that take new streams; the server is ready when this is ≥ 1.
+    pub fn live_sessions(&self) -> usize {
+        self.shared.sessions.live()
+    }
+
+    /// Streams open over all sessions.
+    pub fn streams_in_flight(&self) -> usize {
+        self.shared.sessions.streams()
+    }
+
+    /// Stops sending new streams to the current sessions (they finish their open ones);
+    /// sessions that connect afterwards are used as usual.
+    pub fn drain_sessions(&self) {
+        self.shared.sessions.drain_all();
+    }
+
+    /// Runs until `shutdown` is cancelled, then stops accepting, drains the sessions, waits
+    /// up to the drain timeout for open streams, and drops everything.
+    pub async fn run(
+        &self,
+        agents: TcpListener,
+        connect: ConnectListener,
+        shutdown: CancellationToken,
+    ) {
+        let stop_accepting = CancellationToken::new();
+        let a = tokio::spawn(accept_agents(
+            self.shared.clone(),
+            agents,
+            stop_accepting.clone(),
+        ));
+        let c = tokio::spawn(accept_connect(
+            self.shared.clone(),
+            connect,
+            self.opts.connect_tls.clone(),
+            stop_accepting.clone(),
+        ));
+        shutdown.cancelled().await;
+        stop_accepting.cancel();
+        let _ = tokio::join!(a, c);
+        self.drain_sessions();
+        let deadline = tokio::time::Instant::now() + self.opts.drain_timeout;
+        while self.streams_in_flight() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tracing::info!(left = self.streams_in_flight(), "tunnel server stopped");
+        self.shared.shutdown.cancel();
+    }
+}
+
+async fn backoff(e: &std::io::Error) {
+    // EMFILE and friends: back off instead of spinning.
+    tracing::warn!(error = %e, "accept failed");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+}
+
+async fn accept_agents(shared: Arc<Shared>, listener: TcpListener, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((tcp, peer)) => { tokio::spawn(session::run(shared.clone(), tcp, peer)); }
+                Err(e) => backoff(&e).await,
+            },
+        }
+    }
+}
+
+async fn accept_connect(
+    shared: Arc<Shared>,
+    listener: ConnectListener,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stop: CancellationToken,
+) {
+    let acceptor = tls.map(TlsAcceptor::from);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = accept_one(&listener, acceptor.clone()) => match r {
+                Ok(conn) => {
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        let kill = shared.shutdown.clone();
+                        tokio::select! { _ = kill.cancelled() => {}, _ = conn.serve(shared) => {} }
+                    });
+                }
+                Err(e) => backoff(&e).await,
+            },
+        }
+    }
+}
+
+/// An accepted CONNECT client before its (optional) TLS handshake.
+enum Accepted {
+    Tcp(tokio::net::TcpStream, Option<TlsAcceptor>),
+    Unix(tokio::net::UnixStream),
+}
+
+async fn accept_one(l: &ConnectListener, tls: Option<TlsAcceptor>) -> std::io::Result<Accepted> {
+    Ok(match l {
+        ConnectListener::Tcp(l) => {
+            let (s, _) = l.accept().await?;
+            let _ = s.set_nodelay(true);
+            Accepted::Tcp(s, tls)
+        }
+        ConnectListener::Unix(l) => Accepted::Unix(l.accept().await?.0),
+    })
+}
+
+impl Accepted {
+    async fn serve(self, shared: Arc<Shared>) {
+        match self {
+            Accepted::Unix(s) => connect::serve(shared, s).await,
+            Accepted::Tcp(s, None) => connect::serve(shared, s).await,
+            Accepted::Tcp(s, Some(acceptor)) => {
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(s)).await {
+                    Ok(Ok(tls)) => connect::serve(shared, TlsStream::from(tls)).await,
+                    Ok(Err(e)) => tracing::info!(error = %e, "CONNECT client TLS handshake failed"),
+                    Err(_) => tracing::info!("CONNECT client TLS handshake timed out"),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! The server's table of agent sessions and the policy that picks one for a new stream:
+//! healthy, not draining, fewest streams in flight.
+
+use crate::metrics::{Metrics, SessionState};
+use bytes::Bytes;
+use http_body_util::Empty;
+use hyper::client::conn::http2::SendRequest;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// One agent session as the server sees it.
+#[derive(Debug)]
+pub(crate) struct Session {
+    pub(crate) id: u64,
+    pub(crate) peer: SocketAddr,
+    pub(crate) send: SendRequest<Empty<Bytes>>,
+    in_flight: AtomicUsize,
+    draining: AtomicBool,
+    state: Mutex<SessionState>,
+}
+
+impl Session {
+    /// Marks the session as draining: no new streams; open ones continue.
+    pub(crate) fn drain(&self) {
+        if !self.draining.swap(true, Ordering::SeqCst) {
+            tracing::info!(session = self.id, peer = %self.peer, "session draining");
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .set("draining");
+        }
+    }
+
+    pub(crate) fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn in_flight(&self) -> usize {
+        self.in_flight.load(Ordering::SeqCst)
+    }
+
+    /// Counts a stream on this session until the guard drops.
+    pub(crate) fn begin_stream(self: &Arc<Self>) -> SessionStream {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        SessionStream(self.clone())
+    }
+}
+
+/// A stream counted on its session.
+#[derive(Debug)]
+pub(crate) struct SessionStream(Arc<Session>);
+
+impl Drop for SessionStream {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// All live sessions.
+#[derive(Debug, Default)]
+pub(crate) struct Sessions {
+    list: Mutex<Vec<Arc<Session>>>,
+    next_id: AtomicU64,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Session>>> {
+        self.list.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Adds a verified session as `active`.
+    pub(crate) fn add(
+        &self,
+        peer: SocketAddr,
+        send: SendRequest<Empty<Bytes>>,
+        metrics: &Metrics,
+    ) -> Arc<Session> {
+        let s = Arc::new(Session {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            peer,
+            send,
+            in_flight: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+            state: Mutex::new(metrics.session_state("active")),
+        });
+        self.lock().push(s.clone());
+        s
+    }
+
+    pub(crate) fn remove(&self, id: u64) {
+        self.lock().retain(|s| s.id != id);
+    }
+
+    /// Sessions that may take a new stream, best first (fewest streams in flight).
+    pub(crate) fn candidates(&self) -> Vec<Arc<Session>> {
+        let mut v: Vec<_> = self
+            .lock()
+            .iter()
+            .filter(|s| !s.is_draining() && !s.send.is_closed())
+            .cloned()
+            .collect();
+        v.sort_by_key(|s| s.in_flight());
+        v
+    }
+
+    /// Number of sessions that may take new streams.
+    pub(crate) fn live(&self) -> usize {
+        self.lock()
+            .iter()
+            .filter(|s| !s.is_draining() && !s.send.is_closed())
+            .count()
+    }
+
+    /// Marks every session as draining.
+    pub(crate) fn drain_all(&self) {
+        for s in self.lock().iter() {
+            s.drain();
+        }
+    }
+
+    /// Streams in flight over all sessions.
+    pub(crate) fn streams(&self) -> usize {
+        self.lock().iter().map(|s| s.in_flight()).sum()
+    }
+}
