@@ -24,6 +24,8 @@ enum Command {
     Proxy(cmd::proxy::Args),
     /// Validate a proxy configuration file and print every error with file:line:col.
     CheckConfig(cmd::check_config::Args),
+    /// Run the live-migration lab: real etcd moves between two seeds through isthmus.
+    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -32,6 +34,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Proxy(args) => cmd::proxy::run(args),
         Command::CheckConfig(args) => cmd::check_config::run(args),
+        Command::Demo(args) => cmd::demo::run(args),
     };
     match result {
         Ok(code) => code,

@@ -1,6 +1,7 @@
 //! One module per subcommand; each parses its flags and hands over to a library crate.
 
 pub mod check_config;
+pub mod demo;
 pub mod proxy;
 
 use tracing_subscriber::EnvFilter;
