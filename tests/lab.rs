@@ -37,6 +37,7 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
         dir: dir.clone(),
         interval: Duration::from_millis(25),
         hold: Duration::from_secs(2),
+        pre_vote: true,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt

@@ -39,7 +39,7 @@ pub struct Sample {
     pub ok: bool,
     /// Attempts made (1 = no retry).
     pub attempts: u32,
-    /// The last error, if any reached the application.
+    /// The last error seen (after retries if `ok` is false; absorbed by a retry otherwise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -241,7 +241,8 @@ impl Continuous {
             latency_ms: ms(latency),
             ok: ok && latency <= FAIL_AFTER,
             attempts,
-            error: if ok { None } else { error },
+            // Kept for retried successes too: it says what the retry absorbed.
+            error,
         }
     }
 }

@@ -72,6 +72,7 @@ impl Member {
         r: MemberRef,
         cluster: &str,
         state: &str,
+        pre_vote: bool,
     ) -> Result<Self> {
         let name = r.name();
         let d = |f: &str| dir.join(f).display().to_string();
@@ -113,7 +114,7 @@ impl Member {
             // Without pre-vote, members cut off from the leader keep raising their term and, when
             // the link comes back, force an election: a 4.2 s write stall measured in the
             // link-cut scenario. Pre-vote lets them rejoin quietly.
-            .arg("--pre-vote")
+            .arg(format!("--pre-vote={pre_vote}"))
             .env("ETCD_UNSUPPORTED_ARCH", "")
             .stdout(Stdio::null())
             .stderr(log)

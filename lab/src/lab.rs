@@ -30,13 +30,20 @@ pub struct Lab {
     pub client: Option<Continuous>,
     /// Destination members promoted to voters.
     pub promoted: Vec<MemberRef>,
+    /// Whether members run with `--pre-vote` (see [`crate::etcd::Member::start`]).
+    pub pre_vote: bool,
     pub phases: Vec<(String, f64, f64)>,
     pub timeline: Vec<Membership>,
 }
 
 impl Lab {
     /// Builds both seeds, exposes and starts the 3 source members, and waits until they serve.
-    pub async fn start(rtt: Duration, proxy_bin: &Path, dir: &Path) -> Result<Self> {
+    pub async fn start(
+        rtt: Duration,
+        proxy_bin: &Path,
+        dir: &Path,
+        pre_vote: bool,
+    ) -> Result<Self> {
         let epoch = Instant::now();
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
         let topo = Topology::new(rtt).await?;
@@ -61,7 +68,7 @@ impl Lab {
         let ic = initial_cluster(&cluster);
         let members = cluster
             .iter()
-            .map(|m| Member::start(&topo.source, dir, *m, &ic, "new"))
+            .map(|m| Member::start(&topo.source, dir, *m, &ic, "new", pre_vote))
             .collect::<Result<Vec<_>>>()?;
         let mut lab = Self {
             epoch,
@@ -73,6 +80,7 @@ impl Lab {
             cluster,
             client: None,
             promoted: Vec::new(),
+            pre_vote,
             phases: Vec::new(),
             timeline: Vec::new(),
         };
@@ -201,7 +209,14 @@ impl Lab {
         }
         self.cluster.push(m);
         let ic = initial_cluster(&self.cluster);
-        let member = Member::start(self.topo.seed(m.side), &self.dir, m, &ic, "existing")?;
+        let member = Member::start(
+            self.topo.seed(m.side),
+            &self.dir,
+            m,
+            &ic,
+            "existing",
+            self.pre_vote,
+        )?;
         self.members.push(member);
         self.record_membership().await;
         Ok(())

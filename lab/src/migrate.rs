@@ -52,11 +52,14 @@ pub struct Options {
     pub interval: Duration,
     /// How long the steady phases (source, 5 members, destination) last.
     pub hold: Duration,
+    /// Run etcd with `--pre-vote` (on by default; off shows the election a rejoining,
+    /// partitioned member forces).
+    pub pre_vote: bool,
 }
 
 /// Runs the scenario and returns its report (invariant violations inside it).
 pub async fn run(opts: &Options) -> Result<Report> {
-    let mut lab = Lab::start(opts.rtt, &opts.proxy_bin, &opts.dir).await?;
+    let mut lab = Lab::start(opts.rtt, &opts.proxy_bin, &opts.dir, opts.pre_vote).await?;
     let initial = lab.member_names(&lab.urls(&lab.cluster.clone())).await?;
     let client =
         Continuous::start(lab.epoch, &lab.urls(&topology::source()), opts.interval).await?;

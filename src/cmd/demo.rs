@@ -30,6 +30,10 @@ pub struct Args {
     /// Length of the steady phases (source, 5 members, destination).
     #[arg(long, default_value = "5s", value_parser = duration::parse)]
     hold: Duration,
+    /// Run etcd without `--pre-vote`: after a link cut, the destination members' raised terms
+    /// force an election (a multi-second write stall).
+    #[arg(long)]
+    no_pre_vote: bool,
     /// Scratch directory (certificates, configs, etcd data and logs); kept after the run.
     #[arg(long, default_value = "target/demo/run")]
     dir: PathBuf,
@@ -53,6 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         dir: std::path::absolute(&args.dir)?,
         interval: args.interval,
         hold: args.hold,
+        pre_vote: !args.no_pre_vote,
     };
     let rt = tokio::runtime::Runtime::new()?;
     let report = rt.block_on(isthmus_lab::run(&opts))?;
