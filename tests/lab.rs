@@ -22,8 +22,9 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
         assert!(
             Command::new("sh")
                 .args(["-c", &format!("command -v {tool}")])
-                .status()
+                .output()
                 .unwrap()
+                .status
                 .success(),
             "{tool} is missing: run .ci/run or `apt-get install etcd-server iproute2`"
         );

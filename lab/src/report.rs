@@ -171,3 +171,38 @@ impl Report {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Kind, Recording, Sample};
+
+    fn sample(start_ms: f64, latency_ms: f64, ok: bool) -> Sample {
+        Sample {
+            kind: Kind::Write,
+            start_ms,
+            latency_ms,
+            ok,
+            attempts: 1,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn phase_statistics_cover_only_requests_started_inside() {
+        let rec = Recording {
+            samples: (0..100)
+                .map(|i| sample(f64::from(i) * 10.0, f64::from(i + 1), i != 50))
+                .chain([sample(5000.0, 9999.0, true)])
+                .collect(),
+            acknowledged: Default::default(),
+            write_acks_ms: vec![10.0, 20.0, 400.0, 410.0, 6000.0],
+        };
+        let p = phase("p", 0.0, 1000.0, &rec);
+        assert_eq!((p.requests, p.failed), (100, 1));
+        assert_eq!((p.p50_ms, p.p99_ms, p.max_ms), (50.0, 99.0, 100.0));
+        assert_eq!(p.longest_write_gap_ms, 380.0);
+        assert_eq!(longest_gap(&mut [3.0, 1.0, 10.0]), 7.0);
+        assert_eq!(longest_gap(&mut []), 0.0);
+    }
+}

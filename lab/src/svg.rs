@@ -135,3 +135,71 @@ fn esc(t: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Kind, Sample};
+    use crate::report::*;
+
+    #[test]
+    fn timeline_has_a_dot_per_request_and_a_line_per_phase() {
+        let phase = |name: &str, start: f64, end: f64| Phase {
+            name: name.into(),
+            start,
+            end,
+            requests: 0,
+            failed: 0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            max_ms: 0.0,
+            longest_write_gap_ms: 0.0,
+        };
+        let r = Report {
+            scenario: "a<b".into(),
+            rtt_ms: 50.0,
+            etcd: Etcd {
+                requests: 2,
+                failed: 1,
+                writes: 2,
+                reads: 0,
+            },
+            webhook: Webhook {
+                requests: 0,
+                failed: 0,
+                note: None,
+            },
+            writes: Writes {
+                acknowledged: 1,
+                missing: 0,
+                longest_gap_ms: 0.0,
+            },
+            members: Members {
+                initial: vec![],
+                r#final: vec![],
+                timeline: vec![Membership {
+                    t_ms: 0.0,
+                    members: vec!["a".into()],
+                }],
+            },
+            phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
+            join_ms: None,
+            violations: vec![],
+            samples: [(true, 3.0), (false, 6000.0)]
+                .map(|(ok, latency_ms)| Sample {
+                    kind: Kind::Write,
+                    start_ms: 10.0,
+                    latency_ms,
+                    ok,
+                    attempts: 1,
+                    error: None,
+                })
+                .to_vec(),
+        };
+        let svg = timeline(&r);
+        assert_eq!(svg.matches("<circle").count(), 2);
+        assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 1);
+        assert!(svg.contains(">one<") && svg.contains(">two<"));
+        assert!(svg.contains("a&lt;b") && svg.trim_end().ends_with("</svg>"));
+    }
+}
