@@ -60,7 +60,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         pre_vote: !args.no_pre_vote,
     };
     let rt = tokio::runtime::Runtime::new()?;
-    let report = rt.block_on(isthmus_lab::run(&opts))?;
+    // On Ctrl-C the lab's future is dropped, which stops its processes and deletes its
+    // namespaces, veth pairs and hosts files.
+    let report = rt.block_on(async {
+        tokio::select! {
+            r = isthmus_lab::run(&opts) => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; the lab was cleaned up")),
+        }
+    })?;
     for (path, text) in [
         (&args.report, serde_json::to_string_pretty(&report)?),
         (&args.picture, isthmus_lab::svg::timeline(&report)),
