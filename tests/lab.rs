@@ -136,6 +136,13 @@ fn link_cut_in_the_five_member_phase_the_source_keeps_serving() {
     // The cut lasted 3 s of this phase and the source (3 of 5 voters) kept acknowledging writes.
     assert!(five.end - five.start >= 3000.0, "{}", r.summary());
     assert!(five.longest_write_gap_ms < 1000.0, "{}", r.summary());
+    // The cut really bit: relayed peer connections were reset.
+    let restored = r
+        .events
+        .iter()
+        .find(|e| e.what.starts_with("link restored"))
+        .unwrap();
+    assert!(!restored.what.contains("(0 connections"), "{:?}", r.events);
 }
 
 #[test]
@@ -157,5 +164,16 @@ fn abort_before_the_join_completes_leaves_the_source_untouched() {
 fn source_proxy_restart_with_drain_in_the_five_member_phase() {
     let r = lab("restart", 50, Scenario::ProxyRestart);
     assert_clean(&r, "restart");
+    let five = r.phases.iter().find(|p| p.name == "five").unwrap();
+    let restarted = r
+        .events
+        .iter()
+        .find(|e| e.what == "source proxy: new process serving")
+        .unwrap();
+    assert!(
+        restarted.t_ms > five.start && restarted.t_ms < five.end,
+        "{:?}",
+        r.events
+    );
     assert_moved(&r);
 }

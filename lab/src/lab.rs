@@ -34,6 +34,8 @@ pub struct Lab {
     pub pre_vote: bool,
     pub phases: Vec<(String, f64, f64)>,
     pub timeline: Vec<Membership>,
+    /// What the migration did or injected, and when (ms since start).
+    pub events: Vec<crate::report::Event>,
 }
 
 impl Lab {
@@ -83,6 +85,7 @@ impl Lab {
             pre_vote,
             phases: Vec::new(),
             timeline: Vec::new(),
+            events: Vec::new(),
         };
         for url in lab.urls(&lab.cluster.clone()) {
             etcd::wait_serving(&url, Duration::from_secs(60))
@@ -111,6 +114,14 @@ impl Lab {
         }
         tracing::info!(phase = name, t_ms = now as u64, "phase");
         self.phases.push((name.to_string(), now, now));
+    }
+
+    /// Records an event.
+    pub fn event(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        tracing::info!(%what, "event");
+        let t_ms = self.now_ms();
+        self.events.push(crate::report::Event { t_ms, what });
     }
 
     /// Closes the last phase.
@@ -218,6 +229,7 @@ impl Lab {
             self.pre_vote,
         )?;
         self.members.push(member);
+        self.event(format!("added {} as learner", m.name()));
         self.record_membership().await;
         Ok(())
     }
@@ -231,6 +243,7 @@ impl Lab {
         self.promoted.push(m);
         let url = m.client_url(self.topo.seed(m.side));
         etcd::wait_serving(&url, Duration::from_secs(60)).await?;
+        self.event(format!("promoted {}", m.name()));
         self.record_membership().await;
         Ok(())
     }
@@ -244,6 +257,7 @@ impl Lab {
         self.cluster.retain(|x| *x != m);
         self.promoted.retain(|x| *x != m);
         self.members.retain(|x| x.r != m);
+        self.event(format!("removed {}", m.name()));
         self.record_membership().await;
         Ok(())
     }

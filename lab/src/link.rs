@@ -21,6 +21,8 @@ use tokio::time::Instant;
 pub struct Link {
     one_way_micros: Arc<AtomicU64>,
     up: watch::Sender<bool>,
+    /// Connections reset by a cut (open ones dropped, new ones refused): proof a cut bit.
+    resets: Arc<AtomicU64>,
 }
 
 impl Link {
@@ -30,12 +32,18 @@ impl Link {
         Self {
             one_way_micros: Arc::new(AtomicU64::new(micros)),
             up: watch::channel(true).0,
+            resets: Arc::default(),
         }
     }
 
     /// The one-way delay now applied.
     pub fn one_way(&self) -> Duration {
         Duration::from_micros(self.one_way_micros.load(Ordering::Relaxed))
+    }
+
+    /// Connections reset by cuts so far.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
     }
 
     /// Cuts the link: open connections are reset, new ones are reset at once.
@@ -71,6 +79,7 @@ impl Link {
     async fn serve(&self, inbound: TcpStream, target: SocketAddr) {
         let mut up = self.up.subscribe();
         if !*up.borrow_and_update() {
+            self.resets.fetch_add(1, Ordering::Relaxed);
             reset(inbound);
             return;
         }
@@ -79,7 +88,11 @@ impl Link {
                 Ok(s) => s,
                 Err(_) => { reset(inbound); return; }
             },
-            _ = up.wait_for(|u| !*u) => { reset(inbound); return; }
+            _ = up.wait_for(|u| !*u) => {
+                self.resets.fetch_add(1, Ordering::Relaxed);
+                reset(inbound);
+                return;
+            }
         };
         let _ = inbound.set_nodelay(true);
         let _ = outbound.set_nodelay(true);
@@ -93,6 +106,7 @@ impl Link {
             _ = up.wait_for(|u| !*u) => {
                 // Aborting drops the halves; linger 0 was set on both sockets, so the peers
                 // see a reset as on a broken path, not a clean close.
+                self.resets.fetch_add(1, Ordering::Relaxed);
                 a_abort.abort();
                 b_abort.abort();
             }
@@ -205,6 +219,7 @@ mod tests {
             .unwrap();
         assert!(matches!(r, Ok(0) | Err(_)), "{r:?}");
 
+        assert!(link.resets() >= 2, "{}", link.resets());
         link.restore();
         let mut s3 = TcpStream::connect(listen).await.unwrap();
         s3.write_all(b"x").await.unwrap();

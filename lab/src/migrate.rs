@@ -89,6 +89,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     // (The client's move opens the `grow` phase: from here it talks to destination members.)
     lab.phase("grow");
     client.move_to(&lab.urls(&dest[..2])).await?;
+    lab.event("client moved to the destination members");
     lab.add_learner(dest[2]).await?;
     lab.promote(dest[2]).await?;
 
@@ -99,6 +100,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         let urls = lab.urls(&lab.voters());
         if !etcd::leader(&urls).await?.starts_with("dest-") {
             etcd::move_leader(&urls, dest[0]).await?;
+            lab.event(format!("leader moved to {}", dest[0].name()));
         }
         lab.remove(m).await?;
     }
@@ -114,15 +116,17 @@ async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
     match opts.scenario {
         Scenario::LinkCut { cut } => {
             lab.topo.link.cut();
-            tracing::info!(?cut, "link cut");
+            lab.event(format!("link cut for {} ms", cut.as_millis()));
             tokio::time::sleep(cut).await;
             lab.topo.link.restore();
-            tracing::info!("link restored");
+            let resets = lab.topo.link.resets();
+            lab.event(format!("link restored ({resets} connections reset)"));
         }
         Scenario::ProxyRestart => {
             let r = topology::routes(Side::Source, &lab.exposed);
+            lab.event("source proxy: SIGTERM (drain)");
             lab.proxies[0].restart(&lab.topo.source, &r).await?;
-            tracing::info!("source proxy restarted");
+            lab.event("source proxy: new process serving");
         }
         Scenario::Migrate | Scenario::Abort => {}
     }
@@ -145,6 +149,7 @@ async fn abort(
     // `abort-live-migration=true` while DestinationEtcdPeersJoined is False: remove what was
     // added, delete the exposure; the source is untouched.
     lab.phase("abort");
+    lab.event("abort-live-migration=true");
     lab.remove(dest[0]).await?;
     lab.unexpose(&dest).await?;
     lab.phase("source-after-abort");
@@ -220,6 +225,7 @@ async fn finish(
             timeline: lab.timeline.clone(),
         },
         phases,
+        events: lab.events.clone(),
         join_ms,
         violations,
         samples: rec.samples,

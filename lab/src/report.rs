@@ -19,6 +19,13 @@ pub struct Phase {
     pub longest_write_gap_ms: f64,
 }
 
+/// Something the migration did or injected.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub t_ms: f64,
+    pub what: String,
+}
+
 /// The membership at one instant.
 #[derive(Debug, Clone, Serialize)]
 pub struct Membership {
@@ -67,6 +74,8 @@ pub struct Report {
     pub writes: Writes,
     pub members: Members,
     pub phases: Vec<Phase>,
+    /// Injected faults and migration actions, in order.
+    pub events: Vec<Event>,
     /// Time for the two destination members to join (3 → 5), if they did.
     pub join_ms: Option<f64>,
     /// Invariants that failed; empty when the run is good.
@@ -156,6 +165,9 @@ impl Report {
                 p.max_ms,
                 p.longest_write_gap_ms
             );
+        }
+        for e in &self.events {
+            s += &format!("  {:>7.1} s  {}\n", e.t_ms / 1000.0, e.what);
         }
         s += &format!(
             "members: {:?} -> {:?}\n",

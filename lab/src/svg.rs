@@ -183,6 +183,7 @@ mod tests {
                 }],
             },
             phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
+            events: vec![],
             join_ms: None,
             violations: vec![],
             samples: [(true, 3.0), (false, 6000.0)]
