@@ -72,6 +72,30 @@ pub fn timeline(r: &Report) -> String {
             esc(&p.name)
         );
     }
+    // Events as thin orange ticks (hover shows what happened); the ones that change the
+    // client's path or inject a fault get a label.
+    for (i, e) in r.events.iter().enumerate() {
+        let xx = x(e.t_ms);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{}" stroke="#e08a00" stroke-width="0.8"><title>{:.1} s: {}</title></line>"##,
+            TOP + PLOT_H,
+            e.t_ms / 1000.0,
+            esc(&e.what)
+        );
+        let notable = ["link", "proxy", "leader", "client", "abort"]
+            .iter()
+            .any(|k| e.what.contains(k));
+        if notable {
+            let ty = TOP + 12.0 + 11.0 * (i % 4) as f64;
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{ty:.1}" font-size="9" fill="#b06a00">{}</text>"##,
+                xx + 2.0,
+                esc(&e.what)
+            );
+        }
+    }
     for smp in &r.samples {
         let color = match (smp.ok, smp.kind) {
             (false, _) => "#d00",
@@ -183,7 +207,10 @@ mod tests {
                 }],
             },
             phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
-            events: vec![],
+            events: vec![Event {
+                t_ms: 20.0,
+                what: "link cut for 3000 ms".into(),
+            }],
             join_ms: None,
             violations: vec![],
             samples: [(true, 3.0), (false, 6000.0)]
@@ -201,6 +228,7 @@ mod tests {
         assert_eq!(svg.matches("<circle").count(), 2);
         assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 1);
         assert!(svg.contains(">one<") && svg.contains(">two<"));
+        assert!(svg.contains(">link cut for 3000 ms<"));
         assert!(svg.contains("a&lt;b") && svg.trim_end().ends_with("</svg>"));
     }
 }
