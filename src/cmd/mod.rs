@@ -2,6 +2,7 @@
 
 pub mod check_config;
 pub mod controller;
+pub mod demo;
 pub mod proxy;
 pub mod tunnel;
 

@@ -1,0 +1,290 @@
+//! The running lab: the topology, both seeds' proxies, the etcd members, the continuous client,
+//! and the record of phases and membership. The operations here are the local backend of the
+//! migration: DNSRecord → a seed's hosts file, proxy routes → the proxy's YAML + SIGHUP,
+//! `Etcd` changes → the membership operations etcd-druid would do.
+
+use crate::client::{ms, Continuous};
+use crate::error::{Error, Result};
+use crate::etcd::{self, initial_cluster, Member, MemberRef, Side};
+use crate::pki::Pki;
+use crate::proxy::SeedProxy;
+use crate::report::Membership;
+use crate::topology::{self, routes, Topology};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// Everything one run holds; dropping it stops every process and deletes the namespaces.
+#[derive(Debug)]
+pub struct Lab {
+    pub epoch: Instant,
+    pub dir: PathBuf,
+    // Field order is drop order: processes before the namespaces they run in.
+    pub members: Vec<Member>,
+    pub proxies: [SeedProxy; 2],
+    pub topo: Topology,
+    /// Members exposed through DNS and proxy routes.
+    pub exposed: Vec<MemberRef>,
+    /// Members in the cluster (as etcd-druid believes), in join order.
+    pub cluster: Vec<MemberRef>,
+    pub client: Option<Continuous>,
+    /// Destination members promoted to voters.
+    pub promoted: Vec<MemberRef>,
+    /// Whether members run with `--pre-vote` (see [`crate::etcd::Member::start`]).
+    pub pre_vote: bool,
+    pub phases: Vec<(String, f64, f64)>,
+    pub timeline: Vec<Membership>,
+    /// What the migration did or injected, and when (ms since start).
+    pub events: Vec<crate::report::Event>,
+}
+
+impl Lab {
+    /// Builds both seeds, exposes and starts the 3 source members, and waits until they serve.
+    pub async fn start(
+        rtt: Duration,
+        proxy_bin: &Path,
+        dir: &Path,
+        pre_vote: bool,
+    ) -> Result<Self> {
+        let epoch = Instant::now();
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let topo = Topology::new(rtt).await?;
+        let pki = Pki::new(dir)?;
+        for m in topology::source()
+            .into_iter()
+            .chain(topology::destination())
+        {
+            pki.member(dir, &m.name(), &m.dns())?;
+        }
+        let exposed = topology::source();
+        topo.set_dns(&exposed)?;
+        let src = SeedProxy::start(
+            proxy_bin,
+            &topo.source,
+            dir,
+            &routes(Side::Source, &exposed),
+        )
+        .await?;
+        let dst = SeedProxy::start(proxy_bin, &topo.destination, dir, &[]).await?;
+        let cluster = topology::source();
+        let ic = initial_cluster(&cluster);
+        let members = cluster
+            .iter()
+            .map(|m| Member::start(&topo.source, dir, *m, &ic, "new", pre_vote))
+            .collect::<Result<Vec<_>>>()?;
+        let mut lab = Self {
+            epoch,
+            dir: dir.to_path_buf(),
+            members,
+            proxies: [src, dst],
+            topo,
+            exposed,
+            cluster,
+            client: None,
+            promoted: Vec::new(),
+            pre_vote,
+            phases: Vec::new(),
+            timeline: Vec::new(),
+            events: Vec::new(),
+        };
+        for url in lab.urls(&lab.cluster.clone()) {
+            etcd::wait_serving(&url, Duration::from_secs(60))
+                .await
+                .map_err(|e| lab.explain(e))?;
+        }
+        lab.record_membership().await;
+        Ok(lab)
+    }
+
+    /// Milliseconds since the lab started.
+    pub fn now_ms(&self) -> f64 {
+        ms(self.epoch.elapsed())
+    }
+
+    /// Client URLs of `members`.
+    pub fn urls(&self, members: &[MemberRef]) -> Vec<String> {
+        self.topo.client_urls(members)
+    }
+
+    /// Opens a phase (closing the previous one).
+    pub fn phase(&mut self, name: &str) {
+        let now = self.now_ms();
+        if let Some(last) = self.phases.last_mut() {
+            last.2 = now;
+        }
+        tracing::info!(phase = name, t_ms = now as u64, "phase");
+        self.phases.push((name.to_string(), now, now));
+    }
+
+    /// Records an event.
+    pub fn event(&mut self, what: impl Into<String>) {
+        let what = what.into();
+        tracing::info!(%what, "event");
+        let t_ms = self.now_ms();
+        self.events.push(crate::report::Event { t_ms, what });
+    }
+
+    /// Closes the last phase.
+    pub fn end_phases(&mut self) {
+        let now = self.now_ms();
+        if let Some(last) = self.phases.last_mut() {
+            last.2 = now;
+        }
+    }
+
+    /// Records the membership as etcd lists it now.
+    pub async fn record_membership(&mut self) {
+        let urls = self.urls(&self.cluster.clone());
+        if let Ok(names) = self.member_names(&urls).await {
+            let t_ms = self.now_ms();
+            self.timeline.push(Membership {
+                t_ms,
+                members: names,
+            });
+        }
+    }
+
+    /// Member names as etcd lists them (learners marked), asked of `urls`.
+    pub async fn member_names(&self, urls: &[String]) -> Result<Vec<String>> {
+        let mut c = etcd::connect(urls).await?;
+        let all = [topology::source(), topology::destination()].concat();
+        Ok(etcd::list(&mut c)
+            .await?
+            .into_iter()
+            .map(|l| {
+                let name = all
+                    .iter()
+                    .find(|m| m.peer_url() == l.peer_url)
+                    .map(|m| m.name())
+                    .unwrap_or(l.name);
+                if l.learner {
+                    format!("{name} (learner)")
+                } else {
+                    name
+                }
+            })
+            .collect())
+    }
+
+    /// Exposes members: DNS in both seeds, then each seed's proxy routes (reload verified).
+    pub async fn expose(&mut self, add: &[MemberRef]) -> Result<()> {
+        for m in add {
+            if !self.exposed.contains(m) {
+                self.exposed.push(*m);
+            }
+        }
+        self.apply_exposure().await
+    }
+
+    /// Removes members' exposure (abort and cleanup).
+    pub async fn unexpose(&mut self, gone: &[MemberRef]) -> Result<()> {
+        self.exposed.retain(|m| !gone.contains(m));
+        self.apply_exposure().await
+    }
+
+    async fn apply_exposure(&mut self) -> Result<()> {
+        self.topo.set_dns(&self.exposed)?;
+        for (i, side) in [Side::Source, Side::Destination].into_iter().enumerate() {
+            self.proxies[i]
+                .set_routes(&routes(side, &self.exposed))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Adds `m` as a learner and starts it (the first half of a join).
+    pub async fn add_learner(&mut self, m: MemberRef) -> Result<()> {
+        let admin = etcd::connect(&self.urls(&self.voters())).await?;
+        etcd::add_learner(&admin, m).await?;
+        // The new member asks the first peer that answers for the member list and exits if
+        // that peer has not applied the addition yet ("member count is unequal", seen at 150 ms
+        // RTT): start it only once every member lists it.
+        for url in self.urls(&self.cluster.clone()) {
+            etcd::retry(
+                &format!("{url} lists {}", m.name()),
+                Duration::from_secs(30),
+                || async {
+                    let mut c = etcd::connect(std::slice::from_ref(&url)).await?;
+                    if etcd::list(&mut c)
+                        .await?
+                        .iter()
+                        .any(|l| l.peer_url == m.peer_url())
+                    {
+                        Ok(())
+                    } else {
+                        Err(Error::State("not yet".into()))
+                    }
+                },
+            )
+            .await?;
+        }
+        self.cluster.push(m);
+        let ic = initial_cluster(&self.cluster);
+        let member = Member::start(
+            self.topo.seed(m.side),
+            &self.dir,
+            m,
+            &ic,
+            "existing",
+            self.pre_vote,
+        )?;
+        self.members.push(member);
+        self.event(format!("added {} as learner", m.name()));
+        self.record_membership().await;
+        Ok(())
+    }
+
+    /// Promotes `m` once it caught up, and waits until it serves linearizable reads.
+    pub async fn promote(&mut self, m: MemberRef) -> Result<()> {
+        let admin = etcd::connect(&self.urls(&self.voters())).await?;
+        etcd::promote(&admin, m)
+            .await
+            .map_err(|e| self.explain(e))?;
+        self.promoted.push(m);
+        let url = m.client_url(self.topo.seed(m.side));
+        etcd::wait_serving(&url, Duration::from_secs(60)).await?;
+        self.event(format!("promoted {}", m.name()));
+        self.record_membership().await;
+        Ok(())
+    }
+
+    /// Removes `m` from the cluster (quorum checked), then stops its process.
+    pub async fn remove(&mut self, m: MemberRef) -> Result<()> {
+        let rest: Vec<MemberRef> = self.cluster.iter().copied().filter(|x| *x != m).collect();
+        let rest_voters: Vec<MemberRef> = self.voters().into_iter().filter(|x| *x != m).collect();
+        let admin = etcd::connect(&self.urls(&rest)).await?;
+        etcd::remove(&admin, m, &self.urls(&rest_voters)).await?;
+        self.cluster.retain(|x| *x != m);
+        self.promoted.retain(|x| *x != m);
+        self.members.retain(|x| x.r != m);
+        self.event(format!("removed {}", m.name()));
+        self.record_membership().await;
+        Ok(())
+    }
+
+    /// Voting members (source members start as voters; others after promotion).
+    pub fn voters(&self) -> Vec<MemberRef> {
+        self.cluster
+            .iter()
+            .copied()
+            .filter(|m| m.side == Side::Source || self.promoted.contains(m))
+            .collect()
+    }
+
+    /// Adds the last lines of the members' logs to an error, so a failure can be read.
+    pub fn explain(&self, e: Error) -> Error {
+        let mut logs = String::new();
+        for m in &self.cluster {
+            let path = Member::log_path(&self.dir, *m);
+            if let Ok(t) = std::fs::read_to_string(&path) {
+                let tail: Vec<&str> = t.lines().rev().take(5).collect();
+                logs += &format!(
+                    "\n--- {}:\n{}",
+                    path.display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                );
+            }
+        }
+        Error::State(format!("{e}{logs}"))
+    }
+}

@@ -1,0 +1,52 @@
+//! The demo's TLS material, generated at run time: one CA and a peer certificate per etcd member.
+
+use crate::error::{Error, Result};
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
+    KeyPair, KeyUsagePurpose,
+};
+use std::path::Path;
+
+/// A throwaway CA.
+pub struct Pki {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+impl std::fmt::Debug for Pki {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pki")
+    }
+}
+
+impl Pki {
+    /// A new CA; writes `ca.crt` into `dir`.
+    pub fn new(dir: &Path) -> Result<Self> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "isthmus lab CA");
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let issuer = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        write(&dir.join("ca.crt"), &issuer.pem())?;
+        Ok(Self { issuer })
+    }
+
+    /// Writes `<stem>.crt` / `<stem>.key` for `dns_name`, usable as peer server and client.
+    pub fn member(&self, dir: &Path, stem: &str, dns_name: &str) -> Result<()> {
+        let mut params = CertificateParams::new(vec![dns_name.to_string()])?;
+        params.distinguished_name.push(DnType::CommonName, dns_name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.issuer)?;
+        write(&dir.join(format!("{stem}.crt")), &cert.pem())?;
+        write(&dir.join(format!("{stem}.key")), &key.serialize_pem())
+    }
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
+}

@@ -1,0 +1,220 @@
+//! The run's report: JSON (the contract of `isthmus demo --report`) and a hand-written SVG
+//! timeline of latency with phase boundaries.
+
+use crate::client::{Kind, Recording, Sample};
+use serde::Serialize;
+
+/// A phase of the migration, in milliseconds since the lab started.
+#[derive(Debug, Clone, Serialize)]
+pub struct Phase {
+    pub name: String,
+    pub start: f64,
+    pub end: f64,
+    pub requests: usize,
+    pub failed: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Longest time between two successful writes acknowledged in this phase.
+    pub longest_write_gap_ms: f64,
+}
+
+/// Something the migration did or injected.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub t_ms: f64,
+    pub what: String,
+}
+
+/// The membership at one instant.
+#[derive(Debug, Clone, Serialize)]
+pub struct Membership {
+    pub t_ms: f64,
+    pub members: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Etcd {
+    pub requests: usize,
+    pub failed: usize,
+    pub writes: usize,
+    pub reads: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Webhook {
+    pub requests: usize,
+    pub failed: usize,
+    /// Why there are no webhook calls, while the tunnel is not part of the lab.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Writes {
+    pub acknowledged: usize,
+    pub missing: usize,
+    pub longest_gap_ms: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Members {
+    pub initial: Vec<String>,
+    pub r#final: Vec<String>,
+    pub timeline: Vec<Membership>,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub scenario: String,
+    pub rtt_ms: f64,
+    pub etcd: Etcd,
+    pub webhook: Webhook,
+    pub writes: Writes,
+    pub members: Members,
+    pub phases: Vec<Phase>,
+    /// Injected faults and migration actions, in order.
+    pub events: Vec<Event>,
+    /// Time for the two destination members to join (3 → 5), if they did.
+    pub join_ms: Option<f64>,
+    /// Invariants that failed; empty when the run is good.
+    pub violations: Vec<String>,
+    #[serde(skip)]
+    pub samples: Vec<Sample>,
+}
+
+/// Percentile (nearest rank) of sorted values.
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Longest gap between consecutive instants (sorted in place).
+pub fn longest_gap(acks: &mut [f64]) -> f64 {
+    acks.sort_by(f64::total_cmp);
+    acks.windows(2).map(|w| w[1] - w[0]).fold(0.0, f64::max)
+}
+
+/// A phase's statistics over the requests that started in `[start, end)`.
+pub fn phase(name: &str, start: f64, end: f64, rec: &Recording) -> Phase {
+    let inside: Vec<&Sample> = rec
+        .samples
+        .iter()
+        .filter(|s| s.start_ms >= start && s.start_ms < end)
+        .collect();
+    let mut lat: Vec<f64> = inside.iter().map(|s| s.latency_ms).collect();
+    lat.sort_by(f64::total_cmp);
+    let mut acks: Vec<f64> = rec
+        .write_acks_ms
+        .iter()
+        .copied()
+        .filter(|t| *t >= start && *t < end)
+        .collect();
+    Phase {
+        name: name.to_string(),
+        start,
+        end,
+        requests: inside.len(),
+        failed: inside.iter().filter(|s| !s.ok).count(),
+        p50_ms: pct(&lat, 50.0),
+        p99_ms: pct(&lat, 99.0),
+        max_ms: lat.last().copied().unwrap_or(0.0),
+        longest_write_gap_ms: longest_gap(&mut acks),
+    }
+}
+
+/// Request totals.
+pub fn etcd_totals(rec: &Recording) -> Etcd {
+    Etcd {
+        requests: rec.samples.len(),
+        failed: rec.samples.iter().filter(|s| !s.ok).count(),
+        writes: rec.samples.iter().filter(|s| s.kind == Kind::Write).count(),
+        reads: rec.samples.iter().filter(|s| s.kind == Kind::Read).count(),
+    }
+}
+
+impl Report {
+    /// A short human summary.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "scenario {} (RTT {} ms): {} etcd requests, {} failed; {} writes acknowledged, {} missing; longest write gap {:.0} ms; webhook {} requests, {} failed\n",
+            self.scenario, self.rtt_ms, self.etcd.requests, self.etcd.failed, self.writes.acknowledged,
+            self.writes.missing, self.writes.longest_gap_ms, self.webhook.requests, self.webhook.failed
+        );
+        if let Some(j) = self.join_ms {
+            s += &format!("join (3 -> 5): {j:.0} ms\n");
+        }
+        s += &format!(
+            "{:<12} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
+            "phase", "start_s", "end_s", "reqs", "failed", "p50_ms", "p99_ms", "max_ms", "gap_ms"
+        );
+        for p in &self.phases {
+            s += &format!(
+                "{:<12} {:>8.1} {:>8.1} {:>6} {:>6} {:>8.1} {:>8.1} {:>8.1} {:>8.0}\n",
+                p.name,
+                p.start / 1000.0,
+                p.end / 1000.0,
+                p.requests,
+                p.failed,
+                p.p50_ms,
+                p.p99_ms,
+                p.max_ms,
+                p.longest_write_gap_ms
+            );
+        }
+        for e in &self.events {
+            s += &format!("  {:>7.1} s  {}\n", e.t_ms / 1000.0, e.what);
+        }
+        s += &format!(
+            "members: {:?} -> {:?}\n",
+            self.members.initial, self.members.r#final
+        );
+        if self.violations.is_empty() {
+            s += "all invariants hold\n";
+        } else {
+            for v in &self.violations {
+                s += &format!("VIOLATED: {v}\n");
+            }
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Kind, Recording, Sample};
+
+    fn sample(start_ms: f64, latency_ms: f64, ok: bool) -> Sample {
+        Sample {
+            kind: Kind::Write,
+            start_ms,
+            latency_ms,
+            ok,
+            attempts: 1,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn phase_statistics_cover_only_requests_started_inside() {
+        let rec = Recording {
+            samples: (0..100)
+                .map(|i| sample(f64::from(i) * 10.0, f64::from(i + 1), i != 50))
+                .chain([sample(5000.0, 9999.0, true)])
+                .collect(),
+            acknowledged: Default::default(),
+            write_acks_ms: vec![10.0, 20.0, 400.0, 410.0, 6000.0],
+        };
+        let p = phase("p", 0.0, 1000.0, &rec);
+        assert_eq!((p.requests, p.failed), (100, 1));
+        assert_eq!((p.p50_ms, p.p99_ms, p.max_ms), (50.0, 99.0, 100.0));
+        assert_eq!(p.longest_write_gap_ms, 380.0);
+        assert_eq!(longest_gap(&mut [3.0, 1.0, 10.0]), 7.0);
+        assert_eq!(longest_gap(&mut []), 0.0);
+    }
+}

@@ -1,0 +1,234 @@
+//! The latency timeline as a hand-written SVG: one dot per request (log scale), failures in
+//! red, phase boundaries as dashed lines, the member count along the bottom.
+
+use crate::report::Report;
+use std::fmt::Write;
+
+const W: f64 = 1000.0;
+const H: f64 = 420.0;
+const LEFT: f64 = 60.0;
+const RIGHT: f64 = 20.0;
+const TOP: f64 = 40.0;
+const PLOT_H: f64 = 300.0;
+/// Latency axis: 0.1 ms .. 10 s, log scale.
+const LOG_MIN: f64 = -1.0;
+const LOG_MAX: f64 = 4.0;
+
+/// Renders the report's timeline.
+pub fn timeline(r: &Report) -> String {
+    let end = r.phases.last().map(|p| p.end).unwrap_or(1.0).max(1.0);
+    let x = |t: f64| LEFT + (t / end).clamp(0.0, 1.0) * (W - LEFT - RIGHT);
+    let y = |ms: f64| {
+        let l = ms.max(0.1).log10().clamp(LOG_MIN, LOG_MAX);
+        TOP + PLOT_H * (1.0 - (l - LOG_MIN) / (LOG_MAX - LOG_MIN))
+    };
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">
+<rect width="{W}" height="{H}" fill="white"/>
+<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — {} etcd requests, {} failed, {} writes acknowledged, {} missing</text>
+"#,
+        esc(&r.scenario),
+        r.rtt_ms,
+        r.etcd.requests,
+        r.etcd.failed,
+        r.writes.acknowledged,
+        r.writes.missing
+    );
+    for e in (LOG_MIN as i32)..=(LOG_MAX as i32) {
+        let ms = 10f64.powi(e);
+        let yy = y(ms);
+        let label = if ms < 1.0 {
+            format!("{ms} ms")
+        } else if ms < 1000.0 {
+            format!("{ms:.0} ms")
+        } else {
+            format!("{:.0} s", ms / 1000.0)
+        };
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="4" y="{:.1}">{label}</text>"##,
+            W - RIGHT,
+            yy + 4.0
+        );
+    }
+    let yf = y(5000.0);
+    let _ = writeln!(
+        s,
+        r##"<line x1="{LEFT}" x2="{}" y1="{yf:.1}" y2="{yf:.1}" stroke="#c00" stroke-dasharray="2,2"/><text x="{}" y="{:.1}" fill="#c00" text-anchor="end">5 s = failed</text>"##,
+        W - RIGHT,
+        W - RIGHT,
+        yf - 3.0
+    );
+    for (i, p) in r.phases.iter().enumerate() {
+        let xx = x(p.start);
+        let ty = TOP - 6.0 + if i % 2 == 0 { 0.0 } else { 12.0 };
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{}" stroke="#888" stroke-dasharray="4,3"/><text x="{:.1}" y="{ty:.1}">{}</text>"##,
+            TOP + PLOT_H,
+            xx + 2.0,
+            esc(&p.name)
+        );
+    }
+    // Events as thin orange ticks (hover shows what happened); the ones that change the
+    // client's path or inject a fault get a label.
+    for (i, e) in r.events.iter().enumerate() {
+        let xx = x(e.t_ms);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{}" stroke="#e08a00" stroke-width="0.8"><title>{:.1} s: {}</title></line>"##,
+            TOP + PLOT_H,
+            e.t_ms / 1000.0,
+            esc(&e.what)
+        );
+        let notable = ["link", "proxy", "leader", "client", "abort"]
+            .iter()
+            .any(|k| e.what.contains(k));
+        if notable {
+            let ty = TOP + 12.0 + 11.0 * (i % 4) as f64;
+            let _ = writeln!(
+                s,
+                r##"<text x="{:.1}" y="{ty:.1}" font-size="9" fill="#b06a00">{}</text>"##,
+                xx + 2.0,
+                esc(&e.what)
+            );
+        }
+    }
+    for smp in &r.samples {
+        let color = match (smp.ok, smp.kind) {
+            (false, _) => "#d00",
+            (true, crate::client::Kind::Write) => "#1f5fbf",
+            (true, crate::client::Kind::Read) => "#2a9d3a",
+        };
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="1.6" fill="{color}" fill-opacity="0.6"/>"#,
+            x(smp.start_ms),
+            y(smp.latency_ms)
+        );
+    }
+    // Member count as a step line under the plot (0..6 members).
+    let base = TOP + PLOT_H + 70.0;
+    let mut pts = String::new();
+    let mut last = None;
+    for m in &r.members.timeline {
+        let yy = base - m.members.len() as f64 * 8.0;
+        if let Some(prev) = last {
+            let _ = write!(pts, "{:.1},{prev:.1} ", x(m.t_ms));
+        }
+        let _ = write!(pts, "{:.1},{yy:.1} ", x(m.t_ms));
+        last = Some(yy);
+    }
+    if let Some(prev) = last {
+        let _ = write!(pts, "{:.1},{prev:.1}", x(end));
+    }
+    let _ = writeln!(
+        s,
+        r##"<polyline points="{pts}" fill="none" stroke="#444" stroke-width="1.5"/><text x="4" y="{:.1}">members</text>"##,
+        base - 20.0
+    );
+    for m in &r.members.timeline {
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="9" fill="#444">{}</text>"##,
+            x(m.t_ms) + 2.0,
+            base + 12.0,
+            m.members.len()
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="{:.1}" fill="#1f5fbf">● write</text><text x="{}" y="{:.1}" fill="#2a9d3a">● linearizable read</text><text x="{}" y="{:.1}" fill="#d00">● failed</text><text x="{}" y="{:.1}">time →  ({:.0} s)</text>"##,
+        TOP + PLOT_H + 16.0,
+        LEFT + 60.0,
+        TOP + PLOT_H + 16.0,
+        LEFT + 190.0,
+        TOP + PLOT_H + 16.0,
+        W - 140.0,
+        TOP + PLOT_H + 16.0,
+        end / 1000.0
+    );
+    s.push_str("</svg>\n");
+    s
+}
+
+fn esc(t: &str) -> String {
+    t.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::{Kind, Sample};
+    use crate::report::*;
+
+    #[test]
+    fn timeline_has_a_dot_per_request_and_a_line_per_phase() {
+        let phase = |name: &str, start: f64, end: f64| Phase {
+            name: name.into(),
+            start,
+            end,
+            requests: 0,
+            failed: 0,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            max_ms: 0.0,
+            longest_write_gap_ms: 0.0,
+        };
+        let r = Report {
+            scenario: "a<b".into(),
+            rtt_ms: 50.0,
+            etcd: Etcd {
+                requests: 2,
+                failed: 1,
+                writes: 2,
+                reads: 0,
+            },
+            webhook: Webhook {
+                requests: 0,
+                failed: 0,
+                note: None,
+            },
+            writes: Writes {
+                acknowledged: 1,
+                missing: 0,
+                longest_gap_ms: 0.0,
+            },
+            members: Members {
+                initial: vec![],
+                r#final: vec![],
+                timeline: vec![Membership {
+                    t_ms: 0.0,
+                    members: vec!["a".into()],
+                }],
+            },
+            phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
+            events: vec![Event {
+                t_ms: 20.0,
+                what: "link cut for 3000 ms".into(),
+            }],
+            join_ms: None,
+            violations: vec![],
+            samples: [(true, 3.0), (false, 6000.0)]
+                .map(|(ok, latency_ms)| Sample {
+                    kind: Kind::Write,
+                    start_ms: 10.0,
+                    latency_ms,
+                    ok,
+                    attempts: 1,
+                    error: None,
+                })
+                .to_vec(),
+        };
+        let svg = timeline(&r);
+        assert_eq!(svg.matches("<circle").count(), 2);
+        assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 1);
+        assert!(svg.contains(">one<") && svg.contains(">two<"));
+        assert!(svg.contains(">link cut for 3000 ms<"));
+        assert!(svg.contains("a&lt;b") && svg.trim_end().ends_with("</svg>"));
+    }
+}

@@ -1,0 +1,179 @@
+//! The live-migration lab end to end: a real 3-member etcd 3.4 cluster moves from a source
+//! seed to a destination seed (network namespaces, one isthmus proxy process each, a
+//! userspace link with configurable RTT between them) while a kube-apiserver-like client
+//! writes and reads; every scenario must end with 0 failed requests and every acknowledged
+//! write present with its value.
+//!
+//! Labs run one at a time (a lock): each is a whole etcd cluster, and the CI machine is small.
+//! Needs root, iproute2 and etcd; `.ci/run` installs them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use isthmus_lab::{Options, Report, Scenario};
+use std::process::Command;
+use std::sync::Mutex;
+use std::time::Duration;
+
+static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
+    let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for tool in ["etcd", "ip"] {
+        assert!(
+            Command::new("sh")
+                .args(["-c", &format!("command -v {tool}")])
+                .output()
+                .unwrap()
+                .status
+                .success(),
+            "{tool} is missing: run .ci/run or `apt-get install etcd-server iproute2`"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("isthmus-lab-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let opts = Options {
+        rtt: Duration::from_millis(rtt_ms),
+        scenario,
+        proxy_bin: env!("CARGO_BIN_EXE_isthmus").into(),
+        dir: dir.clone(),
+        interval: Duration::from_millis(25),
+        hold: Duration::from_secs(2),
+        pre_vote: true,
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let report = rt
+        .block_on(isthmus_lab::run(&opts))
+        .unwrap_or_else(|e| panic!("lab {name} failed (logs in {}): {e}", dir.display()));
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&report).unwrap(),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("timeline.svg"),
+        isthmus_lab::svg::timeline(&report),
+    )
+    .unwrap();
+    eprintln!("{name}:\n{}", report.summary());
+    report
+}
+
+fn assert_clean(r: &Report, name: &str) {
+    assert_eq!(
+        r.etcd.failed,
+        0,
+        "{name}: failed etcd requests\n{}",
+        r.summary()
+    );
+    assert_eq!(r.writes.missing, 0, "{name}: lost writes\n{}", r.summary());
+    assert!(
+        r.writes.acknowledged > 50,
+        "{name}: too few writes\n{}",
+        r.summary()
+    );
+    assert!(r.violations.is_empty(), "{name}: {:?}", r.violations);
+}
+
+fn assert_moved(r: &Report) {
+    let mut fin = r.members.r#final.clone();
+    fin.sort();
+    assert_eq!(
+        fin,
+        ["dest-etcd-main-0", "dest-etcd-main-1", "dest-etcd-main-2"]
+    );
+    let mut init = r.members.initial.clone();
+    init.sort();
+    assert_eq!(init, ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+    // The membership went through 5 and 6 voters on the way.
+    let sizes: Vec<usize> = r.members.timeline.iter().map(|m| m.members.len()).collect();
+    assert!(sizes.contains(&5) && sizes.contains(&6), "{sizes:?}");
+    for p in ["source", "join", "five", "grow", "shrink", "destination"] {
+        let phase = r.phases.iter().find(|x| x.name == p).unwrap();
+        assert!(
+            phase.requests > 0 || p == "shrink",
+            "no requests in phase {p}"
+        );
+    }
+}
+
+#[test]
+fn default_run_moves_etcd_with_zero_failures_and_no_lost_write() {
+    let r = lab("default", 50, Scenario::Migrate);
+    assert_clean(&r, "default");
+    assert_moved(&r);
+}
+
+#[test]
+fn rtt_0_ms() {
+    let r = lab("rtt0", 0, Scenario::Migrate);
+    assert_clean(&r, "rtt0");
+    assert_moved(&r);
+}
+
+#[test]
+fn rtt_150_ms() {
+    let r = lab("rtt150", 150, Scenario::Migrate);
+    assert_clean(&r, "rtt150");
+    assert_moved(&r);
+    // Once the client talks to destination members while the leader is still in the source,
+    // each request crosses the link: the latency must show the RTT (the link really delays).
+    let grow = r.phases.iter().find(|p| p.name == "grow").unwrap();
+    assert!(grow.p50_ms >= 150.0, "{}", r.summary());
+}
+
+#[test]
+fn link_cut_in_the_five_member_phase_the_source_keeps_serving() {
+    let r = lab(
+        "cut",
+        50,
+        Scenario::LinkCut {
+            cut: Duration::from_secs(3),
+        },
+    );
+    assert_clean(&r, "cut");
+    assert_moved(&r);
+    let five = r.phases.iter().find(|p| p.name == "five").unwrap();
+    // The cut lasted 3 s of this phase and the source (3 of 5 voters) kept acknowledging writes.
+    assert!(five.end - five.start >= 3000.0, "{}", r.summary());
+    assert!(five.longest_write_gap_ms < 1000.0, "{}", r.summary());
+    // The cut really bit: relayed peer connections were reset.
+    let restored = r
+        .events
+        .iter()
+        .find(|e| e.what.starts_with("link restored"))
+        .unwrap();
+    assert!(!restored.what.contains("(0 connections"), "{:?}", r.events);
+}
+
+#[test]
+fn abort_before_the_join_completes_leaves_the_source_untouched() {
+    let r = lab("abort", 50, Scenario::Abort);
+    assert_clean(&r, "abort");
+    let mut fin = r.members.r#final.clone();
+    fin.sort();
+    assert_eq!(fin, ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+    let sizes: Vec<usize> = r.members.timeline.iter().map(|m| m.members.len()).collect();
+    assert_eq!(
+        sizes.iter().max(),
+        Some(&4),
+        "a learner was added, then removed: {sizes:?}"
+    );
+}
+
+#[test]
+fn source_proxy_restart_with_drain_in_the_five_member_phase() {
+    let r = lab("restart", 50, Scenario::ProxyRestart);
+    assert_clean(&r, "restart");
+    let five = r.phases.iter().find(|p| p.name == "five").unwrap();
+    let restarted = r
+        .events
+        .iter()
+        .find(|e| e.what == "source proxy: new process serving")
+        .unwrap();
+    assert!(
+        restarted.t_ms > five.start && restarted.t_ms < five.end,
+        "{:?}",
+        r.events
+    );
+    assert_moved(&r);
+}
