@@ -115,24 +115,30 @@ async fn pump(
     let mut buf: Vec<u8> = Vec::new();
     loop {
         from.readable().await?;
-        if buf.is_empty() {
-            buf.resize(BUF_SIZE, 0);
-        }
-        let n = match from.try_read(&mut buf) {
+        // Capacity only, never zeroed: `try_read_buf` writes into the spare capacity.
+        buf.clear();
+        buf.reserve_exact(BUF_SIZE);
+        let n = match from.try_read_buf(&mut buf) {
             Ok(0) => {
                 // Pass the FIN on. The peer may already be gone; that ends this direction only.
                 let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
                 return Ok(total);
             }
             Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // Readiness was stale (it stays set after a short read until a read would
+                // block): wait for data without holding a buffer, or every idle connection
+                // would keep 64 KiB per direction.
+                buf = Vec::new();
+                continue;
+            }
             Err(e) => return Err(e),
         };
         write_all(to, &buf[..n]).await?;
         total += n as u64;
         counter.inc_by(n as u64);
         last.store(millis_since(started), Ordering::Relaxed);
-        if n < buf.len() {
+        if n < BUF_SIZE {
             // The socket is drained: give the buffer back rather than hold it while idle.
             buf = Vec::new();
         }
