@@ -112,13 +112,11 @@ async fn pump(
     last: &AtomicU64,
 ) -> io::Result<u64> {
     let mut total = 0u64;
-    let mut buf: Vec<u8> = Vec::new();
+    let mut buf: Option<Vec<u8>> = None;
     loop {
         from.readable().await?;
-        // Capacity only, never zeroed: `try_read_buf` writes into the spare capacity.
-        buf.clear();
-        buf.reserve_exact(BUF_SIZE);
-        let n = match from.try_read_buf(&mut buf) {
+        let b = buf.get_or_insert_with(pool::take);
+        let n = match from.try_read_buf(b) {
             Ok(0) => {
                 // Pass the FIN on. The peer may already be gone; that ends this direction only.
                 let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
@@ -128,20 +126,56 @@ async fn pump(
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                 // Readiness was stale (it stays set after a short read until a read would
                 // block): wait for data without holding a buffer, or every idle connection
-                // would keep 64 KiB per direction.
-                buf = Vec::new();
+                // would keep one per direction.
+                pool::give(buf.take());
                 continue;
             }
             Err(e) => return Err(e),
         };
-        write_all(to, &buf[..n]).await?;
+        write_all(to, b).await?;
+        b.clear();
         total += n as u64;
         counter.inc_by(n as u64);
         last.store(millis_since(started), Ordering::Relaxed);
         if n < BUF_SIZE {
             // The socket is drained: give the buffer back rather than hold it while idle.
-            buf = Vec::new();
+            pool::give(buf.take());
         }
+    }
+}
+
+/// Per-thread spare buffers. Connections take one while bytes move and give it back when the
+/// socket is drained, so idle connections hold none, and a busy worker does not pay for a
+/// 64 KiB malloc/free pair (and the page faults after glibc trims its heap) per message.
+mod pool {
+    use super::BUF_SIZE;
+    use std::cell::RefCell;
+
+    /// Spares kept per worker thread; beyond that buffers are freed.
+    const MAX_SPARE: usize = 16;
+
+    thread_local! {
+        static SPARE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// An empty buffer with `BUF_SIZE` capacity (never zeroed: reads fill spare capacity).
+    pub fn take() -> Vec<u8> {
+        SPARE
+            .try_with(|s| s.borrow_mut().pop())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Vec::with_capacity(BUF_SIZE))
+    }
+
+    pub fn give(buf: Option<Vec<u8>>) {
+        let Some(mut buf) = buf else { return };
+        buf.clear();
+        let _ = SPARE.try_with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < MAX_SPARE {
+                s.push(buf);
+            }
+        });
     }
 }
 
