@@ -1,6 +1,7 @@
 //! ClientHello parsing: a ~300-byte hello, a ~2 KB post-quantum one, the same split over
 //! several records, and a 16 KiB hello over two records.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -1,6 +1,7 @@
 //! Parsing and validating a 10k-route proxy configuration, what every reload of a large seed
 //! pays before the new snapshot is swapped in.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

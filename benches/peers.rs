@@ -5,6 +5,7 @@
 //! (also `PEERS_FILTER`, comma-separated) select contenders and/or scenarios by name, e.g.
 //! `-- --quick isthmus nginx direct bulk`. See BENCHMARKS.md.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "peers/contender.rs"]
@@ -247,16 +248,25 @@ async fn scenario(
 ) -> std::io::Result<()> {
     let (k, addr) = (r.kind, r.addr);
     match name {
-        "bulk1" => res.push(
-            "bulk_1conn",
-            k,
-            load::bulk(addr, hello.clone(), 1, plan.bulk).await? / 1e9,
-        ),
-        "bulk64" => res.push(
-            "bulk_64conn",
-            k,
-            load::bulk(addr, hello.clone(), 64, plan.bulk).await? / 1e9,
-        ),
+        "bulk1" | "bulk64" => {
+            let (conns, key, cpu_key) = if name == "bulk1" {
+                (1, "bulk_1conn", "cpu_per_GB_1conn")
+            } else {
+                (64, "bulk_64conn", "cpu_per_GB_64conn")
+            };
+            let cpu = r.cpu_seconds();
+            let (bytes, rate) = load::bulk(addr, hello.clone(), conns, plan.bulk).await?;
+            res.push(key, k, rate / 1e9);
+            // CPU the proxy spent per GB moved: far less sensitive to other load on a shared
+            // machine than the rate itself.
+            if k != Kind::Direct {
+                res.push(
+                    cpu_key,
+                    k,
+                    (r.cpu_seconds() - cpu) * 1e3 / (bytes as f64 / 1e9),
+                );
+            }
+        }
         "latency" => {
             let mut v = load::latency(addr, hello.clone(), 8, 500, plan.latency).await?;
             v.sort_unstable();

@@ -1,6 +1,7 @@
 //! Route lookup with 10, 10k and 100k routes: exact hits, wildcard hits (the name has three
 //! labels in front of the suffix, so several probes) and misses.
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};

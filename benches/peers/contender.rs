@@ -158,7 +158,12 @@ impl Running {
         let mut c;
         match self.kind {
             Kind::Isthmus => {
-                c = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+                // ISTHMUS_BIN compares another build (e.g. before/after an optimisation).
+                let bin = std::env::var_os("ISTHMUS_BIN");
+                c = Command::new(
+                    bin.as_deref()
+                        .unwrap_or(env!("CARGO_BIN_EXE_isthmus").as_ref()),
+                );
                 c.arg("proxy")
                     .arg("--config")
                     .arg(d.join("isthmus.yaml"))
@@ -281,6 +286,14 @@ impl Running {
         pids.iter().map(|p| vm_rss(*p)).sum()
     }
 
+    /// CPU seconds (user + system) used so far by the main process and its children.
+    pub fn cpu_seconds(&self) -> f64 {
+        let Some(pid) = self.pid() else { return 0.0 };
+        let mut pids = vec![pid];
+        pids.extend(children(pid));
+        pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
+    }
+
     /// Asks the contender to re-read its configuration, the way an operator would.
     pub fn signal_reload(&self) -> io::Result<()> {
         let sig = match self.kind {
@@ -360,4 +373,17 @@ fn vm_rss(pid: u32) -> u64 {
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
 }

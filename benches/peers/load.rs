@@ -44,7 +44,7 @@ pub async fn bulk(
     hello: Arc<[u8]>,
     conns: usize,
     dur: Duration,
-) -> io::Result<f64> {
+) -> io::Result<(u64, f64)> {
     let start = Instant::now();
     let mut set = JoinSet::new();
     for _ in 0..conns {
@@ -68,7 +68,7 @@ pub async fn bulk(
     while let Some(r) = set.join_next().await {
         total += r.map_err(io::Error::other)??;
     }
-    Ok(total as f64 / start.elapsed().as_secs_f64())
+    Ok((total, total as f64 / start.elapsed().as_secs_f64()))
 }
 
 /// 1 KiB ping-pong on `conns` connections, each paced at `rate` round trips per second (well

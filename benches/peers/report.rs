@@ -11,7 +11,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 11] = [
+pub const METRICS: [Metric; 13] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -21,6 +21,16 @@ pub const METRICS: [Metric; 11] = [
         key: "bulk_64conn",
         unit: "GB/s",
         higher_is_better: true,
+    },
+    Metric {
+        key: "cpu_per_GB_1conn",
+        unit: "ms",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "cpu_per_GB_64conn",
+        unit: "ms",
+        higher_is_better: false,
     },
     Metric {
         key: "latency_p50",
