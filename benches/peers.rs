@@ -268,7 +268,17 @@ async fn scenario(
             }
         }
         "latency" => {
+            let cpu = r.cpu_seconds();
             let mut v = load::latency(addr, hello.clone(), 8, 500, plan.latency).await?;
+            if k != Kind::Direct {
+                // CPU per round trip: what the proxy adds per message, independent of how busy
+                // the rest of the machine is.
+                res.push(
+                    "cpu_per_rtt",
+                    k,
+                    (r.cpu_seconds() - cpu) * 1e6 / v.len() as f64,
+                );
+            }
             v.sort_unstable();
             for (m, p) in [
                 ("latency_p50", 50.0),

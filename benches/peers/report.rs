@@ -11,7 +11,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 13] = [
+pub const METRICS: [Metric; 14] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -54,6 +54,11 @@ pub const METRICS: [Metric; 13] = [
     },
     Metric {
         key: "added_p99",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "cpu_per_rtt",
         unit: "us",
         higher_is_better: false,
     },
