@@ -34,6 +34,11 @@ async fn ping(s: &mut TcpStream, len: usize) -> io::Result<()> {
     let mut back = vec![0u8; len];
     s.write_all(&out).await?;
     s.read_exact(&mut back).await?;
+    // A proxy that rejects the connection may answer with a TLS alert (isthmus does); only
+    // our own bytes coming back count as a routed round trip.
+    if back != out {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not an echo"));
+    }
     Ok(())
 }
 
