@@ -62,10 +62,17 @@ pub async fn splice(
     let last = AtomicU64::new(0);
     let up = pump(downstream, upstream, to_upstream, started, &last);
     let down = pump(upstream, downstream, to_downstream, started, &last);
-    let idle = idle_watchdog(limits.idle_timeout, started, &last);
+    // The timers are boxed only when a limit is set: every spliced connection lives in a
+    // task for its whole life, and unset limits (the default) should cost it no bytes.
+    let idle = async {
+        match limits.idle_timeout {
+            Some(t) => Box::pin(idle_watchdog(t, started, &last)).await,
+            None => std::future::pending().await,
+        }
+    };
     let max = async {
         match limits.max_duration {
-            Some(d) => tokio::time::sleep(d).await,
+            Some(d) => Box::pin(tokio::time::sleep(d)).await,
             None => std::future::pending().await,
         }
     };
@@ -86,10 +93,7 @@ pub async fn splice(
     Ok((totals, End::Closed))
 }
 
-async fn idle_watchdog(limit: Option<Duration>, started: Instant, last: &AtomicU64) {
-    let Some(limit) = limit else {
-        return std::future::pending().await;
-    };
+async fn idle_watchdog(limit: Duration, started: Instant, last: &AtomicU64) {
     loop {
         let last_ms = last.load(Ordering::Relaxed);
         let deadline = started + Duration::from_millis(last_ms) + limit;
@@ -151,7 +155,9 @@ async fn pump(
                 counter.inc_by(m as u64);
                 last.store(millis_since(started), Ordering::Relaxed);
             };
-            if splice_burst(from, to, moved).await? {
+            // Boxed: the splice state exists only during a bulk burst, not in every idle
+            // connection's task.
+            if Box::pin(splice_burst(from, to, moved)).await? {
                 let _ = socket2::SockRef::from(to).shutdown(Shutdown::Write);
                 return Ok(total);
             }
@@ -310,5 +316,25 @@ mod tests {
         assert_eq!(totals.upstream_to_downstream, 3 << 20);
         assert_eq!(to_up.get(), 8 << 20);
         assert_eq!(to_down.get(), 3 << 20);
+    }
+
+    /// The limits, boxed only when set, still end the splice.
+    #[tokio::test]
+    async fn limits_end_the_splice() {
+        let (_client, down) = pair().await;
+        let (up, _server) = pair().await;
+        let c = Counter::default();
+        let idle = Limits {
+            idle_timeout: Some(Duration::from_millis(50)),
+            max_duration: None,
+        };
+        let (_, end) = splice(&down, &up, &c, &c, idle).await.unwrap();
+        assert_eq!(end, End::Idle);
+        let max = Limits {
+            idle_timeout: None,
+            max_duration: Some(Duration::from_millis(50)),
+        };
+        let (_, end) = splice(&down, &up, &c, &c, max).await.unwrap();
+        assert_eq!(end, End::MaxDuration);
     }
 }
