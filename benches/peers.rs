@@ -101,6 +101,7 @@ fn main() -> std::process::ExitCode {
         .arg("--pid")
         .arg(std::process::id().to_string())
         .arg("--nofile=262144:262144")
+        .stderr(std::process::Stdio::null())
         .status();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
