@@ -55,6 +55,11 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
     )
     .unwrap();
     eprintln!("{name}:\n{}", report.summary());
+    // etcd preallocates its WAL: a run leaves ~700 MiB. Keep it only when asked (a failed run
+    // panics above and keeps everything for its logs).
+    if std::env::var_os("ISTHMUS_KEEP_SCRATCH").is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     report
 }
 

@@ -116,9 +116,11 @@ fn ends_on_record_boundary(buf: &[u8]) -> bool {
     let mut at = 0usize;
     loop {
         let Some(header) = buf.get(at..at + 5) else {
-            // A partial header; the very first bytes still go to the parser so that non-TLS
-            // input is rejected at once.
-            return at == buf.len() || at == 0;
+            // A partial header. The very first bytes go to the parser so that non-TLS input is
+            // rejected at once; after complete records they may be bytes a client pipelined
+            // behind a complete hello (a short first write after it), which must not leave us
+            // waiting for bytes that never come. At most four such parses per record.
+            return true;
         };
         if header[0] != 22 {
             return true;
@@ -142,7 +144,9 @@ mod tests {
         assert!(ends_on_record_boundary(&[22]));
         assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 4, 1]));
         assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1]));
-        assert!(!ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3]));
+        // A partial header after complete records: the hello may be complete before it.
+        assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, 22, 3]));
+        assert!(ends_on_record_boundary(&[22, 3, 1, 0, 1, 1, b'E']));
         assert!(ends_on_record_boundary(&[
             22, 3, 1, 0, 1, 1, 22, 3, 1, 0, 0
         ]));

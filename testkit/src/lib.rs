@@ -5,6 +5,7 @@
 //! What it must never do: be a dependency of anything but tests and benchmarks, or hide a
 //! failure (every helper panics with a message that says what it was waiting for).
 
+#![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod pki;

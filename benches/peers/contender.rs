@@ -1,0 +1,389 @@
+//! Starting, reloading, measuring and stopping each contender with the same routes.
+//!
+//! Ports: the harness binds 127.0.0.1:0, reads the port the OS chose, closes the socket and
+//! writes the port into the contender's configuration (nginx, HAProxy and sniproxy cannot bind
+//! port 0 and report it). Another process may take the port in between; a contender that does
+//! not answer a routed probe within five seconds is stopped and started again on fresh ports
+//! (three attempts).
+
+use crate::load;
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Isthmus,
+    Nginx,
+    Haproxy,
+    Sniproxy,
+    Direct,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Isthmus,
+        Kind::Nginx,
+        Kind::Haproxy,
+        Kind::Sniproxy,
+        Kind::Direct,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Isthmus => "isthmus",
+            Kind::Nginx => "nginx",
+            Kind::Haproxy => "haproxy",
+            Kind::Sniproxy => "sniproxy",
+            Kind::Direct => "direct",
+        }
+    }
+
+    pub fn is_peer(self) -> bool {
+        matches!(self, Kind::Nginx | Kind::Haproxy | Kind::Sniproxy)
+    }
+
+    /// Whether the program is installed; `None` when it is, else why not.
+    pub fn missing(self) -> Option<String> {
+        let found = |p: &str| Path::new(p).exists() || which(p);
+        match self {
+            Kind::Isthmus | Kind::Direct => None,
+            Kind::Nginx if !found("nginx") => {
+                Some("nginx not installed (apt-get install nginx-light libnginx-mod-stream)".into())
+            }
+            Kind::Nginx if !Path::new(NGINX_STREAM).exists() => Some(format!(
+                "{NGINX_STREAM} missing (apt-get install libnginx-mod-stream)"
+            )),
+            Kind::Haproxy if !found("haproxy") => {
+                Some("haproxy not installed (apt-get install haproxy)".into())
+            }
+            Kind::Sniproxy if !found("sniproxy") => {
+                Some("sniproxy not installed (apt-get install sniproxy)".into())
+            }
+            _ => None,
+        }
+    }
+}
+
+const NGINX_STREAM: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
+
+fn which(prog: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
+}
+
+/// Every route goes to the one upstream; the names differ only to make the tables large.
+#[derive(Debug, Clone)]
+pub struct Routes {
+    pub names: Vec<String>,
+}
+
+/// A running contender.
+#[derive(Debug)]
+pub struct Running {
+    pub kind: Kind,
+    pub addr: SocketAddr,
+    child: Option<Child>,
+    dir: PathBuf,
+    upstream: SocketAddr,
+    threads: usize,
+    admin: u16,
+}
+
+fn free_port() -> io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl Running {
+    pub async fn start(
+        kind: Kind,
+        dir: &Path,
+        upstream: SocketAddr,
+        routes: &Routes,
+        threads: usize,
+        probe_hello: &[u8],
+    ) -> io::Result<Running> {
+        if kind == Kind::Direct {
+            return Ok(Running {
+                kind,
+                addr: upstream,
+                child: None,
+                dir: dir.into(),
+                upstream,
+                threads,
+                admin: 0,
+            });
+        }
+        let mut last = io::Error::other("not started");
+        for _ in 0..3 {
+            let mut r = Running {
+                kind,
+                addr: SocketAddr::from(([127, 0, 0, 1], free_port()?)),
+                child: None,
+                dir: dir.join(kind.name()),
+                upstream,
+                threads,
+                admin: free_port()?,
+            };
+            std::fs::create_dir_all(&r.dir)?;
+            r.write_config(routes)?;
+            r.child = Some(
+                r.command()
+                    .stdout(Stdio::null())
+                    .stderr(std::fs::File::create(r.dir.join("stderr.log"))?)
+                    .spawn()?,
+            );
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline {
+                if load::probe(r.addr, probe_hello).await {
+                    return Ok(r);
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            last = io::Error::other(format!(
+                "{} did not answer on {}; see {}",
+                kind.name(),
+                r.addr,
+                r.dir.join("stderr.log").display()
+            ));
+            r.stop();
+        }
+        Err(last)
+    }
+
+    fn command(&self) -> Command {
+        let d = &self.dir;
+        let mut c;
+        match self.kind {
+            Kind::Isthmus => {
+                // ISTHMUS_BIN compares another build (e.g. before/after an optimisation).
+                let bin = std::env::var_os("ISTHMUS_BIN");
+                c = Command::new(
+                    bin.as_deref()
+                        .unwrap_or(env!("CARGO_BIN_EXE_isthmus").as_ref()),
+                );
+                c.arg("proxy")
+                    .arg("--config")
+                    .arg(d.join("isthmus.yaml"))
+                    .arg("--threads")
+                    .arg(self.threads.to_string());
+            }
+            Kind::Nginx => {
+                c = Command::new("nginx");
+                c.arg("-e")
+                    .arg(d.join("error.log"))
+                    .arg("-p")
+                    .arg(d)
+                    .arg("-c")
+                    .arg(d.join("nginx.conf"));
+            }
+            Kind::Haproxy => {
+                // -W: master-worker, so that SIGUSR2 reloads like a production deployment.
+                c = Command::new("haproxy");
+                c.arg("-W").arg("-db").arg("-f").arg(d.join("haproxy.cfg"));
+            }
+            Kind::Sniproxy => {
+                c = Command::new("sniproxy");
+                c.arg("-f").arg("-c").arg(d.join("sniproxy.conf"));
+            }
+            Kind::Direct => unreachable!("the direct path runs no process"),
+        }
+        c
+    }
+
+    /// Writes the configuration for `routes` (used at start and for a reload).
+    pub fn write_config(&self, routes: &Routes) -> io::Result<()> {
+        let (file, text) = match self.kind {
+            Kind::Isthmus => ("isthmus.yaml", self.isthmus_yaml(routes)),
+            Kind::Nginx => ("nginx.conf", self.nginx_conf(routes)),
+            Kind::Haproxy => {
+                std::fs::write(self.dir.join("names.lst"), routes.names.join("\n") + "\n")?;
+                ("haproxy.cfg", self.haproxy_cfg())
+            }
+            Kind::Sniproxy => ("sniproxy.conf", self.sniproxy_conf(routes)),
+            Kind::Direct => return Ok(()),
+        };
+        // Write then rename: a reader never sees half a file.
+        let tmp = self.dir.join(format!("{file}.tmp"));
+        std::fs::write(&tmp, text)?;
+        std::fs::rename(tmp, self.dir.join(file))
+    }
+
+    fn isthmus_yaml(&self, routes: &Routes) -> String {
+        let mut s = format!(
+            "admin: {{ address: \"127.0.0.1:{}\" }}\ndrain_delay: 0s\ndrain_timeout: 1s\n\
+             # Reloads come from SIGHUP only, so one write triggers exactly one reload.\n\
+             watch_interval: 0s\nlisteners:\n  - name: bench\n    address: \"{}\"\n    routes:\n",
+            self.admin, self.addr
+        );
+        for n in &routes.names {
+            s += &format!("      - {{ sni: \"{n}\", upstream: up }}\n");
+        }
+        s + &format!(
+            "upstreams:\n  - name: up\n    endpoints: [\"{}\"]\n",
+            self.upstream
+        )
+    }
+
+    fn nginx_conf(&self, routes: &Routes) -> String {
+        let d = self.dir.display();
+        let mut map = String::new();
+        for n in &routes.names {
+            map += &format!("        {n} {};\n", self.upstream);
+        }
+        format!(
+            "load_module {NGINX_STREAM};\ndaemon off;\nworker_processes {threads};\n\
+             pid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
+             events {{ worker_connections 20000; }}\nstream {{\n    map_hash_max_size 262144;\n\
+             map_hash_bucket_size 128;\n    map $ssl_preread_server_name $name_map {{\n        hostnames;\n\
+             {map}        default 127.0.0.1:1;\n    }}\n    server {{\n        listen {addr} reuseport;\n\
+             ssl_preread on;\n        proxy_pass $name_map;\n    }}\n}}\n",
+            threads = self.threads,
+            addr = self.addr,
+        )
+    }
+
+    fn haproxy_cfg(&self) -> String {
+        format!(
+            "global\n    nbthread {threads}\n    maxconn 9000\n    pidfile {d}/haproxy.pid\n\
+             defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n\
+             frontend bench\n    bind {addr}\n    tcp-request inspect-delay 5s\n\
+             tcp-request content accept if {{ req.ssl_hello_type 1 }}\n\
+             use_backend up if {{ req.ssl_sni -i -f {d}/names.lst }}\n\
+             backend up\n    server up {up}\n",
+            threads = self.threads,
+            d = self.dir.display(),
+            addr = self.addr,
+            up = self.upstream,
+        )
+    }
+
+    fn sniproxy_conf(&self, routes: &Routes) -> String {
+        let d = self.dir.display();
+        let mut table = String::new();
+        for n in &routes.names {
+            table += &format!("    ^{}$ {}\n", n.replace('.', "\\."), self.upstream);
+        }
+        format!(
+            "user root\npidfile {d}/sniproxy.pid\nerror_log {{\n    filename {d}/error.log\n    priority warning\n}}\n\
+             listener {addr} {{\n    protocol tls\n    table bench\n}}\ntable bench {{\n{table}}}\n",
+            addr = self.addr,
+        )
+    }
+
+    /// Pid of the main process.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Resident memory in KiB of the main process and its children (nginx and HAProxy workers).
+    pub fn rss_kib(&self) -> u64 {
+        let Some(pid) = self.pid() else { return 0 };
+        let mut pids = vec![pid];
+        pids.extend(children(pid));
+        pids.iter().map(|p| vm_rss(*p)).sum()
+    }
+
+    /// CPU seconds (user + system) used so far by the main process and its children.
+    pub fn cpu_seconds(&self) -> f64 {
+        let Some(pid) = self.pid() else { return 0.0 };
+        let mut pids = vec![pid];
+        pids.extend(children(pid));
+        pids.iter().map(|p| cpu_ticks(*p)).sum::<u64>() as f64 / 100.0
+    }
+
+    /// Asks the contender to re-read its configuration, the way an operator would.
+    pub fn signal_reload(&self) -> io::Result<()> {
+        let sig = match self.kind {
+            Kind::Haproxy => "-USR2",
+            _ => "-HUP",
+        };
+        match self.pid() {
+            Some(pid) => kill(sig, pid),
+            None => Ok(()),
+        }
+    }
+
+    /// Graceful stop, then SIGKILL after three seconds.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let sig = match self.kind {
+            Kind::Isthmus => "-INT",
+            Kind::Nginx => "-TERM",
+            _ => "-TERM",
+        };
+        let _ = kill(sig, child.id());
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let kids = children(child.id());
+        let _ = child.kill();
+        let _ = child.wait();
+        for k in kids {
+            let _ = kill("-KILL", k);
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn kill(sig: &str, pid: u32) -> io::Result<()> {
+    let st = Command::new("kill")
+        .arg(sig)
+        .arg(pid.to_string())
+        .status()?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!("kill {sig} {pid} failed")))
+    }
+}
+
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for t in tasks.flatten() {
+        if let Ok(s) = std::fs::read_to_string(t.path().join("children")) {
+            out.extend(s.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        }
+    }
+    out
+}
+
+fn vm_rss(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux).
+fn cpu_ticks(pid: u32) -> u64 {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return 0;
+    };
+    // Fields after the command name, which is in parentheses and may contain spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    field(11) + field(12)
+}

@@ -1,0 +1,208 @@
+//! The one load generator every contender (and the direct path) is driven with.
+
+use crate::upstream::{DOWNLOAD, ECHO};
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinSet;
+
+/// Connects and sends the ClientHello followed by the mode byte, in one write, as a TLS client
+/// sends its hello in one flight.
+pub async fn open(addr: SocketAddr, hello: &[u8], mode: u8) -> io::Result<TcpStream> {
+    let mut s = TcpStream::connect(addr).await?;
+    s.set_nodelay(true)?;
+    let mut first = Vec::with_capacity(hello.len() + 1);
+    first.extend_from_slice(hello);
+    first.push(mode);
+    s.write_all(&first).await?;
+    Ok(s)
+}
+
+/// Opens an echo connection and waits for one byte to come back, so that the path through
+/// the proxy (including its upstream connection) is known to be fully established.
+pub async fn open_echo(addr: SocketAddr, hello: &[u8]) -> io::Result<TcpStream> {
+    let mut s = open(addr, hello, ECHO).await?;
+    ping(&mut s, 1).await?;
+    Ok(s)
+}
+
+async fn ping(s: &mut TcpStream, len: usize) -> io::Result<()> {
+    let out = vec![0x5au8; len];
+    let mut back = vec![0u8; len];
+    s.write_all(&out).await?;
+    s.read_exact(&mut back).await?;
+    // A proxy that rejects the connection may answer with a TLS alert (isthmus does); only
+    // our own bytes coming back count as a routed round trip.
+    if back != out {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "not an echo"));
+    }
+    Ok(())
+}
+
+/// Bulk download over `conns` connections for `dur`: bytes per second that reached the client,
+/// from the first connect to the last end of stream.
+pub async fn bulk(
+    addr: SocketAddr,
+    hello: Arc<[u8]>,
+    conns: usize,
+    dur: Duration,
+) -> io::Result<(u64, f64)> {
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for _ in 0..conns {
+        let hello = hello.clone();
+        set.spawn(async move {
+            let mut s = open(addr, &hello, DOWNLOAD).await?;
+            let ms = u64::try_from(dur.as_millis()).unwrap_or(u64::MAX);
+            s.write_all(&ms.to_le_bytes()).await?;
+            let mut buf = vec![0u8; 256 * 1024];
+            let mut total = 0u64;
+            loop {
+                match s.read(&mut buf).await? {
+                    0 => break,
+                    n => total += n as u64,
+                }
+            }
+            io::Result::Ok(total)
+        });
+    }
+    let mut total = 0u64;
+    while let Some(r) = set.join_next().await {
+        total += r.map_err(io::Error::other)??;
+    }
+    Ok((total, total as f64 / start.elapsed().as_secs_f64()))
+}
+
+/// 1 KiB ping-pong on `conns` connections, each paced at `rate` round trips per second (well
+/// below saturation): every round-trip time, in nanoseconds. Timed from the actual send, so a
+/// stalled harness thread does not charge its stall to the next samples.
+pub async fn latency(
+    addr: SocketAddr,
+    hello: Arc<[u8]>,
+    conns: usize,
+    rate: u32,
+    dur: Duration,
+) -> io::Result<Vec<u64>> {
+    let mut set = JoinSet::new();
+    for _ in 0..conns {
+        let hello = hello.clone();
+        set.spawn(async move {
+            let mut s = open_echo(addr, &hello).await?;
+            // Warm-up: the first exchanges pay for lazily allocated buffers everywhere.
+            for _ in 0..10 {
+                ping(&mut s, 1024).await?;
+            }
+            let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut samples = Vec::new();
+            let start = Instant::now();
+            while start.elapsed() < dur {
+                tick.tick().await;
+                let t = Instant::now();
+                ping(&mut s, 1024).await?;
+                samples.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
+            }
+            io::Result::Ok(samples)
+        });
+    }
+    let mut all = Vec::new();
+    while let Some(r) = set.join_next().await {
+        all.extend(r.map_err(io::Error::other)??);
+    }
+    Ok(all)
+}
+
+/// New connections per second: `concurrency` closed loops of connect, ClientHello, 16-byte
+/// echo, close. Failed attempts are not counted but reported.
+pub async fn conn_rate(
+    addr: SocketAddr,
+    hello: Arc<[u8]>,
+    concurrency: usize,
+    dur: Duration,
+) -> io::Result<(f64, u64)> {
+    let start = Instant::now();
+    let mut set = JoinSet::new();
+    for _ in 0..concurrency {
+        let hello = hello.clone();
+        set.spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let mut first = hello.to_vec();
+            first.push(ECHO);
+            first.extend_from_slice(&[7u8; 16]);
+            while start.elapsed() < dur {
+                let r = async {
+                    let mut s = TcpStream::connect(addr).await?;
+                    s.set_nodelay(true)?;
+                    s.write_all(&first).await?;
+                    let mut back = [0u8; 16];
+                    s.read_exact(&mut back).await?;
+                    io::Result::Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+            (ok, failed)
+        });
+    }
+    let (mut ok, mut failed) = (0u64, 0u64);
+    while let Some(r) = set.join_next().await {
+        let (o, f) = r.map_err(io::Error::other)?;
+        ok += o;
+        failed += f;
+    }
+    Ok((ok as f64 / start.elapsed().as_secs_f64(), failed))
+}
+
+/// Opens `n` fully established echo connections, 32 at a time.
+pub async fn open_many(addr: SocketAddr, hello: Arc<[u8]>, n: usize) -> io::Result<Vec<TcpStream>> {
+    let workers = 32.min(n.max(1));
+    let mut set = JoinSet::new();
+    for w in 0..workers {
+        let hello = hello.clone();
+        let mine = n / workers + usize::from(w < n % workers);
+        set.spawn(async move {
+            let mut v = Vec::with_capacity(mine);
+            for _ in 0..mine {
+                v.push(open_echo(addr, &hello).await?);
+            }
+            io::Result::Ok(v)
+        });
+    }
+    let mut all = Vec::with_capacity(n);
+    while let Some(r) = set.join_next().await {
+        all.extend(r.map_err(io::Error::other)??);
+    }
+    Ok(all)
+}
+
+/// How many of `conns` still echo a byte within two seconds.
+pub async fn alive(conns: Vec<TcpStream>) -> usize {
+    let mut set = JoinSet::new();
+    for mut s in conns {
+        set.spawn(async move {
+            matches!(
+                tokio::time::timeout(Duration::from_secs(2), ping(&mut s, 1)).await,
+                Ok(Ok(()))
+            )
+        });
+    }
+    let mut ok = 0;
+    while let Some(r) = set.join_next().await {
+        ok += usize::from(matches!(r, Ok(true)));
+    }
+    ok
+}
+
+/// One routed round trip; used to wait for a contender to be ready and to detect a reload.
+pub async fn probe(addr: SocketAddr, hello: &[u8]) -> bool {
+    matches!(
+        tokio::time::timeout(Duration::from_millis(500), open_echo(addr, hello)).await,
+        Ok(Ok(_))
+    )
+}

@@ -1,0 +1,248 @@
+//! Medians, min–max, ratios to the best peer and to direct; the printed table and the JSON.
+
+use crate::contender::Kind;
+use std::collections::BTreeMap;
+
+/// One figure, its unit and which way is better.
+#[derive(Debug, Clone, Copy)]
+pub struct Metric {
+    pub key: &'static str,
+    pub unit: &'static str,
+    pub higher_is_better: bool,
+}
+
+pub const METRICS: [Metric; 14] = [
+    Metric {
+        key: "bulk_1conn",
+        unit: "GB/s",
+        higher_is_better: true,
+    },
+    Metric {
+        key: "bulk_64conn",
+        unit: "GB/s",
+        higher_is_better: true,
+    },
+    Metric {
+        key: "cpu_per_GB_1conn",
+        unit: "ms",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "cpu_per_GB_64conn",
+        unit: "ms",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "latency_p50",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "latency_p99",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "latency_p999",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "added_p50",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "added_p99",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "cpu_per_rtt",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "conns_per_s",
+        unit: "1/s",
+        higher_is_better: true,
+    },
+    Metric {
+        key: "idle_mem_per_10k",
+        unit: "MiB",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "reload_10k_routes",
+        unit: "ms",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "reload_survivors",
+        unit: "%",
+        higher_is_better: true,
+    },
+];
+
+/// Samples per metric and contender, one per round.
+#[derive(Debug, Default)]
+pub struct Results {
+    pub samples: BTreeMap<&'static str, BTreeMap<&'static str, Vec<f64>>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct Summary {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+fn summarize(v: &[f64]) -> Option<Summary> {
+    let mut s: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    if s.is_empty() {
+        return None;
+    }
+    s.sort_by(f64::total_cmp);
+    let median = if s.len() % 2 == 1 {
+        s[s.len() / 2]
+    } else {
+        (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+    };
+    Some(Summary {
+        median,
+        min: s[0],
+        max: s[s.len() - 1],
+    })
+}
+
+/// The p-th percentile (0..=100) of unsorted samples, nearest rank.
+pub fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64
+}
+
+impl Results {
+    pub fn push(&mut self, metric: &'static str, who: Kind, value: f64) {
+        self.samples
+            .entry(metric)
+            .or_default()
+            .entry(who.name())
+            .or_default()
+            .push(value);
+    }
+
+    fn summary(&self, metric: &str, who: &str) -> Option<Summary> {
+        self.samples
+            .get(metric)?
+            .get(who)
+            .and_then(|v| summarize(v))
+    }
+
+    /// Added latency is derived from the medians, after all rounds.
+    pub fn derive_added(&mut self) {
+        for (from, to) in [("latency_p50", "added_p50"), ("latency_p99", "added_p99")] {
+            let Some(direct) = self.summary(from, "direct") else {
+                continue;
+            };
+            for k in Kind::ALL.into_iter().filter(|k| *k != Kind::Direct) {
+                if let Some(s) = self.summary(from, k.name()) {
+                    self.push(to, k, s.median - direct.median);
+                }
+            }
+        }
+    }
+
+    fn best_peer(&self, m: &Metric) -> Option<(&'static str, f64)> {
+        Kind::ALL
+            .into_iter()
+            .filter(|k| k.is_peer())
+            .filter_map(|k| self.summary(m.key, k.name()).map(|s| (k.name(), s.median)))
+            .reduce(|a, b| {
+                let better = if m.higher_is_better {
+                    b.1 > a.1
+                } else {
+                    b.1 < a.1
+                };
+                if better {
+                    b
+                } else {
+                    a
+                }
+            })
+    }
+
+    /// The table: one row per figure and contender.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9}\n",
+            "figure", "who", "median", "min–max", "/best peer", "/direct"
+        );
+        for m in &METRICS {
+            let best = self.best_peer(m);
+            let direct = self.summary(m.key, "direct");
+            for k in Kind::ALL {
+                let Some(s) = self.summary(m.key, k.name()) else {
+                    continue;
+                };
+                let ratio = |d: Option<f64>| match d {
+                    Some(d) if d != 0.0 => format!("{:.2}x", s.median / d),
+                    _ => "-".into(),
+                };
+                out += &format!(
+                    "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9}\n",
+                    format!("{} ({})", m.key, m.unit),
+                    k.name(),
+                    fmt(s.median),
+                    format!("{}–{}", fmt(s.min), fmt(s.max)),
+                    ratio(best.map(|b| b.1)),
+                    ratio(direct.map(|d| d.median)),
+                );
+            }
+        }
+        out
+    }
+
+    pub fn json(&self, meta: serde_json::Value) -> serde_json::Value {
+        let mut figures = serde_json::Map::new();
+        for m in &METRICS {
+            let best = self.best_peer(m);
+            let direct = self.summary(m.key, "direct");
+            let mut per = serde_json::Map::new();
+            for k in Kind::ALL {
+                let Some(s) = self.summary(m.key, k.name()) else {
+                    continue;
+                };
+                per.insert(
+                    k.name().into(),
+                    serde_json::json!({
+                        "median": s.median, "min": s.min, "max": s.max,
+                        "samples": self.samples[m.key][k.name()],
+                        "ratio_to_best_peer": best.map(|b| s.median / b.1),
+                        "ratio_to_direct": direct.map(|d| s.median / d.median),
+                    }),
+                );
+            }
+            figures.insert(
+                m.key.into(),
+                serde_json::json!({
+                    "unit": m.unit, "higher_is_better": m.higher_is_better,
+                    "best_peer": best.map(|b| b.0), "by": per,
+                }),
+            );
+        }
+        serde_json::json!({ "meta": meta, "figures": figures })
+    }
+}
+
+fn fmt(x: f64) -> String {
+    if x.abs() >= 100.0 {
+        format!("{x:.0}")
+    } else if x.abs() >= 10.0 {
+        format!("{x:.1}")
+    } else {
+        format!("{x:.2}")
+    }
+}
