@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cargo test --workspace --all-targets
+# Benchmarks are built (clippy --all-targets) but run only by `cargo bench`.
+cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc
 deploy/validate.sh
 scripts/fuzz-smoke.sh
