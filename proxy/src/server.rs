@@ -199,7 +199,17 @@ impl Proxy {
     pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
         let metrics = &self.inner.shared.metrics;
         let mut running = self.inner.running.lock().await;
-        let loaded = match load_proxy_file(&self.inner.path) {
+        // Parsing a 10k-route file takes tens of milliseconds: keep it off the async workers
+        // so the connections they serve do not stall during a reload.
+        let path = self.inner.path.clone();
+        let parsed = tokio::task::spawn_blocking(move || load_proxy_file(&path)).await;
+        let parsed = parsed.unwrap_or_else(|e| {
+            Err(LoadError::Read {
+                path: self.inner.path.clone(),
+                source: std::io::Error::other(e),
+            })
+        });
+        let loaded = match parsed {
             Ok(l) => l,
             Err(e) => {
                 metrics.reload(match e {
