@@ -175,13 +175,20 @@ impl Lab {
 
     /// Records the membership as etcd lists it now.
     pub async fn record_membership(&mut self) {
-        let urls = self.urls(&self.cluster.clone());
-        if let Ok(names) = self.member_names(&urls).await {
-            let t_ms = self.now_ms();
-            self.timeline.push(Membership {
-                t_ms,
-                members: names,
-            });
+        // Ask the voters only: a learner that was just added is not serving yet, and the
+        // client may send the list request to it (connection refused, seen in the abort
+        // scenario right after the learner add). Voters list learners too.
+        let urls = self.urls(&self.voters());
+        match self.member_names(&urls).await {
+            Ok(names) => {
+                let t_ms = self.now_ms();
+                self.timeline.push(Membership {
+                    t_ms,
+                    members: names,
+                });
+            }
+            // The timeline is informative; a missing point is logged, not fatal.
+            Err(e) => tracing::warn!(error = %e, "membership not recorded"),
         }
     }
 
