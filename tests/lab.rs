@@ -106,6 +106,29 @@ fn default_run_moves_etcd_with_zero_failures_and_no_lost_write() {
     let r = lab("default", 50, Scenario::Migrate);
     assert_clean(&r, "default");
     assert_moved(&r);
+    // The shoot's webhook was called through the tunnel the whole time, through the source
+    // server before the DNS move and the destination server after it, without a failure.
+    assert!(
+        r.webhook.requests > 0 && r.webhook.failed == 0,
+        "webhook through the tunnel\n{}",
+        r.summary()
+    );
+    assert!(
+        r.webhook.via_source > 0 && r.webhook.via_destination > 0,
+        "{}",
+        r.summary()
+    );
+    let events: Vec<&str> = r.events.iter().map(|e| e.what.as_str()).collect();
+    for step in [
+        "temporary agent joined",
+        "moved to the destination server",
+        "drained",
+    ] {
+        assert!(
+            events.iter().any(|e| e.contains(step)),
+            "no tunnel step {step:?}: {events:?}"
+        );
+    }
 }
 
 #[test]

@@ -35,6 +35,9 @@ pub enum Error {
     /// The TLS material for the lab could not be generated.
     #[error("pki: {0}")]
     Pki(#[from] rcgen::Error),
+    /// The in-process tunnel (webhook part) could not be set up, e.g. its TLS configuration.
+    #[error("tunnel: {0}")]
+    Tunnel(#[from] isthmus_tunnel::Error),
 }
 
 /// The lab's result type.

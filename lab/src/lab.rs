@@ -10,9 +10,21 @@ use crate::pki::Pki;
 use crate::proxy::SeedProxy;
 use crate::report::Membership;
 use crate::topology::{self, routes, Topology};
+use crate::webhook::WebhookLab;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
+
+/// A step of the tunnel's handover, at a phase boundary of the migration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TunnelStep {
+    /// The join starts: the temporary agent connects to the destination's tunnel server.
+    JoinTemporary,
+    /// The DNS move: calls and the regular agent go to the destination (make before break).
+    MoveToDestination,
+    /// The temporary agent drains and stops (after an abort, calls return to the source).
+    DrainTemporary { abort: bool },
+}
 
 /// Everything one run holds; dropping it stops every process and deletes the namespaces.
 #[derive(Debug)]
@@ -20,6 +32,8 @@ pub struct Lab {
     pub epoch: Instant,
     pub dir: PathBuf,
     // Field order is drop order: processes before the namespaces they run in.
+    /// The webhook called through the tunnel; taken by the report at the end.
+    pub webhook: Option<WebhookLab>,
     pub members: Vec<Member>,
     pub proxies: [SeedProxy; 2],
     pub topo: Topology,
@@ -75,6 +89,7 @@ impl Lab {
         let mut lab = Self {
             epoch,
             dir: dir.to_path_buf(),
+            webhook: None,
             members,
             proxies: [src, dst],
             topo,
@@ -93,7 +108,33 @@ impl Lab {
                 .map_err(|e| lab.explain(e))?;
         }
         lab.record_membership().await;
+        // The shoot's webhook is called through the source seed's tunnel from the start.
+        lab.webhook = Some(WebhookLab::start(lab.epoch, dir).await?);
+        lab.event("tunnel: regular agent on the source server, webhook calls start");
         Ok(lab)
+    }
+
+    /// Runs one step of the tunnel handover and records it as an event.
+    pub async fn tunnel(&mut self, step: TunnelStep) -> Result<()> {
+        let Some(w) = self.webhook.as_mut() else {
+            return Ok(());
+        };
+        let what = match step {
+            TunnelStep::JoinTemporary => {
+                w.join_temporary().await?;
+                "tunnel: temporary agent joined the destination server"
+            }
+            TunnelStep::MoveToDestination => {
+                w.move_to_destination().await?;
+                "tunnel: webhook calls and the regular agent moved to the destination server"
+            }
+            TunnelStep::DrainTemporary { abort } => {
+                w.drain_temporary(abort).await?;
+                "tunnel: temporary agent drained and stopped"
+            }
+        };
+        self.event(what);
+        Ok(())
     }
 
     /// Milliseconds since the lab started.
@@ -134,13 +175,20 @@ impl Lab {
 
     /// Records the membership as etcd lists it now.
     pub async fn record_membership(&mut self) {
-        let urls = self.urls(&self.cluster.clone());
-        if let Ok(names) = self.member_names(&urls).await {
-            let t_ms = self.now_ms();
-            self.timeline.push(Membership {
-                t_ms,
-                members: names,
-            });
+        // Ask the voters only: a learner that was just added is not serving yet, and the
+        // client may send the list request to it (connection refused, seen in the abort
+        // scenario right after the learner add). Voters list learners too.
+        let urls = self.urls(&self.voters());
+        match self.member_names(&urls).await {
+            Ok(names) => {
+                let t_ms = self.now_ms();
+                self.timeline.push(Membership {
+                    t_ms,
+                    members: names,
+                });
+            }
+            // The timeline is informative; a missing point is logged, not fatal.
+            Err(e) => tracing::warn!(error = %e, "membership not recorded"),
         }
     }
 

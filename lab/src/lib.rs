@@ -22,6 +22,7 @@ pub mod report;
 pub mod seeds;
 pub mod svg;
 pub mod topology;
+pub mod webhook;
 
 pub use error::{Error, Result};
 pub use migrate::{run, Options, Scenario};

@@ -9,7 +9,7 @@
 use crate::client::{self, Continuous};
 use crate::error::Result;
 use crate::etcd::{self, Side};
-use crate::lab::Lab;
+use crate::lab::{Lab, TunnelStep};
 use crate::report::{self, Members, Report, Webhook, Writes};
 use crate::topology;
 use std::path::PathBuf;
@@ -71,6 +71,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.expose(&topology::destination()).await?;
 
     lab.phase("join");
+    lab.tunnel(TunnelStep::JoinTemporary).await?;
     let join_start = lab.now_ms();
     let dest = topology::destination();
     if opts.scenario == Scenario::Abort {
@@ -90,6 +91,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.phase("grow");
     client.move_to(&lab.urls(&dest[..2])).await?;
     lab.event("client moved to the destination members");
+    lab.tunnel(TunnelStep::MoveToDestination).await?;
     lab.add_learner(dest[2]).await?;
     lab.promote(dest[2]).await?;
 
@@ -107,6 +109,8 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.unexpose(&topology::source()).await?;
 
     lab.phase("destination");
+    lab.tunnel(TunnelStep::DrainTemporary { abort: false })
+        .await?;
     tokio::time::sleep(opts.hold).await;
     finish(lab, client, opts, initial, Some(join_ms), &dest.to_vec()).await
 }
@@ -152,6 +156,8 @@ async fn abort(
     lab.event("abort-live-migration=true");
     lab.remove(dest[0]).await?;
     lab.unexpose(&dest).await?;
+    lab.tunnel(TunnelStep::DrainTemporary { abort: true })
+        .await?;
     lab.phase("source-after-abort");
     tokio::time::sleep(opts.hold).await;
     finish(lab, client, opts, initial, None, &topology::source()).await
@@ -167,6 +173,23 @@ async fn finish(
 ) -> Result<Report> {
     lab.end_phases();
     let rec = client.stop().await;
+    let calls = match lab.webhook.take() {
+        Some(w) => w.stop().await,
+        None => Vec::new(),
+    };
+    let calls_path = lab.dir.join("webhook_calls.json");
+    if let Ok(text) = serde_json::to_string(&calls) {
+        std::fs::write(&calls_path, text).map_err(|e| crate::Error::io(calls_path.display(), e))?;
+    }
+    let webhook = Webhook::from_calls(
+        &calls,
+        &lab.phases,
+        Some(
+            "tunnel servers, agents and webhook run in the lab process on 127.0.0.1: the tunnel \
+             does not cross the seeds' namespaces or the link emulator"
+                .into(),
+        ),
+    );
     lab.record_membership().await;
     let urls = lab.urls(expected);
     let final_members = lab.member_names(&urls).await?;
@@ -202,6 +225,16 @@ async fn finish(
     if want != got {
         violations.push(format!("final members {got:?}, expected {want:?}"));
     }
+    if webhook.failed > 0 {
+        let first = calls.iter().find_map(|c| c.error.clone());
+        violations.push(format!(
+            "{} of {} webhook calls through the tunnel failed (first: {first:?})",
+            webhook.failed, webhook.requests
+        ));
+    }
+    if webhook.requests == 0 {
+        violations.push("no webhook call was made through the tunnel".into());
+    }
     if rec.acknowledged.is_empty() {
         violations.push("no write was acknowledged".into());
     }
@@ -209,11 +242,7 @@ async fn finish(
         scenario: opts.scenario.name().into(),
         rtt_ms: client::ms(opts.rtt),
         etcd,
-        webhook: Webhook {
-            requests: 0,
-            failed: 0,
-            note: Some("the webhook-through-tunnel part is not in the lab yet".into()),
-        },
+        webhook,
         writes: Writes {
             acknowledged: rec.acknowledged.len(),
             missing: missing.len(),

@@ -34,8 +34,17 @@ impl Pki {
 
     /// Writes `<stem>.crt` / `<stem>.key` for `dns_name`, usable as peer server and client.
     pub fn member(&self, dir: &Path, stem: &str, dns_name: &str) -> Result<()> {
-        let mut params = CertificateParams::new(vec![dns_name.to_string()])?;
-        params.distinguished_name.push(DnType::CommonName, dns_name);
+        self.leaf(dir, stem, &[dns_name])
+    }
+
+    /// Writes `<stem>.crt` / `<stem>.key` for `names` (DNS names or IP addresses; the first is
+    /// the common name), usable as server and client.
+    pub fn leaf(&self, dir: &Path, stem: &str, names: &[&str]) -> Result<()> {
+        let sans: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut params = CertificateParams::new(sans)?;
+        if let Some(cn) = names.first() {
+            params.distinguished_name.push(DnType::CommonName, *cn);
+        }
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,

@@ -41,13 +41,68 @@ pub struct Etcd {
     pub reads: usize,
 }
 
+/// The shoot's webhook called through the tunnel (see [`crate::webhook`]).
 #[derive(Debug, Clone, Serialize)]
 pub struct Webhook {
     pub requests: usize,
     pub failed: usize,
-    /// Why there are no webhook calls, while the tunnel is not part of the lab.
+    /// Calls through the source seed's tunnel server and through the destination's.
+    pub via_source: usize,
+    pub via_destination: usize,
+    /// Calls by migration phase (by start time).
+    pub phases: Vec<WebhookPhase>,
+    /// Where the tunnel runs (what the figures do and do not show).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// Webhook calls that started in one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct WebhookPhase {
+    pub name: String,
+    pub requests: usize,
+    pub failed: usize,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+impl Webhook {
+    /// Totals and per-phase statistics of `calls`; `phases` are (name, start, end) in ms.
+    pub fn from_calls(
+        calls: &[crate::webhook::Call],
+        phases: &[(String, f64, f64)],
+        note: Option<String>,
+    ) -> Self {
+        use crate::webhook::Via;
+        let phases = phases
+            .iter()
+            .map(|(name, start, end)| {
+                let inside: Vec<_> = calls
+                    .iter()
+                    .filter(|c| c.start_ms >= *start && c.start_ms < *end)
+                    .collect();
+                let mut lat: Vec<f64> = inside.iter().map(|c| c.latency_ms).collect();
+                lat.sort_by(f64::total_cmp);
+                WebhookPhase {
+                    name: name.clone(),
+                    requests: inside.len(),
+                    failed: inside.iter().filter(|c| !c.ok).count(),
+                    p50_ms: pct(&lat, 50.0),
+                    p99_ms: pct(&lat, 99.0),
+                    max_ms: lat.last().copied().unwrap_or(0.0),
+                }
+            })
+            .collect();
+        Self {
+            requests: calls.len(),
+            failed: calls.iter().filter(|c| !c.ok).count(),
+            via_source: calls.iter().filter(|c| c.via == Via::Source).count(),
+            via_destination: calls.iter().filter(|c| c.via == Via::Destination).count(),
+            phases,
+            note,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -164,6 +219,16 @@ impl Report {
                 p.p99_ms,
                 p.max_ms,
                 p.longest_write_gap_ms
+            );
+        }
+        s += &format!(
+            "webhook via source {} / destination {} tunnel server\n",
+            self.webhook.via_source, self.webhook.via_destination
+        );
+        for p in &self.webhook.phases {
+            s += &format!(
+                "  webhook {:<12} {:>6} {:>6} {:>8.1} {:>8.1} {:>8.1}\n",
+                p.name, p.requests, p.failed, p.p50_ms, p.p99_ms, p.max_ms
             );
         }
         for e in &self.events {

@@ -191,6 +191,9 @@ mod tests {
             webhook: Webhook {
                 requests: 0,
                 failed: 0,
+                via_source: 0,
+                via_destination: 0,
+                phases: Vec::new(),
                 note: None,
             },
             writes: Writes {
