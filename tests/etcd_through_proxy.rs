@@ -164,8 +164,7 @@ fn etcd_cluster_forms_serves_and_grows_through_the_proxy() {
     let pki = TestPki::new();
     pki.write_ca(dir.path());
     for (i, n) in names.iter().enumerate() {
-        pki.server_cert(&[n])
-            .write(dir.path(), &format!("etcd-{i}"));
+        pki.peer_cert(&[n]).write(dir.path(), &format!("etcd-{i}"));
     }
     std::fs::write(dir.join("proxy.yaml"), proxy_yaml(3)).unwrap();
     let proxy_log = std::fs::File::create(dir.join("proxy.log")).unwrap();

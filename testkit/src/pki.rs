@@ -92,6 +92,19 @@ impl TestPki {
         self.issue(params)
     }
 
+    /// A certificate usable as server *and* client, as etcd peers use theirs (each member
+    /// dials the others with the certificate it serves).
+    pub fn peer_cert(&self, names: &[&str]) -> CertKey {
+        let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+        let mut params = CertificateParams::new(names.clone()).unwrap();
+        params.distinguished_name = dn(names.first().map_or("peer", String::as_str));
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        self.issue(params)
+    }
+
     /// A client certificate with common name `cn`.
     pub fn client_cert(&self, cn: &str) -> CertKey {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
