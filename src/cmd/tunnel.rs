@@ -61,19 +61,11 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
             }
             (None, None) => anyhow::bail!("connect: set address or unix"),
         };
-        let admin = tokio::net::TcpListener::bind(config.admin.address)
-            .await
-            .with_context(|| format!("bind admin {}", config.admin.address))?;
-        let shutdown = CancellationToken::new();
         let ready_server = server.clone();
-        let ready = Arc::new(move || ready_server.live_sessions() > 0);
-        tokio::spawn(isthmus_tunnel::admin::serve(
-            admin,
-            Arc::new(registry),
-            ready,
-            shutdown.child_token(),
-        ));
-        tokio::spawn(signals(shutdown.clone()));
+        let shutdown = serve_admin(config.admin.address, registry, move || {
+            ready_server.live_sessions() > 0
+        })
+        .await?;
         tracing::info!(agents = %config.agents.address, "tunnel server running");
         server.run(agents, connect, shutdown).await;
         Ok(ExitCode::SUCCESS)
@@ -86,21 +78,34 @@ pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         let mut registry = Registry::default();
         let agent = Agent::new(opts, &mut registry);
-        let admin = tokio::net::TcpListener::bind(config.admin.address)
-            .await
-            .with_context(|| format!("bind admin {}", config.admin.address))?;
-        let shutdown = CancellationToken::new();
         let ready_agent = agent.clone();
-        let ready = Arc::new(move || ready_agent.live_sessions() > 0);
-        tokio::spawn(isthmus_tunnel::admin::serve(
-            admin,
-            Arc::new(registry),
-            ready,
-            shutdown.child_token(),
-        ));
-        tokio::spawn(signals(shutdown.clone()));
+        let shutdown = serve_admin(config.admin.address, registry, move || {
+            ready_agent.live_sessions() > 0
+        })
+        .await?;
         tracing::info!(servers = config.servers.len(), "tunnel agent running");
         agent.run(shutdown).await;
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Binds the admin endpoint (ready while `ready` says so), installs the signal handlers, and
+/// returns the token that SIGTERM/SIGINT cancel.
+async fn serve_admin(
+    address: std::net::SocketAddr,
+    registry: Registry,
+    ready: impl Fn() -> bool + Send + Sync + 'static,
+) -> anyhow::Result<CancellationToken> {
+    let admin = tokio::net::TcpListener::bind(address)
+        .await
+        .with_context(|| format!("bind admin {address}"))?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(isthmus_tunnel::admin::serve(
+        admin,
+        Arc::new(registry),
+        Arc::new(ready),
+        shutdown.child_token(),
+    ));
+    tokio::spawn(signals(shutdown.clone()));
+    Ok(shutdown)
 }
