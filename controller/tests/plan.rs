@@ -273,6 +273,29 @@ fn source_run_expose_to_cleanup() {
         .is_some_and(|e| e.fields.advertise.is_empty()));
 }
 
+/// The destination's Shrink removes the source members while the source keeps being planned
+/// (found by the lab): the source stays prepared; before Shrink, members down are a rollout.
+#[test]
+fn source_stays_prepared_while_the_destination_removes_its_members() {
+    let mut obs = world_after(Role::Source, &[Step::Expose, Step::Join, Step::Grow]);
+    if let Some(e) = obs.etcd.as_mut() {
+        e.ready_replicas = 0;
+        e.members.clear();
+    }
+    let p = plan::plan(&spec(Role::Source, Step::Shrink), &obs);
+    assert!(p.status.step_ready, "{:?}", p.status);
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("True", "EtcdExposedViaPeerURLs"))
+    );
+    let p = plan::plan(&spec(Role::Source, Step::Grow), &obs);
+    assert!(!p.status.step_ready);
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("Progressing", "WaitingForEtcd"))
+    );
+}
+
 #[test]
 fn destination_run_and_exposed_urls() {
     let mut obs = world_after(

@@ -2,8 +2,9 @@
 //! etcd-druid would perform: add as learner, promote, remove, move leader — each retried while
 //! etcd refuses it for a transient reason ("unhealthy cluster", learner not yet in sync).
 //!
-//! Ports inside a seed are fixed (peer 12380 + index behind the proxy, client 22379 + index):
-//! the namespace is private to the lab, and etcd needs its URLs before it starts.
+//! Names and advertised peer URLs are the planner's (`crate::specs`); the ports members listen
+//! on inside a seed are the lab's (peer 12380 + index behind the proxy, client 22379 + index):
+//! the proxy and all members share the seed's one namespace, where the proxy holds 2380+.
 
 use crate::error::{Error, Result};
 use crate::seeds::Seed;
@@ -21,6 +22,7 @@ pub enum Side {
 }
 
 /// A member's identity: seed and index (the index picks its proxy listener, 2380 + index).
+/// Its names and URLs come from the controller's planner (`crate::specs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct MemberRef {
     pub side: Side,
@@ -28,32 +30,39 @@ pub struct MemberRef {
 }
 
 impl MemberRef {
-    /// The etcd member name (the destination's carries the member-name prefix, as in the GEP).
+    /// The etcd member name, as the planner spells it (`crate::specs`): the destination's
+    /// carries etcd-druid's member-name prefix.
     pub fn name(&self) -> String {
-        match self.side {
-            Side::Source => format!("etcd-main-{}", self.index),
-            Side::Destination => format!("dest-etcd-main-{}", self.index),
-        }
+        self.planned(|m| m.member)
     }
-    /// The member's DNS name: what its seed's proxy routes on (SNI) and what peers resolve.
+    /// The member's DNS name (`<pod>.<namespace>.<seed>.<domain>`): what its seed's proxy routes
+    /// on (SNI) and what peers resolve.
     pub fn dns(&self) -> String {
-        let seed = match self.side {
-            Side::Source => "source",
-            Side::Destination => "destination",
-        };
-        format!("{}.shoot--lab.{seed}.lab.test", self.name())
+        self.planned(|m| m.dns_name)
     }
-    /// The advertised peer URL: a DNS name (Go sends no SNI for IP addresses).
+    /// The advertised peer URL on the planner's peer port (`PortScheme`: 2380 + index): a DNS
+    /// name (Go sends no SNI for IP addresses).
     pub fn peer_url(&self) -> String {
-        format!("https://{}:{}", self.dns(), 2380 + self.index)
+        self.planned(|m| m.peer_url())
     }
-    /// Where the member listens for peers (behind its seed's proxy).
+    fn planned(&self, f: impl FnOnce(isthmus_controller::plan::Member) -> String) -> String {
+        // Every lab member (index < 3) has a planner entry; an empty name would fail loudly
+        // in etcd's flag parsing rather than silently.
+        crate::specs::member(*self).map(f).unwrap_or_default()
+    }
+    /// Where the member listens for peers (behind its seed's proxy). Not the planner's 2380:
+    /// the proxy and every member share the seed's one namespace, and the proxy holds 2380+.
     pub fn peer_port(&self) -> u16 {
         12380 + self.index
     }
+    /// Where the member listens for clients (on the seed side of the veth), for the same reason
+    /// not the planner's client port.
+    pub fn client_port(&self) -> u16 {
+        22379 + self.index
+    }
     /// The client URL, reachable from the host namespace over the seed's veth.
     pub fn client_url(&self, seed: &Seed) -> String {
-        format!("http://{}:{}", seed.seed_ip, 22379 + self.index)
+        format!("http://{}:{}", seed.seed_ip, self.client_port())
     }
 }
 
@@ -341,6 +350,15 @@ async fn find(c: &mut Client, m: MemberRef) -> Result<Listed> {
         .into_iter()
         .find(|l| l.peer_url == m.peer_url())
         .ok_or_else(|| Error::State(format!("{} is not a member", m.name())))
+}
+
+/// Whether a linearizable read on `endpoint` succeeds now (one attempt): the member serves and
+/// is connected to a working leader. What the lab reports as a ready replica.
+pub async fn serving(endpoint: &str) -> bool {
+    match connect(&[endpoint.to_string()]).await {
+        Ok(mut c) => c.get("health", None).await.is_ok(),
+        Err(_) => false,
+    }
 }
 
 /// Waits until a linearizable read on `endpoint` succeeds (the member serves, caught up).

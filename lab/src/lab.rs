@@ -1,15 +1,16 @@
-//! The running lab: the topology, both seeds' proxies, the etcd members, the continuous client,
-//! and the record of phases and membership. The operations here are the local backend of the
-//! migration: DNSRecord → a seed's hosts file, proxy routes → the proxy's YAML + SIGHUP,
-//! `Etcd` changes → the membership operations etcd-druid would do.
+//! The running lab: the topology, both seeds' proxies and migrations, the etcd members, the
+//! continuous client, and the record of phases and membership. The membership operations here
+//! (add as learner, promote, remove; quorum checked) are what the local backend
+//! (`crate::backend`) turns the planner's `Etcd` changes into.
 
+use crate::backend::{idx, Migration};
 use crate::client::{ms, Continuous};
 use crate::error::{Error, Result};
 use crate::etcd::{self, initial_cluster, Member, MemberRef, Side};
 use crate::pki::Pki;
-use crate::proxy::SeedProxy;
+use crate::proxy::{self, SeedProxy};
 use crate::report::Membership;
-use crate::topology::{self, routes, Topology};
+use crate::topology::{self, Topology};
 use crate::webhook::WebhookLab;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -37,8 +38,8 @@ pub struct Lab {
     pub members: Vec<Member>,
     pub proxies: [SeedProxy; 2],
     pub topo: Topology,
-    /// Members exposed through DNS and proxy routes.
-    pub exposed: Vec<MemberRef>,
+    /// Each seed's `EtcdMigration` (source, destination): spec and observed world.
+    pub migrations: [Migration; 2],
     /// Members in the cluster (as etcd-druid believes), in join order.
     pub cluster: Vec<MemberRef>,
     pub client: Option<Continuous>,
@@ -70,31 +71,24 @@ impl Lab {
         {
             pki.member(dir, &m.name(), &m.dns())?;
         }
-        let exposed = topology::source();
-        topo.set_dns(&exposed)?;
-        let src = SeedProxy::start(
-            proxy_bin,
-            &topo.source,
-            dir,
-            &routes(Side::Source, &exposed),
-        )
-        .await?;
-        let dst = SeedProxy::start(proxy_bin, &topo.destination, dir, &[]).await?;
-        let cluster = topology::source();
-        let ic = initial_cluster(&cluster);
-        let members = cluster
-            .iter()
-            .map(|m| Member::start(&topo.source, dir, *m, &ic, "new", pre_vote))
-            .collect::<Result<Vec<_>>>()?;
+        // Both proxies start with the listeners and no route; the planner adds the routes.
+        let src_file = proxy::render(Side::Source, &topo.source, &[])?;
+        let dst_file = proxy::render(Side::Destination, &topo.destination, &[])?;
+        let src = SeedProxy::start(proxy_bin, &topo.source, dir, &src_file).await?;
+        let dst = SeedProxy::start(proxy_bin, &topo.destination, dir, &dst_file).await?;
+        let migrations = [
+            Migration::new(Side::Source, &topo),
+            Migration::new(Side::Destination, &topo),
+        ];
         let mut lab = Self {
             epoch,
             dir: dir.to_path_buf(),
             webhook: None,
-            members,
+            members: Vec::new(),
             proxies: [src, dst],
             topo,
-            exposed,
-            cluster,
+            migrations,
+            cluster: Vec::new(),
             client: None,
             promoted: Vec::new(),
             pre_vote,
@@ -102,6 +96,27 @@ impl Lab {
             timeline: Vec::new(),
             events: Vec::new(),
         };
+        // The source's exposure comes first: the lab's source members advertise their exposed
+        // names as their only peer URLs (docs/lab.md). One planner pass at `Expose` writes the
+        // DNS records and routes (its `Etcd` does not exist yet: "EtcdNotFound").
+        lab.pass(Side::Source).await?;
+        let cluster = topology::source();
+        let ic = initial_cluster(&cluster);
+        for m in &cluster {
+            let member = Member::start(&lab.topo.source, dir, *m, &ic, "new", pre_vote)?;
+            lab.members.push(member);
+        }
+        lab.cluster = cluster;
+        // gardenlet's `Etcd` of the source: 3 replicas, none of isthmus' fields yet.
+        lab.migrations[idx(Side::Source)].obs.etcd = Some(isthmus_controller::plan::EtcdObs {
+            generation: 1,
+            observed_generation: Some(1),
+            fields: isthmus_controller::plan::EtcdFields {
+                replicas: Some(3),
+                ..Default::default()
+            },
+            ..Default::default()
+        });
         for url in lab.urls(&lab.cluster.clone()) {
             etcd::wait_serving(&url, Duration::from_secs(60))
                 .await
@@ -214,32 +229,6 @@ impl Lab {
             .collect())
     }
 
-    /// Exposes members: DNS in both seeds, then each seed's proxy routes (reload verified).
-    pub async fn expose(&mut self, add: &[MemberRef]) -> Result<()> {
-        for m in add {
-            if !self.exposed.contains(m) {
-                self.exposed.push(*m);
-            }
-        }
-        self.apply_exposure().await
-    }
-
-    /// Removes members' exposure (abort and cleanup).
-    pub async fn unexpose(&mut self, gone: &[MemberRef]) -> Result<()> {
-        self.exposed.retain(|m| !gone.contains(m));
-        self.apply_exposure().await
-    }
-
-    async fn apply_exposure(&mut self) -> Result<()> {
-        self.topo.set_dns(&self.exposed)?;
-        for (i, side) in [Side::Source, Side::Destination].into_iter().enumerate() {
-            self.proxies[i]
-                .set_routes(&routes(side, &self.exposed))
-                .await?;
-        }
-        Ok(())
-    }
-
     /// Adds `m` as a learner and starts it (the first half of a join).
     pub async fn add_learner(&mut self, m: MemberRef) -> Result<()> {
         let admin = etcd::connect(&self.urls(&self.voters())).await?;
@@ -277,7 +266,6 @@ impl Lab {
             self.pre_vote,
         )?;
         self.members.push(member);
-        self.event(format!("added {} as learner", m.name()));
         self.record_membership().await;
         Ok(())
     }
@@ -291,7 +279,6 @@ impl Lab {
         self.promoted.push(m);
         let url = m.client_url(self.topo.seed(m.side));
         etcd::wait_serving(&url, Duration::from_secs(60)).await?;
-        self.event(format!("promoted {}", m.name()));
         self.record_membership().await;
         Ok(())
     }
@@ -305,7 +292,6 @@ impl Lab {
         self.cluster.retain(|x| *x != m);
         self.promoted.retain(|x| *x != m);
         self.members.retain(|x| x.r != m);
-        self.event(format!("removed {}", m.name()));
         self.record_membership().await;
         Ok(())
     }

@@ -9,7 +9,9 @@
 
 #![forbid(unsafe_code)]
 
+pub mod backend;
 pub mod client;
+pub mod drive;
 pub mod duration;
 pub mod error;
 pub mod etcd;
@@ -20,6 +22,7 @@ pub mod pki;
 pub mod proxy;
 pub mod report;
 pub mod seeds;
+pub mod specs;
 pub mod svg;
 pub mod topology;
 pub mod webhook;

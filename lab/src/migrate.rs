@@ -1,10 +1,18 @@
-//! The migration as a sequence of the GEP's steps, driven through the lab's local backend:
-//! expose the destination (`DestinationEtcdPeersJoined` prerequisites), join 3 → 5 as learners
-//! then voters, move the client (the kube-apiserver and its DNS move), grow to 6, move
-//! leadership to a destination member, remove the 3 source members one by one → 3.
+//! The migration, driven by the controller's planner: the lab plays the orchestrator (it
+//! advances a source and a destination `EtcdMigration` spec through the steps, `drive.rs`) and
+//! Gardener's controllers (the local backend, `backend.rs`). The report's phases map to steps:
+//!
+//! | phase | what is driven | ready when |
+//! |---|---|---|
+//! | `expose` | both seeds at `Expose` | `SourceEtcdPreparedForPeerJoin`, `DestinationEtcdExposed` |
+//! | `join` | `Join` (destination: 2 members as learners, promoted) | `DestinationEtcdPeersJoined` |
+//! | `five` | nothing: `Join` holds, 5 voters, the faults | |
+//! | `grow` | client + DNS move, then `Grow` (third member) | 3 destination members ready |
+//! | `shrink` | `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanUp` |
+//! | `destination` | nothing: the destination stays at `Shrink` (see docs/lab.md) | |
 //!
 //! Scenarios inject one fault each: a link cut or a proxy restart in the 5-member phase, or an
-//! abort before the join completes.
+//! abort (destination `Abort`) after the first learner was added, before the join completes.
 
 use crate::client::{self, Continuous};
 use crate::error::Result;
@@ -12,6 +20,7 @@ use crate::etcd::{self, Side};
 use crate::lab::{Lab, TunnelStep};
 use crate::report::{self, Members, Report, Webhook, Writes};
 use crate::topology;
+use isthmus_controller::crd::Step;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -68,19 +77,18 @@ pub async fn run(opts: &Options) -> Result<Report> {
     tokio::time::sleep(opts.hold).await;
 
     lab.phase("expose");
-    lab.expose(&topology::destination()).await?;
+    lab.drive(Side::Source, |_| false).await?;
+    lab.drive(Side::Destination, |_| false).await?;
 
     lab.phase("join");
     lab.tunnel(TunnelStep::JoinTemporary).await?;
     let join_start = lab.now_ms();
-    let dest = topology::destination();
+    lab.copy_source_members();
+    lab.step(Side::Source, Step::Join).await?;
     if opts.scenario == Scenario::Abort {
         return abort(lab, client, opts, initial).await;
     }
-    for m in &dest[..2] {
-        lab.add_learner(*m).await?;
-        lab.promote(*m).await?;
-    }
+    lab.step(Side::Destination, Step::Join).await?;
     let join_ms = lab.now_ms() - join_start;
 
     lab.phase("five");
@@ -89,30 +97,27 @@ pub async fn run(opts: &Options) -> Result<Report> {
     // The kube-apiserver now runs in the destination and the shoot's API DNS moved to it.
     // (The client's move opens the `grow` phase: from here it talks to destination members.)
     lab.phase("grow");
+    let dest = topology::destination();
     client.move_to(&lab.urls(&dest[..2])).await?;
     lab.event("client moved to the destination members");
     lab.tunnel(TunnelStep::MoveToDestination).await?;
-    lab.add_learner(dest[2]).await?;
-    lab.promote(dest[2]).await?;
+    lab.step(Side::Source, Step::Grow).await?;
+    lab.step(Side::Destination, Step::Grow).await?;
 
+    // The planner lists the source members to remove; the backend moves leadership to a
+    // destination member first (again if an election put it back in the source).
     lab.phase("shrink");
-    for m in topology::source().into_iter().rev() {
-        // Removing the leader forces an election that stalls requests: move leadership to a
-        // destination member first (again if an election put it back in the source).
-        let urls = lab.urls(&lab.voters());
-        if !etcd::leader(&urls).await?.starts_with("dest-") {
-            etcd::move_leader(&urls, dest[0]).await?;
-            lab.event(format!("leader moved to {}", dest[0].name()));
-        }
-        lab.remove(m).await?;
-    }
-    lab.unexpose(&topology::source()).await?;
+    lab.set_step(Side::Source, Step::Shrink);
+    lab.step(Side::Destination, Step::Shrink).await?;
+    // The source, planned again without members, still counts as prepared.
+    lab.drive(Side::Source, |_| false).await?;
+    lab.step(Side::Source, Step::Complete).await?;
 
     lab.phase("destination");
     lab.tunnel(TunnelStep::DrainTemporary { abort: false })
         .await?;
     tokio::time::sleep(opts.hold).await;
-    finish(lab, client, opts, initial, Some(join_ms), &dest.to_vec()).await
+    finish(lab, client, opts, initial, Some(join_ms), &dest).await
 }
 
 async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
@@ -127,9 +132,8 @@ async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
             lab.event(format!("link restored ({resets} connections reset)"));
         }
         Scenario::ProxyRestart => {
-            let r = topology::routes(Side::Source, &lab.exposed);
             lab.event("source proxy: SIGTERM (drain)");
-            lab.proxies[0].restart(&lab.topo.source, &r).await?;
+            lab.proxies[0].restart(&lab.topo.source).await?;
             lab.event("source proxy: new process serving");
         }
         Scenario::Migrate | Scenario::Abort => {}
@@ -148,14 +152,18 @@ async fn abort(
     opts: &Options,
     initial: Vec<String>,
 ) -> Result<Report> {
-    let dest = topology::destination();
-    lab.add_learner(dest[0]).await?;
-    // `abort-live-migration=true` while DestinationEtcdPeersJoined is False: remove what was
-    // added, delete the exposure; the source is untouched.
+    // The join runs until the first destination member was added as a learner.
+    lab.set_step(Side::Destination, Step::Join);
+    lab.drive(Side::Destination, |lab| {
+        lab.cluster.iter().any(|m| m.side == Side::Destination)
+    })
+    .await?;
+    // `abort-live-migration=true` while DestinationEtcdPeersJoined is not True: the planner
+    // removes what was added and the exposure. The source stays at its step: its members'
+    // only peer URLs are the exposed names (docs/lab.md), so its exposure must stay.
     lab.phase("abort");
     lab.event("abort-live-migration=true");
-    lab.remove(dest[0]).await?;
-    lab.unexpose(&dest).await?;
+    lab.step(Side::Destination, Step::Abort).await?;
     lab.tunnel(TunnelStep::DrainTemporary { abort: true })
         .await?;
     lab.phase("source-after-abort");

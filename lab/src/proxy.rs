@@ -1,11 +1,19 @@
 //! A seed's isthmus proxy, run as its own process inside the seed (`isthmus proxy --config`),
-//! driven the way the controller drives it: rewrite the route YAML, SIGHUP, verify `/config`.
+//! driven the way the controller drives it: the planner's routes rendered by the controller's
+//! `proxy_config::render`, the YAML rewritten, SIGHUP, and `/config`'s hash compared with the
+//! rendered file's (the controller's rollout rule).
 //!
-//! Ports inside a seed are fixed (peer listener 2380 + member index, admin 9901): the namespace
-//! is private to this lab, and etcd needs its peer URLs before anything starts.
+//! Two things differ from a cluster, both because a seed here is one network namespace with no
+//! pod IPs or Services: the upstream endpoints are the members' local ports (the planner's
+//! in-cluster `<pod>.etcd-main-peer.<ns>.svc.cluster.local:2380` would be the proxy's own
+//! listener port in the same namespace), and the admin port is fixed (9901).
 
 use crate::error::{Error, Result};
+use crate::etcd::{MemberRef, Side};
 use crate::seeds::{run, Seed};
+use isthmus_controller::crd::PortScheme;
+use isthmus_controller::plan::MemberRoute;
+use isthmus_controller::proxy_config::{self, Layout};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,12 +23,46 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The admin port inside every seed.
 pub const ADMIN_PORT: u16 = 9901;
 
-/// One route: SNI `host` on listener `2380 + index` to the member's local peer port.
+/// Settings the lab adds to the controller's file: a faster file watch and a short drain, so a
+/// restart in the `five` phase takes a second rather than the defaults' 5 s + 30 s. (In a
+/// cluster they would come with the proxy's deployment values.)
+const LAB_SETTINGS: &str = "watch_interval: 100ms\ndrain_delay: 500ms\ndrain_timeout: 3s\n";
+
+/// A rendered proxy file and its hash (what `/config` reports once the proxy loaded it).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Route {
-    pub index: u16,
-    pub host: String,
-    pub upstream_port: u16,
+pub struct ProxyFile {
+    pub text: String,
+    pub hash: String,
+}
+
+/// Renders `routes` of `side`'s migration with the controller's renderer, pointing each upstream
+/// at the member's local port in `seed`.
+pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFile> {
+    let local: Vec<MemberRoute> = routes
+        .iter()
+        .map(|r| {
+            let m = (0..crate::topology::MEMBERS)
+                .map(|index| MemberRef { side, index })
+                .find(|m| m.dns() == r.sni)
+                .ok_or_else(|| Error::State(format!("route for unknown member {}", r.sni)))?;
+            let endpoint = if r.listener.starts_with("peer-") {
+                format!("127.0.0.1:{}", m.peer_port())
+            } else {
+                // Client routes exist as in a cluster; the lab's client dials etcd directly.
+                format!("{}:{}", seed.seed_ip, m.client_port())
+            };
+            Ok(MemberRoute {
+                endpoint,
+                ..r.clone()
+            })
+        })
+        .collect::<Result<_>>()?;
+    let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
+    let layout = Layout::standard(PortScheme::default(), 3, 8443, admin);
+    let r = proxy_config::render(&layout, &local).map_err(|e| Error::State(e.to_string()))?;
+    let text = format!("{}\n{LAB_SETTINGS}", r.text.trim_end());
+    let hash = isthmus_config::hash_bytes(text.as_bytes());
+    Ok(ProxyFile { text, hash })
 }
 
 /// The proxy process of one seed.
@@ -33,13 +75,15 @@ pub struct SeedProxy {
     child: Option<Child>,
     /// Children being drained after a restart, reaped on drop.
     draining: Vec<Child>,
+    /// Hash of the file last written.
+    written: String,
 }
 
 impl SeedProxy {
-    /// Writes the config for `routes` and starts the proxy in `seed`; returns once it is ready.
-    pub async fn start(bin: &Path, seed: &Seed, dir: &Path, routes: &[Route]) -> Result<Self> {
+    /// Writes `file` and starts the proxy in `seed`; returns once it serves that file.
+    pub async fn start(bin: &Path, seed: &Seed, dir: &Path, file: &ProxyFile) -> Result<Self> {
         let config = dir.join(format!("proxy-{}.yaml", seed.label));
-        write(&config, &yaml(routes))?;
+        write(&config, &file.text)?;
         let mut p = Self {
             bin: bin.to_path_buf(),
             config,
@@ -47,9 +91,10 @@ impl SeedProxy {
             admin: SocketAddr::from((seed.seed_ip, ADMIN_PORT)),
             child: None,
             draining: Vec::new(),
+            written: file.hash.clone(),
         };
         p.spawn(seed)?;
-        p.wait_config(routes).await?;
+        p.wait_hash().await?;
         Ok(p)
     }
 
@@ -75,25 +120,40 @@ impl SeedProxy {
         Ok(())
     }
 
-    /// Rewrites the routes, sends SIGHUP and waits until `/config` shows them.
-    pub async fn set_routes(&mut self, routes: &[Route]) -> Result<()> {
-        write(&self.config, &yaml(routes))?;
+    /// Writes `file` (if it changed), sends SIGHUP and waits until `/config` reports its hash.
+    /// Returns whether it changed.
+    pub async fn set_config(&mut self, file: &ProxyFile) -> Result<bool> {
+        if file.hash == self.written {
+            return Ok(false);
+        }
+        write(&self.config, &file.text)?;
+        self.written = file.hash.clone();
         if let Some(c) = &self.child {
             run(Command::new("kill").args(["-HUP", &c.id().to_string()]))?;
         }
-        self.wait_config(routes).await
+        self.wait_hash().await?;
+        Ok(true)
+    }
+
+    /// The hash of the config the proxy serves now (`/config`), if it answers.
+    pub async fn serving_hash(&self) -> Option<String> {
+        let response = http_get(self.admin, "/config").await.ok()?;
+        let body = response.split_once("\r\n\r\n")?.1;
+        let v: serde_json::Value = serde_json::from_str(body).ok()?;
+        v.get("hash")?.as_str().map(str::to_string)
     }
 
     /// Restarts with drain, as a DaemonSet rollout would: SIGTERM the old process, and as soon
-    /// as it has closed its listeners start the new one, while the old one still drains the
-    /// connections it holds.
-    pub async fn restart(&mut self, seed: &Seed, routes: &[Route]) -> Result<()> {
+    /// as it has closed its listeners start the new one (on the same file), while the old one
+    /// still drains the connections it holds.
+    pub async fn restart(&mut self, seed: &Seed) -> Result<()> {
         let Some(old) = self.child.take() else {
             return self.spawn(seed);
         };
         run(Command::new("kill").args(["-TERM", &old.id().to_string()]))?;
         self.draining.push(old);
-        let probe = SocketAddr::from((seed.seed_ip, 2380 + routes.first().map_or(0, |r| r.index)));
+        // The first peer listener exists whatever the routes (`Layout::standard`).
+        let probe = SocketAddr::from((seed.seed_ip, PortScheme::default().peer(0)));
         let deadline = Instant::now() + Duration::from_secs(30);
         while tokio::net::TcpStream::connect(probe).await.is_ok() {
             if Instant::now() > deadline {
@@ -105,20 +165,19 @@ impl SeedProxy {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         self.spawn(seed)?;
-        self.wait_config(routes).await
+        self.wait_hash().await
     }
 
-    async fn wait_config(&self, routes: &[Route]) -> Result<()> {
+    /// Polls `/config` until it reports the hash of the file last written.
+    async fn wait_hash(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(body) = http_get(self.admin, "/config").await {
-                if routes.iter().all(|r| body.contains(&r.host)) {
-                    return Ok(());
-                }
+            if self.serving_hash().await.as_deref() == Some(self.written.as_str()) {
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(Error::Timeout {
-                    what: format!("proxy {} to serve its routes", self.admin),
+                    what: format!("proxy {} to serve config {}", self.admin, self.written),
                     after: Duration::from_secs(30),
                 });
             }
@@ -134,42 +193,6 @@ impl Drop for SeedProxy {
             let _ = c.wait();
         }
     }
-}
-
-/// The proxy YAML for these routes: one listener per member index, as Gardener exposes them.
-pub fn yaml(routes: &[Route]) -> String {
-    let mut y = format!(
-        "admin: {{ address: \"0.0.0.0:{ADMIN_PORT}\" }}\nwatch_interval: 100ms\ndrain_delay: 500ms\ndrain_timeout: 3s\nlisteners:\n"
-    );
-    let mut indices: Vec<u16> = routes.iter().map(|r| r.index).collect();
-    indices.sort_unstable();
-    indices.dedup();
-    for i in &indices {
-        y += &format!(
-            "  - name: etcd-peer-{i}\n    address: \"0.0.0.0:{}\"\n    routes:\n",
-            2380 + i
-        );
-        for r in routes.iter().filter(|r| r.index == *i) {
-            y += &format!(
-                "      - {{ sni: \"{}\", upstream: \"{}\" }}\n",
-                r.host, r.host
-            );
-        }
-    }
-    if indices.is_empty() {
-        y = y.replace("listeners:\n", "listeners: []\n");
-    }
-    y += "upstreams:\n";
-    for r in routes {
-        y += &format!(
-            "  - {{ name: \"{}\", endpoints: [\"127.0.0.1:{}\"] }}\n",
-            r.host, r.upstream_port
-        );
-    }
-    if routes.is_empty() {
-        y = y.replace("upstreams:\n", "upstreams: []\n");
-    }
-    y
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

@@ -1,11 +1,12 @@
-//! The lab's fixed topology: two seeds, the link between them, the members' names and routes,
-//! and each seed's DNS (which names resolve to the local proxy, which to the link).
+//! The lab's fixed topology: two seeds, the link between them (a relay per peer port, the
+//! planner's 2380 + index, in each direction) and the members of each seed. What each seed's DNS
+//! and proxy hold is the planner's business (`crate::backend`).
 
 use crate::error::Result;
 use crate::etcd::{MemberRef, Side};
 use crate::link::Link;
-use crate::proxy::Route;
 use crate::seeds::Seed;
+use isthmus_controller::crd::PortScheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -52,7 +53,7 @@ impl Topology {
         let destination = Seed::new("dst", (a, n.wrapping_add(1)))?;
         let link = Link::new(rtt);
         for i in 0..MEMBERS {
-            let port = 2380 + i;
+            let port = PortScheme::default().peer(u8::try_from(i).unwrap_or(u8::MAX));
             // The source seed reaches the destination's proxy through the host side of its veth.
             link.relay(
                 SocketAddr::from((source.host_ip, port)),
@@ -87,38 +88,4 @@ impl Topology {
             .map(|m| m.client_url(self.seed(m.side)))
             .collect()
     }
-
-    /// Writes both seeds' DNS for the exposed members (the DNSRecords): a seed resolves its own
-    /// members to its proxy, the other seed's members to the link towards that seed.
-    pub fn set_dns(&self, exposed: &[MemberRef]) -> Result<()> {
-        for side in [Side::Source, Side::Destination] {
-            let seed = self.seed(side);
-            let entries: Vec<(String, String)> = exposed
-                .iter()
-                .map(|m| {
-                    let addr = if m.side == side {
-                        "127.0.0.1".to_string()
-                    } else {
-                        seed.host_ip.to_string()
-                    };
-                    (addr, m.dns())
-                })
-                .collect();
-            seed.set_hosts(&entries)?;
-        }
-        Ok(())
-    }
-}
-
-/// A seed's proxy routes for its exposed members.
-pub fn routes(side: Side, exposed: &[MemberRef]) -> Vec<Route> {
-    exposed
-        .iter()
-        .filter(|m| m.side == side)
-        .map(|m| Route {
-            index: m.index,
-            host: m.dns(),
-            upstream_port: m.peer_port(),
-        })
-        .collect()
 }

@@ -81,9 +81,17 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 skip_client_san_verification: Some(true),
                 ..EtcdFields::default()
             };
+            // At Shrink the destination's etcd-druid removes the source members one by one:
+            // fewer ready source replicas is the migration working, not a rollout to wait for
+            // (found by the lab, which keeps planning the source while it shrinks).
+            let replicas = if step == Step::Shrink {
+                0
+            } else {
+                i32::from(ctx.spec.members)
+            };
             let verdict = match &ctx.exposure {
                 Some((reason, msg)) => Verdict::waiting(t, reason, msg.clone()),
-                None if etcd_ready(ctx, &fields, i32::from(ctx.spec.members)) => Verdict::done(
+                None if etcd_ready(ctx, &fields, replicas) => Verdict::done(
                     t,
                     "EtcdExposedViaPeerURLs",
                     "Source etcd members exposed and ready for peer connections",

@@ -1,0 +1,402 @@
+//! The local backend: applies one seed's [`Plan`] to the lab the way Gardener's controllers
+//! apply the objects it stands for, and observes the result for the next pass.
+//!
+//! - `DNSRecord` → both seeds' hosts files: a seed resolves its own records to 127.0.0.1 (its
+//!   proxy) and the other seed's to the link relay in front of that seed's proxy. The record's
+//!   value is the owning seed's proxy address (`lb_address`); the lab has no address both seeds
+//!   reach the same way, so it translates per resolving seed (split horizon).
+//! - Proxy routes → `proxy::render` (the controller's renderer) + SIGHUP + `/config` hash check.
+//! - `Etcd` → what etcd-druid would do, one membership operation per pass: add a member as a
+//!   learner and start it, promote it, and for `members_to_remove` move leadership to a member
+//!   that stays, then remove one member (quorum checked).
+//!
+//! Exposure is built before etcd uses it and torn down after etcd stopped using it.
+
+use crate::error::{Error, Result};
+use crate::etcd::{self, MemberRef, Side};
+use crate::lab::Lab;
+use crate::specs::{self, NAMESPACE, PREFIX};
+use crate::topology::{self, Topology};
+use crate::{drive, proxy};
+use isthmus_controller::crd::EtcdMigrationSpec;
+use isthmus_controller::plan::{
+    self, DnsRecordObs, EtcdAction, EtcdFields, EtcdObs, Observed, Plan, TIMESTAMP,
+};
+
+/// One seed's `EtcdMigration` as the lab keeps it: the spec the orchestrator sets and what the
+/// planner observes of the objects the backend stands for.
+#[derive(Debug, Clone)]
+pub struct Migration {
+    pub spec: EtcdMigrationSpec,
+    pub obs: Observed,
+}
+
+impl Migration {
+    /// `side`'s migration at `Expose`, nothing applied yet.
+    pub fn new(side: Side, topo: &Topology) -> Self {
+        Self {
+            spec: specs::spec(side, isthmus_controller::crd::Step::Expose),
+            obs: Observed {
+                namespace: NAMESPACE.into(),
+                now: drive::now(),
+                generation: Some(1),
+                // The seed's proxy as reached from the host namespace.
+                lb_address: Some(topo.seed(side).seed_ip.to_string()),
+                ..Observed::default()
+            },
+        }
+    }
+}
+
+/// Index of `side` in [`Lab::migrations`] and [`Lab::proxies`].
+pub fn idx(side: Side) -> usize {
+    match side {
+        Side::Source => 0,
+        Side::Destination => 1,
+    }
+}
+
+impl Lab {
+    /// Refreshes what the planner observes of `side`: whether the proxy serves the routes the
+    /// spec wants, and the `Etcd`'s members and ready replicas from the real cluster.
+    pub async fn observe(&mut self, side: Side) -> Result<()> {
+        let i = idx(side);
+        let m = &self.migrations[i];
+        let wanted = plan::wanted_routes(&m.spec, NAMESPACE, &m.obs.previous);
+        let file = proxy::render(side, self.topo.seed(side), &wanted)?;
+        let rolled_out = self.proxies[i].serving_hash().await.as_deref() == Some(&file.hash);
+        let status = match m.obs.etcd {
+            Some(_) => Some(self.etcd_status(side).await?),
+            None => None,
+        };
+        let m = &mut self.migrations[i];
+        m.obs.now = drive::now();
+        m.obs.proxy_rolled_out = rolled_out;
+        if let (Some(e), Some((members, ready))) = (m.obs.etcd.as_mut(), status) {
+            e.members = members;
+            e.ready_replicas = ready;
+        }
+        Ok(())
+    }
+
+    /// etcd's member names (learners included; a learner not started yet has no name in etcd,
+    /// so names come from peer URLs) and how many of `side`'s members are voters that serve.
+    async fn etcd_status(&self, side: Side) -> Result<(Vec<String>, i32)> {
+        let voters = self.voters();
+        let mut c = etcd::connect(&self.urls(&voters)).await?;
+        let listed = etcd::list(&mut c).await?;
+        let all = [topology::source(), topology::destination()].concat();
+        let names = listed
+            .iter()
+            .map(|l| {
+                all.iter()
+                    .find(|m| m.peer_url() == l.peer_url)
+                    .map_or_else(|| l.name.clone(), MemberRef::name)
+            })
+            .collect();
+        let mut ready = 0;
+        for m in voters.iter().filter(|m| m.side == side) {
+            let voter = listed
+                .iter()
+                .any(|l| l.peer_url == m.peer_url() && !l.learner);
+            if voter && etcd::serving(&m.client_url(self.topo.seed(side))).await {
+                ready += 1;
+            }
+        }
+        Ok((names, ready))
+    }
+
+    /// Applies one pass's plan of `side`; returns whether anything changed.
+    pub async fn apply(&mut self, side: Side, p: &Plan) -> Result<bool> {
+        let tag = format!("plan {:?} ({})", p.step, specs::seed_name(side));
+        let building = !p.routes.is_empty();
+        let mut acted = false;
+        if building {
+            acted |= self.apply_records(side, p, &tag)?;
+            acted |= self.apply_routes(side, p, &tag).await?;
+        }
+        acted |= self.apply_etcd(side, p, &tag).await?;
+        if !building {
+            acted |= self.apply_records(side, p, &tag)?;
+            acted |= self.apply_routes(side, p, &tag).await?;
+        }
+        Ok(acted)
+    }
+
+    fn apply_records(&mut self, side: Side, p: &Plan, tag: &str) -> Result<bool> {
+        let records = &mut self.migrations[idx(side)].obs.dns_records;
+        let mut written = Vec::new();
+        for d in &p.dns_records {
+            let timestamp = d.annotations.get(TIMESTAMP).cloned();
+            match records.get_mut(&d.object_name) {
+                Some(o) if o.spec == d.spec => o.timestamp = timestamp,
+                prev => {
+                    let generation = prev.map_or(1, |o| o.generation + 1);
+                    let rec = DnsRecordObs {
+                        spec: d.spec.clone(),
+                        timestamp,
+                        generation,
+                        // Ready once written: the hosts files are rewritten below, in place.
+                        observed_generation: Some(generation),
+                        last_operation_state: Some("Succeeded".into()),
+                    };
+                    records.insert(d.object_name.clone(), rec);
+                    written.push(d.spec.name.clone());
+                }
+            }
+        }
+        let deleted: Vec<String> = p
+            .dns_deletions
+            .iter()
+            .filter_map(|n| records.remove(n).map(|r| r.spec.name))
+            .collect();
+        if written.is_empty() && deleted.is_empty() {
+            return Ok(false);
+        }
+        self.write_hosts()?;
+        if !written.is_empty() {
+            self.event(format!("{tag}: DNSRecords written: {}", written.join(", ")));
+        }
+        if !deleted.is_empty() {
+            self.event(format!("{tag}: DNSRecords deleted: {}", deleted.join(", ")));
+        }
+        Ok(true)
+    }
+
+    /// Rewrites both seeds' hosts files from both migrations' records.
+    fn write_hosts(&self) -> Result<()> {
+        for resolver in [Side::Source, Side::Destination] {
+            let seed = self.topo.seed(resolver);
+            let mut entries = Vec::new();
+            for owner in [Side::Source, Side::Destination] {
+                let obs = &self.migrations[idx(owner)].obs;
+                for rec in obs.dns_records.values() {
+                    if rec.spec.values.first() != obs.lb_address.as_ref() {
+                        return Err(Error::State(format!(
+                            "DNSRecord {} points at {:?}, not at its seed's proxy {:?}",
+                            rec.spec.name, rec.spec.values, obs.lb_address
+                        )));
+                    }
+                    let addr = if owner == resolver {
+                        "127.0.0.1".to_string()
+                    } else {
+                        seed.host_ip.to_string()
+                    };
+                    entries.push((addr, rec.spec.name.clone()));
+                }
+            }
+            seed.set_hosts(&entries)?;
+        }
+        Ok(())
+    }
+
+    async fn apply_routes(&mut self, side: Side, p: &Plan, tag: &str) -> Result<bool> {
+        let file = proxy::render(side, self.topo.seed(side), &p.routes)?;
+        let changed = self.proxies[idx(side)].set_config(&file).await?;
+        if changed {
+            let short = file.hash.get(..12).unwrap_or(&file.hash);
+            self.event(format!(
+                "{tag}: {} routes rendered, reloaded, /config serves {short}",
+                p.routes.len()
+            ));
+        }
+        Ok(changed)
+    }
+
+    async fn apply_etcd(&mut self, side: Side, p: &Plan, tag: &str) -> Result<bool> {
+        let mut acted = false;
+        match &p.etcd {
+            EtcdAction::Keep | EtcdAction::Delete => {}
+            EtcdAction::Apply {
+                fields,
+                annotations,
+            } => {
+                let changed = self.set_fields(side, fields.clone(), tag);
+                acted |= changed;
+                if let Some(e) = self.migrations[idx(side)].obs.etcd.as_mut() {
+                    e.timestamp = annotations.get(TIMESTAMP).cloned();
+                }
+                let busy = match side {
+                    // druid rolls the source only for a new generation (its members are
+                    // gone by the time the source is planned at Shrink).
+                    Side::Source if changed => {
+                        self.check_advertised(fields)?;
+                        false
+                    }
+                    Side::Source => false,
+                    Side::Destination => self.druid_destination(fields, tag).await?,
+                };
+                if !busy {
+                    self.synced(side);
+                }
+                acted |= busy;
+            }
+            EtcdAction::Release => {
+                let e = self.migrations[idx(side)].obs.etcd.as_ref();
+                let replicas = e.and_then(|e| e.fields.replicas);
+                let released = EtcdFields {
+                    replicas,
+                    ..EtcdFields::default()
+                };
+                // Nothing to roll: the members that advertised the exposure are gone.
+                acted |= self.set_fields(side, released, tag);
+                self.synced(side);
+            }
+        }
+        if let Some(name) = p.members_to_remove.first() {
+            self.remove_planned(name, &p.members_to_remove, tag).await?;
+            return Ok(true);
+        }
+        if p.etcd == EtcdAction::Delete {
+            self.members.retain(|m| m.r.side != side);
+            self.cluster.retain(|m| m.side != side);
+            self.promoted.retain(|m| m.side != side);
+            self.migrations[idx(side)].obs.etcd = None;
+            self.event(format!("{tag}: Etcd deleted"));
+            acted = true;
+        }
+        Ok(acted)
+    }
+
+    /// Owns `fields` on `side`'s `Etcd` (creating it); a change is a new generation.
+    fn set_fields(&mut self, side: Side, mut fields: EtcdFields, tag: &str) -> bool {
+        let e = self.migrations[idx(side)]
+            .obs
+            .etcd
+            .get_or_insert_with(EtcdObs::default);
+        // `replicas: None` is not ours: gardenlet's value stays.
+        if fields.replicas.is_none() {
+            fields.replicas = e.fields.replicas;
+        }
+        if e.fields == fields {
+            return false;
+        }
+        e.generation += 1;
+        e.fields = fields;
+        let replicas = e.fields.replicas.map_or("-".into(), |r| r.to_string());
+        let what = format!(
+            "{tag}: Etcd generation {}: replicas {replicas}, {} bootstrap members, {} advertised URLs",
+            e.generation,
+            e.fields.bootstrap_members.len(),
+            e.fields.advertise.len()
+        );
+        self.event(what);
+        true
+    }
+
+    /// etcd-druid acted on the current generation.
+    fn synced(&mut self, side: Side) {
+        if let Some(e) = self.migrations[idx(side)].obs.etcd.as_mut() {
+            e.observed_generation = Some(e.generation);
+        }
+    }
+
+    /// The source's members were started with their exposed peer URLs as their only ones (see
+    /// docs/lab.md), so "restart with the extra URLs" is a check that they are the planned ones.
+    fn check_advertised(&self, fields: &EtcdFields) -> Result<()> {
+        for a in &fields.advertise {
+            let ok = self
+                .cluster
+                .iter()
+                .any(|m| m.name() == a.name && a.peer_urls == [m.peer_url()]);
+            if !ok {
+                return Err(Error::State(format!(
+                    "the plan advertises {} at {:?}; the lab's members cannot be rolled to it",
+                    a.name, a.peer_urls
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// One druid step towards `fields` on the destination: add the next missing member as a
+    /// learner (and start it), or promote the next learner. Returns whether it did something.
+    async fn druid_destination(&mut self, fields: &EtcdFields, tag: &str) -> Result<bool> {
+        if fields.member_name_prefix.as_deref() != Some(PREFIX) {
+            return Err(Error::State(format!(
+                "memberNamePrefix {:?}: the lab's destination members are named with {PREFIX:?}",
+                fields.member_name_prefix
+            )));
+        }
+        let replicas = fields
+            .replicas
+            .and_then(|r| u16::try_from(r).ok())
+            .unwrap_or(0);
+        if self
+            .cluster
+            .iter()
+            .any(|m| m.side == Side::Destination && m.index >= replicas)
+        {
+            return Err(Error::State(format!(
+                "the plan scales the destination down to {replicas}: not a migration step"
+            )));
+        }
+        for b in &fields.bootstrap_members {
+            if !self
+                .cluster
+                .iter()
+                .any(|m| m.name() == b.name && b.peer_urls == [m.peer_url()])
+            {
+                return Err(Error::State(format!(
+                    "bootstrap member {} ({:?}) is not in the cluster",
+                    b.name, b.peer_urls
+                )));
+            }
+        }
+        let wanted: Vec<MemberRef> = topology::destination()
+            .into_iter()
+            .filter(|m| m.index < replicas)
+            .collect();
+        for m in wanted {
+            // druid starts the member with the advertised URL: it must be the one we use.
+            if !fields
+                .advertise
+                .iter()
+                .any(|a| a.name == m.name() && a.peer_urls == [m.peer_url()])
+            {
+                return Err(Error::State(format!(
+                    "{} is not advertised at {}",
+                    m.name(),
+                    m.peer_url()
+                )));
+            }
+            if !self.cluster.contains(&m) {
+                self.add_learner(m).await?;
+                self.event(format!("{tag}: added {} as learner", m.name()));
+                return Ok(true);
+            }
+            if !self.promoted.contains(&m) {
+                self.promote(m).await?;
+                self.event(format!("{tag}: promoted {}", m.name()));
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Removes `name`, first moving leadership to a voter that stays if the leader is leaving
+    /// (removing the leader would force an election that stalls requests).
+    async fn remove_planned(&mut self, name: &str, leaving: &[String], tag: &str) -> Result<()> {
+        let all = [topology::source(), topology::destination()].concat();
+        let Some(m) = all.into_iter().find(|m| m.name() == name) else {
+            return Err(Error::State(format!(
+                "the plan removes unknown member {name}"
+            )));
+        };
+        let urls = self.urls(&self.voters());
+        if leaving.contains(&etcd::leader(&urls).await?) {
+            let Some(target) = self
+                .voters()
+                .into_iter()
+                .find(|v| !leaving.contains(&v.name()))
+            else {
+                return Err(Error::State("no voter stays to take the leadership".into()));
+            };
+            etcd::move_leader(&urls, target).await?;
+            self.event(format!("{tag}: leader moved to {}", target.name()));
+        }
+        self.remove(m).await?;
+        self.event(format!("{tag}: removed {name}"));
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! The two `EtcdMigration` specs the lab drives (one per seed) and the names they give the
+//! members. The lab spells member names, DNS names and peer ports exactly as the controller's
+//! planner does (`isthmus_controller::plan::names`, `PortScheme::default()`), so the DNS records
+//! and routes the planner asks for are the ones the etcd members advertise.
+
+use crate::etcd::{MemberRef, Side};
+use isthmus_controller::crd::{
+    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, ObjectRef, PortScheme, Role, Step,
+};
+use isthmus_controller::plan::{self, Member};
+
+/// The shoot's namespace on both seeds.
+pub const NAMESPACE: &str = "shoot--lab";
+/// The internal domain of the exposed names.
+pub const DOMAIN: &str = "lab.test";
+/// The `Etcd` on both seeds (pods `etcd-main-0..2`).
+pub const ETCD: &str = "etcd-main";
+/// etcd-druid's `memberNamePrefix` of the destination: members `dest-etcd-main-0..2`.
+pub const PREFIX: &str = "dest";
+/// `DNSRecord` provider type: the seeds' hosts files.
+pub const DNS_PROVIDER: &str = "hosts-file";
+
+/// The seed's name in the exposed DNS names.
+pub fn seed_name(side: Side) -> &'static str {
+    match side {
+        Side::Source => "source",
+        Side::Destination => "destination",
+    }
+}
+
+/// The spec of `side` at `step`. The destination's `sourceMembers` start empty: the
+/// orchestrator copies them from the source's `status.exposedMembers` before `Join`.
+pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
+    let none = || ObjectRef {
+        name: "-".into(),
+        namespace: "-".into(),
+    };
+    EtcdMigrationSpec {
+        role: match side {
+            Side::Source => Role::Source,
+            Side::Destination => Role::Destination,
+        },
+        step,
+        etcd_name: ETCD.into(),
+        seed_name: seed_name(side).into(),
+        internal_domain: DOMAIN.into(),
+        members: 3,
+        dns: DnsProvider {
+            provider_type: DNS_PROVIDER.into(),
+            secret_ref: none(),
+            zone: None,
+        },
+        load_balancer: ObjectRef {
+            name: "isthmus-proxy".into(),
+            namespace: seed_name(side).into(),
+        },
+        ports: PortScheme::default(),
+        destination: (side == Side::Destination).then(|| DestinationSpec {
+            member_name_prefix: PREFIX.into(),
+            source_members: Vec::new(),
+        }),
+        // The temporary VPN is the webhook part (`webhook.rs`), on loopback: no record, no route.
+        vpn: None,
+        druid_api: DruidApi::default(),
+    }
+}
+
+/// The planner's view of member `r`: its member name, DNS name and ports.
+pub fn member(r: MemberRef) -> Option<Member> {
+    let index = u8::try_from(r.index).ok()?;
+    let mut s = spec(r.side, Step::Expose);
+    s.members = index.checked_add(1)?;
+    plan::members(&s, NAMESPACE).pop()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lab_names_are_the_planners() {
+        let m = MemberRef {
+            side: Side::Destination,
+            index: 1,
+        };
+        assert_eq!(m.name(), "dest-etcd-main-1");
+        assert_eq!(m.dns(), "etcd-main-1.shoot--lab.destination.lab.test");
+        assert_eq!(
+            m.peer_url(),
+            "https://etcd-main-1.shoot--lab.destination.lab.test:2381"
+        );
+        let s = MemberRef {
+            side: Side::Source,
+            index: 2,
+        };
+        assert_eq!(s.name(), "etcd-main-2");
+        assert_eq!(
+            s.peer_url(),
+            "https://etcd-main-2.shoot--lab.source.lab.test:2382"
+        );
+    }
+}
