@@ -14,6 +14,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The admin port inside every seed.
 pub const ADMIN_PORT: u16 = 9901;
+/// The seed's ingress for the shoot's tunnel agents: TLS passthrough on SNI [`TUNNEL_SNI`] to
+/// the seed's tunnel server on `127.0.0.1:`[`TUNNEL_UPSTREAM_PORT`] (see [`crate::webhook`]).
+/// Every configuration carries it, whatever etcd routes the migration sets.
+pub const TUNNEL_PORT: u16 = 8443;
+pub const TUNNEL_SNI: &str = "vpn-seed.lab";
+pub const TUNNEL_UPSTREAM_PORT: u16 = 9443;
 
 /// One route: SNI `host` on listener `2380 + index` to the member's local peer port.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -144,6 +150,9 @@ pub fn yaml(routes: &[Route]) -> String {
     let mut indices: Vec<u16> = routes.iter().map(|r| r.index).collect();
     indices.sort_unstable();
     indices.dedup();
+    y += &format!(
+        "  - name: tunnel\n    address: \"0.0.0.0:{TUNNEL_PORT}\"\n    routes:\n      - {{ sni: \"{TUNNEL_SNI}\", upstream: tunnel-server }}\n"
+    );
     for i in &indices {
         y += &format!(
             "  - name: etcd-peer-{i}\n    address: \"0.0.0.0:{}\"\n    routes:\n",
@@ -156,18 +165,14 @@ pub fn yaml(routes: &[Route]) -> String {
             );
         }
     }
-    if indices.is_empty() {
-        y = y.replace("listeners:\n", "listeners: []\n");
-    }
-    y += "upstreams:\n";
+    y += &format!(
+        "upstreams:\n  - {{ name: tunnel-server, endpoints: [\"127.0.0.1:{TUNNEL_UPSTREAM_PORT}\"] }}\n"
+    );
     for r in routes {
         y += &format!(
             "  - {{ name: \"{}\", endpoints: [\"127.0.0.1:{}\"] }}\n",
             r.host, r.upstream_port
         );
-    }
-    if routes.is_empty() {
-        y = y.replace("upstreams:\n", "upstreams: []\n");
     }
     y
 }
