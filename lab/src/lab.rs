@@ -123,8 +123,10 @@ impl Lab {
                 .map_err(|e| lab.explain(e))?;
         }
         lab.record_membership().await;
-        // The shoot's webhook is called through the source seed's tunnel from the start.
-        lab.webhook = Some(WebhookLab::start(lab.epoch, dir).await?);
+        // The shoot's webhook is called through the source seed's tunnel from the start: a
+        // tunnel server process per seed, the shoot's agents reaching them through each seed's
+        // proxy across a link with the same RTT.
+        lab.webhook = Some(WebhookLab::start(lab.epoch, dir, proxy_bin, &lab.topo, rtt).await?);
         lab.event("tunnel: regular agent on the source server, webhook calls start");
         Ok(lab)
     }

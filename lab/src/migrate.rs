@@ -193,8 +193,8 @@ async fn finish(
         &calls,
         &lab.phases,
         Some(
-            "tunnel servers, agents and webhook run in the lab process on 127.0.0.1: the tunnel \
-             does not cross the seeds' namespaces or the link emulator"
+            "a tunnel-server process in each seed behind its proxy; the agents in a shoot \
+             namespace reach it through that proxy across a link with the RTT (never cut)"
                 .into(),
         ),
     );

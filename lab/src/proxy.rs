@@ -22,6 +22,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The admin port inside every seed.
 pub const ADMIN_PORT: u16 = 9901;
+/// The seed's ingress for the shoot's tunnel agents: TLS passthrough on SNI [`TUNNEL_SNI`] to
+/// the seed's tunnel server on `127.0.0.1:`[`TUNNEL_UPSTREAM_PORT`] (see [`crate::webhook`]).
+/// Every configuration carries it, whatever etcd routes the migration sets.
+pub const TUNNEL_PORT: u16 = 8443;
+pub const TUNNEL_SNI: &str = "vpn-seed.lab";
+pub const TUNNEL_UPSTREAM_PORT: u16 = 9443;
 
 /// Settings the lab adds to the controller's file: a faster file watch and a short drain, so a
 /// restart in the `five` phase takes a second rather than the defaults' 5 s + 30 s. (In a
@@ -56,9 +62,19 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
                 ..r.clone()
             })
         })
-        .collect::<Result<_>>()?;
+        .collect::<Result<Vec<_>>>()?;
+    // The shoot's tunnel ingress rides on the layout's VPN listener, whatever the migration
+    // routes are (the lab's specs have no `vpn`, so the planner adds no VPN route itself).
+    let mut local = local;
+    local.push(MemberRoute {
+        listener: format!("vpn-{TUNNEL_PORT}"),
+        port: TUNNEL_PORT,
+        sni: TUNNEL_SNI.into(),
+        upstream: "tunnel-server".into(),
+        endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
+    });
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
-    let layout = Layout::standard(PortScheme::default(), 3, 8443, admin);
+    let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);
     let r = proxy_config::render(&layout, &local).map_err(|e| Error::State(e.to_string()))?;
     let text = format!("{}\n{LAB_SETTINGS}", r.text.trim_end());
     let hash = isthmus_config::hash_bytes(text.as_bytes());

@@ -54,6 +54,9 @@ pub struct Webhook {
     /// Where the tunnel runs (what the figures do and do not show).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Every call, for the picture (the JSON has them in `webhook_calls.json`).
+    #[serde(skip)]
+    pub calls: Vec<crate::webhook::Call>,
 }
 
 /// Webhook calls that started in one phase.
@@ -101,6 +104,7 @@ impl Webhook {
             via_destination: calls.iter().filter(|c| c.via == Via::Destination).count(),
             phases,
             note,
+            calls: calls.to_vec(),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! Two seeds as network namespaces, each joined to the host namespace by a veth pair.
+//! Two seeds as network namespaces, each joined to the host namespace by a veth pair (the
+//! shoot of [`crate::webhook`] is a third namespace built the same way).
 //!
 //! The seeds have no route to each other: everything between them crosses the userspace
 //! [`crate::link`] emulator in the host namespace, so a cut there is a real partition. Each seed
@@ -81,6 +82,21 @@ impl Seed {
         ])?;
         ip(&["-n", ns, "link", "set", seed_dev, "up"])?;
         Ok(())
+    }
+
+    /// Routes everything the namespace does not reach on its veth through the host end, so
+    /// it reaches addresses of the host namespace other than its own veth peer (the shoot
+    /// uses this to reach the relays in front of each seed's ingress).
+    pub fn route_via_host(&self) -> Result<()> {
+        ip(&[
+            "-n",
+            &self.netns,
+            "route",
+            "add",
+            "default",
+            "via",
+            &self.host_ip.to_string(),
+        ])
     }
 
     /// The namespace's name.

@@ -1,51 +1,72 @@
-//! The latency timeline as a hand-written SVG: one dot per request (log scale), failures in
-//! red, phase boundaries as dashed lines, the member count along the bottom.
+//! The latency timeline as a hand-written SVG: one dot per etcd request (log scale), failures
+//! in red, phase boundaries as dashed lines; below it a band with one dot per webhook call
+//! through the tunnel (by the tunnel server it went through) and the tunnel's handover steps;
+//! the member count along the bottom.
 
 use crate::report::Report;
+use crate::webhook::Via;
 use std::fmt::Write;
 
 const W: f64 = 1000.0;
-const H: f64 = 420.0;
+const H: f64 = 640.0;
 const LEFT: f64 = 60.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 40.0;
 const PLOT_H: f64 = 300.0;
-/// Latency axis: 0.1 ms .. 10 s, log scale.
+/// etcd latency axis: 0.1 ms .. 10 s, log scale.
 const LOG_MIN: f64 = -1.0;
 const LOG_MAX: f64 = 4.0;
+/// The webhook band under the etcd plot: 10 ms .. 10 s, log scale (a call through the tunnel
+/// takes a few round trips).
+const WEB_TOP: f64 = 385.0;
+const WEB_H: f64 = 140.0;
+const WEB_LOG_MIN: f64 = 1.0;
+/// Colours of webhook calls by tunnel server.
+const VIA_SOURCE: &str = "#7b3fa0";
+const VIA_DESTINATION: &str = "#0a8a8a";
+
+/// A log-scale y axis from 10^`min` to 10^`max` ms over `[top, top + height]`.
+fn log_y(ms: f64, min: f64, max: f64, top: f64, height: f64) -> f64 {
+    let l = ms.max(0.1).log10().clamp(min, max);
+    top + height * (1.0 - (l - min) / (max - min))
+}
+
+fn ms_label(ms: f64) -> String {
+    if ms < 1.0 {
+        format!("{ms} ms")
+    } else if ms < 1000.0 {
+        format!("{ms:.0} ms")
+    } else {
+        format!("{:.0} s", ms / 1000.0)
+    }
+}
 
 /// Renders the report's timeline.
 pub fn timeline(r: &Report) -> String {
     let end = r.phases.last().map(|p| p.end).unwrap_or(1.0).max(1.0);
     let x = |t: f64| LEFT + (t / end).clamp(0.0, 1.0) * (W - LEFT - RIGHT);
-    let y = |ms: f64| {
-        let l = ms.max(0.1).log10().clamp(LOG_MIN, LOG_MAX);
-        TOP + PLOT_H * (1.0 - (l - LOG_MIN) / (LOG_MAX - LOG_MIN))
-    };
+    let y = |ms: f64| log_y(ms, LOG_MIN, LOG_MAX, TOP, PLOT_H);
+    let wy = |ms: f64| log_y(ms, WEB_LOG_MIN, LOG_MAX, WEB_TOP, WEB_H);
     let mut s = String::new();
     let _ = write!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">
 <rect width="{W}" height="{H}" fill="white"/>
-<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — {} etcd requests, {} failed, {} writes acknowledged, {} missing</text>
+<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — {} etcd requests, {} failed, {} writes acknowledged, {} missing — {} webhook calls, {} failed</text>
 "#,
         esc(&r.scenario),
         r.rtt_ms,
         r.etcd.requests,
         r.etcd.failed,
         r.writes.acknowledged,
-        r.writes.missing
+        r.writes.missing,
+        r.webhook.requests,
+        r.webhook.failed
     );
     for e in (LOG_MIN as i32)..=(LOG_MAX as i32) {
         let ms = 10f64.powi(e);
         let yy = y(ms);
-        let label = if ms < 1.0 {
-            format!("{ms} ms")
-        } else if ms < 1000.0 {
-            format!("{ms:.0} ms")
-        } else {
-            format!("{:.0} s", ms / 1000.0)
-        };
+        let label = ms_label(ms);
         let _ = writeln!(
             s,
             r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="4" y="{:.1}">{label}</text>"##,
@@ -61,20 +82,38 @@ pub fn timeline(r: &Report) -> String {
         W - RIGHT,
         yf - 3.0
     );
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="{:.1}" font-size="12">webhook calls through the tunnel (kube-apiserver → tunnel server → proxy → link → agent → webhook)</text>"##,
+        WEB_TOP - 8.0
+    );
+    for e in (WEB_LOG_MIN as i32)..=(LOG_MAX as i32) {
+        let ms = 10f64.powi(e);
+        let yy = wy(ms);
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="4" y="{:.1}">{}</text>"##,
+            W - RIGHT,
+            yy + 4.0,
+            ms_label(ms)
+        );
+    }
     for (i, p) in r.phases.iter().enumerate() {
         let xx = x(p.start);
         let ty = TOP - 6.0 + if i % 2 == 0 { 0.0 } else { 12.0 };
         let _ = writeln!(
             s,
             r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{TOP}" y2="{}" stroke="#888" stroke-dasharray="4,3"/><text x="{:.1}" y="{ty:.1}">{}</text>"##,
-            TOP + PLOT_H,
+            WEB_TOP + WEB_H,
             xx + 2.0,
             esc(&p.name)
         );
     }
     // Events as thin orange ticks (hover shows what happened); the ones that change the
     // client's path or inject a fault get a label.
-    for (i, e) in r.events.iter().enumerate() {
+    let (tunnel, others): (Vec<_>, Vec<_>) =
+        r.events.iter().partition(|e| e.what.starts_with("tunnel:"));
+    for (i, e) in others.into_iter().enumerate() {
         let xx = x(e.t_ms);
         let _ = writeln!(
             s,
@@ -96,6 +135,45 @@ pub fn timeline(r: &Report) -> String {
             );
         }
     }
+    // The tunnel's handover steps in the webhook band, labelled.
+    for (i, e) in tunnel.into_iter().enumerate() {
+        let xx = x(e.t_ms);
+        let what = e.what.trim_start_matches("tunnel:").trim();
+        let _ = writeln!(
+            s,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{WEB_TOP}" y2="{}" stroke="{VIA_DESTINATION}" stroke-width="1.2"><title>{:.1} s: {}</title></line><text x="{:.1}" y="{:.1}" font-size="9" fill="#05605f">{}</text>"##,
+            WEB_TOP + WEB_H,
+            e.t_ms / 1000.0,
+            esc(&e.what),
+            xx + 2.0,
+            WEB_TOP + 10.0 + 11.0 * (i % 4) as f64,
+            esc(what)
+        );
+    }
+    for c in &r.webhook.calls {
+        let color = match (c.ok, c.via) {
+            (false, _) => "#d00",
+            (true, Via::Source) => VIA_SOURCE,
+            (true, Via::Destination) => VIA_DESTINATION,
+        };
+        let title = c.error.as_deref().map(esc).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            r#"<circle cx="{:.1}" cy="{:.1}" r="1.6" fill="{color}" fill-opacity="0.6"><title>{:.0} ms {title}</title></circle>"#,
+            x(c.start_ms),
+            wy(c.latency_ms),
+            c.latency_ms
+        );
+    }
+    let _ = writeln!(
+        s,
+        r##"<text x="{LEFT}" y="{:.1}" fill="{VIA_SOURCE}">● via the source tunnel server</text><text x="{}" y="{:.1}" fill="{VIA_DESTINATION}">● via the destination tunnel server</text><text x="{}" y="{:.1}" fill="#d00">● failed</text>"##,
+        WEB_TOP + WEB_H + 16.0,
+        LEFT + 190.0,
+        WEB_TOP + WEB_H + 16.0,
+        LEFT + 400.0,
+        WEB_TOP + WEB_H + 16.0,
+    );
     for smp in &r.samples {
         let color = match (smp.ok, smp.kind) {
             (false, _) => "#d00",
@@ -110,7 +188,7 @@ pub fn timeline(r: &Report) -> String {
         );
     }
     // Member count as a step line under the plot (0..6 members).
-    let base = TOP + PLOT_H + 70.0;
+    let base = H - 25.0;
     let mut pts = String::new();
     let mut last = None;
     for m in &r.members.timeline {
@@ -195,6 +273,15 @@ mod tests {
                 via_destination: 0,
                 phases: Vec::new(),
                 note: None,
+                calls: [(Via::Source, true), (Via::Destination, false)]
+                    .map(|(via, ok)| crate::webhook::Call {
+                        start_ms: 30.0,
+                        latency_ms: 120.0,
+                        via,
+                        ok,
+                        error: (!ok).then(|| "reset <x>".into()),
+                    })
+                    .to_vec(),
             },
             writes: Writes {
                 acknowledged: 1,
@@ -210,10 +297,16 @@ mod tests {
                 }],
             },
             phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
-            events: vec![Event {
-                t_ms: 20.0,
-                what: "link cut for 3000 ms".into(),
-            }],
+            events: vec![
+                Event {
+                    t_ms: 20.0,
+                    what: "link cut for 3000 ms".into(),
+                },
+                Event {
+                    t_ms: 25.0,
+                    what: "tunnel: temporary agent joined".into(),
+                },
+            ],
             join_ms: None,
             violations: vec![],
             samples: [(true, 3.0), (false, 6000.0)]
@@ -228,8 +321,16 @@ mod tests {
                 .to_vec(),
         };
         let svg = timeline(&r);
-        assert_eq!(svg.matches("<circle").count(), 2);
-        assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 1);
+        // Two etcd requests and two webhook calls, one of each failed.
+        assert_eq!(svg.matches("<circle").count(), 4);
+        assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 2);
+        assert_eq!(
+            svg.matches(&format!(r#"fill="{VIA_SOURCE}" fill-opacity"#))
+                .count(),
+            1
+        );
+        assert!(svg.contains(">temporary agent joined<"));
+        assert!(svg.contains("reset &lt;x&gt;"));
         assert!(svg.contains(">one<") && svg.contains(">two<"));
         assert!(svg.contains(">link cut for 3000 ms<"));
         assert!(svg.contains("a&lt;b") && svg.trim_end().ends_with("</svg>"));

@@ -1,0 +1,83 @@
+//! The HTTPS webhook of the shoot: answers every request with an allowing AdmissionReview,
+//! `/slow` after [`SLOW`]. It is served by the lab process on the host end of the shoot's
+//! veth, where the shoot's agents dial it.
+
+use super::caller::read_head;
+use crate::error::{Error, Result};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// How long `/slow` takes: streams are open when a session drains.
+const SLOW: Duration = Duration::from_millis(300);
+
+/// The answer an admission webhook gives.
+pub(super) const ALLOWED: &str =
+    r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}"#;
+
+/// Serves the webhook on `listen` (port 0: any) until `stop`; returns the bound address.
+pub(super) async fn start(
+    listen: SocketAddr,
+    tls: Arc<rustls::ServerConfig>,
+    stop: CancellationToken,
+) -> Result<SocketAddr> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|e| Error::io(format!("webhook listen {listen}"), e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::io("webhook listener", e))?;
+    let acceptor = TlsAcceptor::from(tls);
+    tokio::spawn(async move {
+        loop {
+            let tcp = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = listener.accept() => match r {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // EMFILE and friends: back off instead of spinning.
+                        tracing::warn!(error = %e, "webhook accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Err(e) = serve(acceptor, tcp).await {
+                    // The caller records the failure; this says what the webhook saw.
+                    tracing::warn!(error = %e, "webhook connection failed");
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+async fn serve(acceptor: TlsAcceptor, tcp: TcpStream) -> std::io::Result<()> {
+    let mut io = acceptor.accept(tcp).await?;
+    let head = read_head(&mut io).await?;
+    let len: usize = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0u8; len.min(64 * 1024)];
+    io.read_exact(&mut body).await?;
+    if head.starts_with("POST /slow ") {
+        tokio::time::sleep(SLOW).await;
+    }
+    let answer = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{ALLOWED}",
+        ALLOWED.len()
+    );
+    io.write_all(answer.as_bytes()).await?;
+    // close_notify: the caller reads to the end of a clean TLS close.
+    io.shutdown().await
+}
