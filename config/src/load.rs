@@ -81,7 +81,20 @@ pub fn load_file<T: Schema>(path: &Path) -> Result<Loaded<T>, LoadError> {
 }
 
 /// Parses and validates configuration text of any [`Schema`]; `file` names it in errors.
+///
+/// A valid file takes the fast, position-free path only; an invalid one is parsed again with
+/// positions so that every error names its line, column and field path.
 pub fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
+    if let Some(config) = crate::fast::parse::<T>(text) {
+        if config.validate().is_empty() {
+            return Ok(config);
+        }
+    }
+    parse_marked(file, text)
+}
+
+/// The slow path: a tree with a position on every node, for errors that point at them.
+fn parse_marked<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
     let fail = |mut errors: Vec<ConfigError>| {
         errors.sort_by_key(|e| (e.line, e.column));
         ConfigErrors {

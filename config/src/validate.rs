@@ -142,7 +142,8 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         }
         let mut snis = HashSet::new();
         for (j, r) in l.routes.iter().enumerate() {
-            let rat = format!("{at}.routes[{j}]");
+            // Paths are formatted only for a problem: a 10k-route file has none.
+            let rat = |field: &str| format!("{at}.routes[{j}].{field}");
             let (key, other) = if connect {
                 ("header_value", "sni")
             } else {
@@ -155,7 +156,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
             };
             if !other_value.is_empty() {
                 p.push((
-                    format!("{rat}.{other}"),
+                    rat(other),
                     format!(
                         "this {} listener routes on {key}, not {other}",
                         kind_name(connect)
@@ -174,17 +175,14 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
             match normalized {
                 Ok(n) => {
                     if !snis.insert(n) {
-                        p.push((
-                            format!("{rat}.{key}"),
-                            format!("duplicate route for {value:?}"),
-                        ));
+                        p.push((rat(key), format!("duplicate route for {value:?}")));
                     }
                 }
-                Err(m) => p.push((format!("{rat}.{key}"), m)),
+                Err(m) => p.push((rat(key), m)),
             }
             if !upstreams.contains(r.upstream.as_str()) {
                 p.push((
-                    format!("{rat}.upstream"),
+                    rat("upstream"),
                     format!("no upstream named {:?}", r.upstream),
                 ));
             }

@@ -16,6 +16,26 @@ use tracing::warn;
 /// while the old one still accepts (make before break), and a new isthmus process can take
 /// over a port from an old one during a rolling update.
 pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::from_std(bind_std(addr)?)
+}
+
+/// Binds `n` (at least one) sockets to the same address with `SO_REUSEPORT`, one per worker
+/// runtime: the kernel spreads new connections over them, so each connection is accepted and
+/// served by one thread with no hand-off between workers. The first socket takes `addr` (port
+/// 0 picks a free port); the others join it on the port it got.
+pub fn bind_group(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
+    let first = bind_std(addr)?;
+    let bound = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..n {
+        group.push(bind_std(bound)?);
+    }
+    Ok(group)
+}
+
+/// A non-blocking listening socket not yet registered with any runtime, so that it can be
+/// handed to the runtime that will accept on it.
+fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
@@ -26,7 +46,7 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
-    TcpListener::from_std(socket.into())
+    Ok(socket.into())
 }
 
 /// Applies TCP keepalive settings to a connected socket.
@@ -61,11 +81,14 @@ impl Shared {
 }
 
 /// Accepts until `stop` fires. Each connection is handled with the listener's spec from the
-/// snapshot current at accept time and keeps it for its whole life.
+/// snapshot current at accept time and keeps it for its whole life, in a task of the runtime
+/// this loop runs on. `pending` is shared by every accept loop of the listener, so that
+/// `max_pending_hellos` caps the listener, not each of its sockets.
 pub async fn accept_loop(
     listener: TcpListener,
     name: String,
     shared: Arc<Shared>,
+    pending: Arc<crate::conn::Pending>,
     stop: CancellationToken,
 ) {
     let errors = shared
@@ -74,7 +97,6 @@ pub async fn accept_loop(
         .get_or_create_owned(&ListenerLabels {
             listener: name.clone(),
         });
-    let pending = Arc::new(crate::conn::Pending::default());
     loop {
         let accepted = tokio::select! {
             _ = stop.cancelled() => return,

@@ -1,6 +1,7 @@
 //! The running proxy: start from a file, reload it, drain and stop.
 
 use crate::admin::{self, AdminState};
+use crate::conn::Pending;
 use crate::dns::{Dns, DnsError};
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
@@ -13,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -87,12 +89,27 @@ struct Inner {
     running: Mutex<HashMap<String, Running>>,
     admin_addr: SocketAddr,
     admin_stop: CancellationToken,
+    /// The runtimes that accept and serve connections, one listening socket each per
+    /// listener; empty means the runtime that started the proxy, with one socket.
+    workers: Vec<Handle>,
 }
 
 impl Proxy {
     /// Loads `path`, binds every listener and the admin endpoint, and starts serving.
     /// The proxy's series are registered into `registry`, which the admin endpoint serves.
-    pub async fn start(path: &Path, mut registry: Registry) -> Result<Self, StartError> {
+    pub async fn start(path: &Path, registry: Registry) -> Result<Self, StartError> {
+        Self::start_on(path, registry, Vec::new()).await
+    }
+
+    /// Like [`Proxy::start`], but every listener gets one `SO_REUSEPORT` socket per runtime
+    /// in `workers`, accepted on and served by that runtime (thread-per-core: with
+    /// current-thread runtimes a connection never changes threads). The admin endpoint, the
+    /// file watcher, reloads and DNS stay on the calling runtime.
+    pub async fn start_on(
+        path: &Path,
+        mut registry: Registry,
+        workers: Vec<Handle>,
+    ) -> Result<Self, StartError> {
         let loaded = load_proxy_file(path)?;
         let metrics = Arc::new(Metrics::register(&mut registry));
         metrics.set_config_hash(None, &loaded.hash);
@@ -113,11 +130,13 @@ impl Proxy {
             })?;
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
-            let listener = listen::bind(l.address).map_err(|source| StartError::Bind {
-                what: format!("listener {:?}", l.name),
-                address: l.address,
-                source,
-            })?;
+            let sockets = workers.len().max(1);
+            let listener =
+                listen::bind_group(l.address, sockets).map_err(|source| StartError::Bind {
+                    what: format!("listener {:?}", l.name),
+                    address: l.address,
+                    source,
+                })?;
             bound.push((l.name.clone(), l.address, listener));
         }
         let inner = Arc::new(Inner {
@@ -132,6 +151,7 @@ impl Proxy {
             running: Mutex::new(HashMap::new()),
             admin_addr,
             admin_stop: CancellationToken::new(),
+            workers,
         });
         let proxy = Proxy { inner };
         {
@@ -156,16 +176,27 @@ impl Proxy {
         &self,
         name: String,
         configured: SocketAddr,
-        listener: tokio::net::TcpListener,
+        sockets: Vec<std::net::TcpListener>,
     ) -> Running {
-        let bound = listener.local_addr().unwrap_or(configured);
+        let bound = sockets
+            .first()
+            .and_then(|l| l.local_addr().ok())
+            .unwrap_or(configured);
         let stop = self.inner.accepting.child_token();
-        tokio::spawn(listen::accept_loop(
-            listener,
-            name.clone(),
-            self.inner.shared.clone(),
-            stop.clone(),
-        ));
+        let pending = Arc::new(Pending::default());
+        let here = Handle::current();
+        for (i, socket) in sockets.into_iter().enumerate() {
+            let runtime = self.inner.workers.get(i).unwrap_or(&here);
+            let (name, shared) = (name.clone(), self.inner.shared.clone());
+            let (pending, stop) = (pending.clone(), stop.clone());
+            // Registered inside the task, so with the I/O driver of the runtime that accepts.
+            runtime.spawn(async move {
+                match tokio::net::TcpListener::from_std(socket) {
+                    Ok(l) => listen::accept_loop(l, name, shared, pending, stop).await,
+                    Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),
+                }
+            });
+        }
         info!(listener = %name, address = %bound, "listening");
         Running {
             configured,
@@ -235,7 +266,7 @@ impl Proxy {
             {
                 continue;
             }
-            match listen::bind(l.address) {
+            match listen::bind_group(l.address, self.inner.workers.len().max(1)) {
                 Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),
                 Err(source) => {
                     metrics.reload("bind_error");

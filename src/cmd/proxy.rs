@@ -6,6 +6,7 @@ use prometheus_client::registry::Registry;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use tokio::runtime::Handle;
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::{info, warn};
 
@@ -20,28 +21,71 @@ pub struct Args {
     /// The proxy configuration file (YAML). See the README's configuration reference.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: PathBuf,
-    /// Worker threads (default: one per CPU).
+    /// Worker threads serving connections (default: one per CPU).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
+    /// How the worker threads share connections. `per-core`: each thread runs its own
+    /// runtime with its own SO_REUSEPORT socket per listener; the kernel spreads connections
+    /// over them and a connection stays on the thread that accepted it (no cross-thread
+    /// wake-ups; the reload, admin endpoint and DNS run on the main thread). `shared`: one
+    /// work-stealing runtime accepts on one socket per listener and moves tasks between
+    /// threads (better when a few connections carry most of the load).
+    #[arg(long, value_enum, default_value_t = Runtime::PerCore)]
+    pub runtime: Runtime,
+}
+
+/// The `--runtime` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Runtime {
+    /// One current-thread runtime and one listening socket per worker thread.
+    PerCore,
+    /// One multi-thread (work-stealing) runtime.
+    Shared,
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut rt = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = args.threads {
-        rt.worker_threads(n.max(1));
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    if args.runtime == Runtime::Shared {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()
+            .context("cannot start the async runtime")?;
+        return rt.block_on(serve(args, Vec::new()));
     }
-    let rt = rt
+    let workers = (0..threads)
+        .map(worker)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    rt.block_on(serve(args))
+    rt.block_on(serve(args, workers))
 }
 
-async fn serve(args: Args) -> anyhow::Result<ExitCode> {
+/// Starts worker thread `i` with its own current-thread runtime and returns its handle. The
+/// thread runs until the process exits: draining is tracked per connection, not per thread.
+fn worker(i: usize) -> anyhow::Result<Handle> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start a worker runtime")?;
+    let handle = rt.handle().clone();
+    std::thread::Builder::new()
+        .name(format!("isthmus-worker-{i}"))
+        .spawn(move || rt.block_on(std::future::pending::<()>()))
+        .context("cannot start a worker thread")?;
+    Ok(handle)
+}
+
+async fn serve(args: Args, workers: Vec<Handle>) -> anyhow::Result<ExitCode> {
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let proxy = Proxy::start(&args.config, Registry::default()).await?;
+    let proxy = Proxy::start_on(&args.config, Registry::default(), workers).await?;
     let (delay, timeout) = loop {
         tokio::select! {
             _ = hup.recv() => {
