@@ -28,6 +28,8 @@ mod allow;
 mod duration;
 mod error;
 mod fast;
+#[cfg(test)]
+mod fast_differential;
 mod load;
 pub mod nullable;
 mod proxy;
