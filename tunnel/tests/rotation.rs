@@ -98,7 +98,7 @@ fn proxy_yaml(listen: SocketAddr, upstream: SocketAddr) -> String {
 
 async fn start_proxy(dir: &Scratch, name: &str, yaml: &str) -> Result<Proxy, String> {
     let path = dir.join(name);
-    std::fs::write(&path, yaml).unwrap();
+    std::fs::write(&path, yaml).map_err(|e| e.to_string())?;
     Proxy::start(&path, Registry::default())
         .await
         .map_err(|e| e.to_string())
