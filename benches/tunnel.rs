@@ -169,6 +169,7 @@ async fn run() {
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(1),
+            max_session_age: None,
             resolver: Arc::new(DnsResolver),
         },
         &mut Registry::default(),

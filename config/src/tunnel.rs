@@ -139,6 +139,13 @@ pub struct TunnelAgentConfig {
     /// How long streams of a draining session may take to finish. Default `30s`.
     #[serde(default = "defaults::drain_timeout")]
     pub drain_timeout: Duration,
+    /// When set, a session this old (minus up to 10 % jitter, so the value is an upper bound)
+    /// is replaced: a new session to the same address is opened and verified, then the old
+    /// one drains. For an ingress that drains connections on restart (an isthmus proxy):
+    /// keep `max_session_age` + session set-up + the longest stream below its drain timeout.
+    /// Default `null` (sessions live as long as their connection).
+    #[serde(default, deserialize_with = "nullable::duration")]
+    pub max_session_age: Option<Duration>,
 }
 
 /// One tunnel server the agent dials.
@@ -269,9 +276,11 @@ impl Schema for TunnelAgentConfig {
                 "must be more than 0s and at most backoff_max".into(),
             ));
         }
+        let age = self.max_session_age.unwrap_or(self.resolve_interval);
         for (at, d) in [
             ("resolve_interval", self.resolve_interval),
             ("dial_timeout", self.dial_timeout),
+            ("max_session_age", age),
         ] {
             if d.get().is_zero() {
                 p.push((at.into(), "must be more than 0s".into()));
@@ -430,6 +439,25 @@ admin: { address: "0.0.0.0:9903" }
         );
         assert!(
             e.contains("allow[4]: invalid allow entry \"nonsense\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn max_session_age_is_off_by_default_and_more_than_0s() {
+        let a: TunnelAgentConfig = parse("a.yaml", AGENT).unwrap();
+        assert_eq!(a.max_session_age, None);
+        let a: TunnelAgentConfig =
+            parse("a.yaml", &format!("{AGENT}max_session_age: null\n")).unwrap();
+        assert_eq!(a.max_session_age, None);
+        let a: TunnelAgentConfig =
+            parse("a.yaml", &format!("{AGENT}max_session_age: 2s\n")).unwrap();
+        assert_eq!(a.max_session_age, Some(Duration::from_secs(2)));
+        let e = parse::<TunnelAgentConfig>("a.yaml", &format!("{AGENT}max_session_age: 0s\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("a.yaml:8:18: max_session_age: must be more than 0s"),
             "{e}"
         );
     }

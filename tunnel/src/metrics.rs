@@ -10,6 +10,7 @@
 //! | `isthmus_tunnel_handshakes_total{outcome}` | both | session TLS handshakes: `ok`/`failed` |
 //! | `isthmus_tunnel_bytes_total{direction}` | both | bytes carried, `to_target`/`from_target` |
 //! | `isthmus_tunnel_ping_rtt_seconds` | server | round trip of a request/answer on each session |
+//! | `isthmus_tunnel_session_rotations_total{reason}` | agent | sessions drained after their verified replacement: `max_age`, `address_changed` |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -55,6 +56,14 @@ pub struct DirectionLabel {
     pub direction: &'static str,
 }
 
+/// `reason` label of a session rotation.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// `max_age` (the session reached `max_session_age`) or `address_changed` (its server
+    /// name no longer resolves to its address).
+    pub reason: &'static str,
+}
+
 /// All tunnel metrics; cheap to clone (every field is an `Arc` inside).
 #[derive(Clone, Debug)]
 pub struct Metrics {
@@ -72,6 +81,8 @@ pub struct Metrics {
     pub bytes: Family<DirectionLabel, Counter>,
     /// Session round trip.
     pub ping_rtt: Histogram,
+    /// Agent sessions replaced (make before break) by reason.
+    pub rotations: Family<ReasonLabel, Counter>,
 }
 
 impl Metrics {
@@ -86,6 +97,7 @@ impl Metrics {
             bytes: Family::default(),
             // 0.25 ms … ~4 s: loopback to inter-continental.
             ping_rtt: Histogram::new(exponential_buckets(0.00025, 2.0, 15)),
+            rotations: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("isthmus_tunnel");
         r.register("sessions", "Agent sessions by state", m.sessions.clone());
@@ -115,7 +127,17 @@ impl Metrics {
             "Request round trip on a session",
             m.ping_rtt.clone(),
         );
+        r.register(
+            "session_rotations",
+            "Agent sessions drained once their verified replacement took over, by reason",
+            m.rotations.clone(),
+        );
         m
+    }
+
+    /// Counts a session drained in favour of its verified replacement.
+    pub(crate) fn rotation(&self, reason: &'static str) {
+        self.rotations.get_or_create(&ReasonLabel { reason }).inc();
     }
 
     /// Counts a dial.

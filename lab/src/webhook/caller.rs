@@ -61,7 +61,7 @@ impl Callers {
         while !self.stop.is_cancelled() {
             let via = match self.route.load(Ordering::Relaxed) {
                 ROUTE_SOURCE => Via::Source,
-                ROUTE_BOTH if i % 2 == 0 => Via::Source,
+                ROUTE_BOTH if i.is_multiple_of(2) => Via::Source,
                 _ => Via::Destination,
             };
             // Every other call is slow in the webhook, so that streams are open when a

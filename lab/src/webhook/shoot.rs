@@ -29,6 +29,13 @@ const VPN_DESTINATION: &str = "vpn-destination.lab";
 const RESOLVE: Duration = Duration::from_millis(100);
 /// How long an agent's open streams may take when it drains.
 pub(super) const DRAIN: Duration = Duration::from_secs(10);
+/// Agents rotate their sessions (make before break) at this age, so that a restarting seed
+/// proxy never cuts one: its `drain_timeout` is 3 s (`LAB_SETTINGS` in `crate::proxy`), and a
+/// session opened through the old process just before it closed its listeners must have
+/// rotated and finished its streams by then. Budget at the lab's largest RTT, 150 ms: set-up of
+/// the replacement ≈ 3 RTT = 0.45 s, longest webhook call ≈ 0.81 s (measured max at 150 ms:
+/// 300 ms in the webhook + ~3.5 RTT); 1.5 s + 0.45 s + 0.81 s = 2.76 s < 3 s.
+const MAX_SESSION_AGE: Duration = Duration::from_millis(1500);
 
 /// Which agent: they differ in server name and admin port (both run in the shoot).
 #[derive(Debug, Clone, Copy)]
@@ -110,13 +117,15 @@ impl Shoot {
              dial_timeout: 5s\n\
              backoff_initial: 50ms\n\
              backoff_max: 500ms\n\
-             drain_timeout: {}s\n",
+             drain_timeout: {}s\n\
+             max_session_age: {}ms\n",
             certs.ca().display(),
             crt.display(),
             key.display(),
             self.webhook_ip(),
             RESOLVE.as_millis(),
             DRAIN.as_secs(),
+            MAX_SESSION_AGE.as_millis(),
         );
         Process::start(bin, &self.ns, "tunnel-agent", &self.dir, stem, &yaml)
     }

@@ -1,96 +1,33 @@
 //! The shoot-side tunnel agent: holds one session per resolved server address, re-resolves
 //! periodically and, when the address set changes, makes before it breaks: the new sessions
-//! are opened and verified before the old ones are drained.
+//! are opened and verified before the old ones are drained. A session older than
+//! `max_session_age` is replaced the same way, so that an ingress which drains connections on
+//! restart (and cannot tell the agent: it never sees inside the TLS) never has to cut one.
 
+mod options;
 mod session;
 mod target;
 mod transport;
 
+pub use options::{AgentOptions, DnsResolver, Resolve};
+
 use crate::metrics::Metrics;
-use crate::{tls, Error};
+use crate::Error;
 use hyper_util::rt::TokioExecutor;
 use isthmus_config::tunnel::split_host_port;
-use isthmus_config::{AllowRule, Http2Config, ServerEntryConfig, TunnelAgentConfig};
+use isthmus_config::ServerEntryConfig;
 use prometheus_client::registry::Registry;
 use rustls::pki_types::ServerName;
 use std::collections::HashMap;
-use std::future::Future;
 use std::net::SocketAddr;
-use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use target::Targets;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use transport::Route;
-
-/// Resolves a server's host name. Swappable so tests can move a name to another address.
-pub trait Resolve: Send + Sync + std::fmt::Debug {
-    /// The addresses of `host:port`.
-    fn resolve<'a>(
-        &'a self,
-        host: &'a str,
-        port: u16,
-    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send + 'a>>;
-}
-
-/// The system resolver.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct DnsResolver;
-
-impl Resolve for DnsResolver {
-    fn resolve<'a>(
-        &'a self,
-        host: &'a str,
-        port: u16,
-    ) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<SocketAddr>>> + Send + 'a>> {
-        Box::pin(async move { Ok(tokio::net::lookup_host((host, port)).await?.collect()) })
-    }
-}
-
-/// Everything the agent needs.
-#[derive(Debug, Clone)]
-pub struct AgentOptions {
-    /// Servers to hold sessions to.
-    pub servers: Vec<ServerEntryConfig>,
-    /// TLS client config (client certificate, trusted CA, ALPN h2).
-    pub tls: Arc<rustls::ClientConfig>,
-    /// Targets that may be dialed.
-    pub allow: Vec<AllowRule>,
-    /// HTTP/2 settings.
-    pub http2: Http2Config,
-    /// How often names are re-resolved.
-    pub resolve_interval: Duration,
-    /// Dial timeout for targets.
-    pub dial_timeout: Duration,
-    /// First reconnect delay.
-    pub backoff_initial: Duration,
-    /// Largest reconnect delay.
-    pub backoff_max: Duration,
-    /// How long a draining session's streams may take.
-    pub drain_timeout: Duration,
-    /// Name resolution for servers.
-    pub resolver: Arc<dyn Resolve>,
-}
-
-impl AgentOptions {
-    /// Reads the TLS files named in `c`; uses the system resolver.
-    pub fn from_config(c: &TunnelAgentConfig) -> Result<Self, Error> {
-        Ok(Self {
-            servers: c.servers.clone(),
-            tls: tls::agent_config(&c.tls.ca, &c.tls.cert, &c.tls.key)?,
-            allow: c.allow_rules(),
-            http2: c.http2.clone(),
-            resolve_interval: c.resolve_interval.get(),
-            dial_timeout: c.dial_timeout.get(),
-            backoff_initial: c.backoff_initial.get(),
-            backoff_max: c.backoff_max.get(),
-            drain_timeout: c.drain_timeout.get(),
-            resolver: Arc::new(DnsResolver),
-        })
-    }
-}
 
 pub(crate) struct Shared {
     pub(crate) targets: Arc<Targets>,
@@ -99,22 +36,53 @@ pub(crate) struct Shared {
     pub(crate) backoff_initial: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) drain_timeout: Duration,
+    pub(crate) max_session_age: Option<Duration>,
+    /// Woken by a session that reached its age, so its replacement starts at once.
+    pub(crate) rotate: Notify,
 }
 
 /// (server entry index, resolved address)
 type Key = (usize, SocketAddr);
 
 struct Handle {
+    route: Route,
     drain: CancellationToken,
     verified: watch::Receiver<bool>,
+    /// Set by the session when it reached `max_session_age`.
+    aged: Arc<AtomicBool>,
     task: JoinHandle<()>,
+}
+
+impl Handle {
+    fn live(&self) -> bool {
+        *self.verified.borrow() && !self.drain.is_cancelled()
+    }
+}
+
+/// Why a session is being replaced; also the `reason` of the rotation metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// Its address is no longer among its server name's: waits for the whole entry.
+    AddressChanged,
+    /// It reached `max_session_age`: waits for its own replacement (same key), so that an
+    /// unreachable sibling address cannot hold it back while replacements pile up.
+    MaxAge,
+}
+
+impl Reason {
+    fn label(self) -> &'static str {
+        match self {
+            Self::AddressChanged => "address_changed",
+            Self::MaxAge => "max_age",
+        }
+    }
 }
 
 #[derive(Default)]
 struct Table {
     current: HashMap<Key, Handle>,
-    /// Sessions whose address went away, drained once their entry's new sessions verify.
-    retiring: Vec<(Key, Handle)>,
+    /// Sessions being replaced, drained once their replacement is verified.
+    retiring: Vec<(Key, Handle, Reason)>,
 }
 
 /// A tunnel agent.
@@ -148,6 +116,8 @@ impl Agent {
             backoff_initial: opts.backoff_initial,
             backoff_max: opts.backoff_max,
             drain_timeout: opts.drain_timeout,
+            max_session_age: opts.max_session_age,
+            rotate: Notify::new(),
         });
         Self {
             shared,
@@ -160,12 +130,16 @@ impl Agent {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Sessions verified by their server and not draining.
+    /// Sessions verified by their server and not draining. A session waiting for its
+    /// replacement still counts: it serves until the replacement is verified, and readiness
+    /// must not flap at every rotation.
     pub fn live_sessions(&self) -> usize {
         let t = self.lock();
+        let retiring = t.retiring.iter().map(|(_, h, _)| h);
         t.current
             .values()
-            .filter(|h| *h.verified.borrow() && !h.drain.is_cancelled())
+            .chain(retiring)
+            .filter(|h| h.live())
             .count()
     }
 
@@ -178,6 +152,7 @@ impl Agent {
                 last_resolve = Some(Instant::now());
                 self.reconcile().await;
             }
+            self.replace_aged();
             let retiring = self.retire_verified_replacements();
             // While old sessions wait for their replacements, look often; otherwise wake
             // for the next resolution.
@@ -189,12 +164,13 @@ impl Agent {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 _ = tokio::time::sleep(wait) => {}
+                _ = self.shared.rotate.notified() => {}
             }
         }
         let handles: Vec<Handle> = {
             let mut t = self.lock();
             let mut v: Vec<Handle> = t.current.drain().map(|(_, h)| h).collect();
-            v.extend(t.retiring.drain(..).map(|(_, h)| h));
+            v.extend(t.retiring.drain(..).map(|(_, h, _)| h));
             v
         };
         for h in &handles {
@@ -231,7 +207,7 @@ impl Agent {
         for key in gone {
             if let Some(h) = t.current.remove(&key) {
                 tracing::info!(server = %key.1, "server address went away; draining once the replacement is verified");
-                t.retiring.push((key, h));
+                t.retiring.push((key, h, Reason::AddressChanged));
             }
         }
         for (key, route) in desired {
@@ -239,34 +215,70 @@ impl Agent {
                 continue;
             }
             tracing::info!(server = %key.1, "opening session");
-            let drain = CancellationToken::new();
-            let (tx, rx) = watch::channel(false);
-            let task = tokio::spawn(session::run(self.shared.clone(), route, drain.clone(), tx));
-            t.current.insert(
-                key,
-                Handle {
-                    drain,
-                    verified: rx,
-                    task,
-                },
-            );
+            t.current.insert(key, self.spawn(route));
         }
     }
 
-    /// Drains retiring sessions whose entry has only verified sessions now (at least one).
+    fn spawn(&self, route: Route) -> Handle {
+        let drain = CancellationToken::new();
+        let (tx, rx) = watch::channel(false);
+        let aged = Arc::new(AtomicBool::new(false));
+        let task = tokio::spawn(session::run(
+            self.shared.clone(),
+            route.clone(),
+            drain.clone(),
+            tx,
+            aged.clone(),
+        ));
+        Handle {
+            route,
+            drain,
+            verified: rx,
+            aged,
+            task,
+        }
+    }
+
+    /// Opens a replacement for every session that reached its age; the old one keeps serving
+    /// until [`Self::retire_verified_replacements`] sees the replacement verified.
+    fn replace_aged(&self) {
+        let mut t = self.lock();
+        let aged: Vec<Key> = t
+            .current
+            .iter()
+            .filter(|(_, h)| h.aged.load(Ordering::SeqCst) && !h.drain.is_cancelled())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in aged {
+            if let Some(old) = t.current.remove(&key) {
+                tracing::info!(server = %key.1, "opening the replacement of an aged session");
+                t.current.insert(key, self.spawn(old.route.clone()));
+                t.retiring.push((key, old, Reason::MaxAge));
+            }
+        }
+    }
+
+    /// Drains retiring sessions whose replacement is verified: for an aged session its own
+    /// (same key); otherwise, or when that key went away, every current session of its entry
+    /// (at least one).
     fn retire_verified_replacements(&self) -> usize {
         let mut t = self.lock();
-        let ready = |t: &Table, entry: usize| {
+        let entry_ready = |t: &Table, entry: usize| {
             let mut mine = t.current.iter().filter(|(k, _)| k.0 == entry).peekable();
             mine.peek().is_some() && mine.all(|(_, h)| *h.verified.borrow())
         };
+        let ready = |t: &Table, key: &Key, reason: Reason| match t.current.get(key) {
+            Some(h) if reason == Reason::MaxAge => *h.verified.borrow(),
+            _ => entry_ready(t, key.0),
+        };
         let (go, stay): (Vec<_>, Vec<_>) = std::mem::take(&mut t.retiring)
             .into_iter()
-            .partition(|(k, _)| ready(&t, k.0));
+            .partition(|(k, _, r)| ready(&t, k, *r));
         t.retiring = stay;
-        for (key, h) in go {
-            tracing::info!(server = %key.1, "replacement verified; draining old session");
+        for (key, h, reason) in go {
+            tracing::info!(server = %key.1, reason = reason.label(), "replacement verified; draining old session");
             h.drain.cancel();
+            self.shared.targets.metrics.rotation(reason.label());
             // The task finishes the drain on its own; it is not awaited here.
         }
         t.retiring.len()

@@ -1,12 +1,15 @@
 //! One agent session to one server address: connect (with jittered exponential backoff),
 //! serve HTTP/2 to the server, reconnect when the connection ends, drain with GOAWAY when
-//! told to.
+//! told to, and say when the connection reached `max_session_age` (the agent then opens its
+//! replacement and drains this one once the replacement is verified).
 
 use super::transport::{self, Route};
 use super::Shared;
 use crate::agent::target::Service;
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -20,15 +23,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Keeps a session to `route` until `drain` is cancelled; `verified` is true while the
-/// current connection has answered the server's probe.
+/// current connection has answered the server's probe; `aged` is set (and the agent woken)
+/// once a verified connection is older than its jittered `max_session_age`.
 pub(crate) async fn run(
     shared: Arc<Shared>,
     route: Route,
     drain: CancellationToken,
     verified: watch::Sender<bool>,
+    aged: Arc<AtomicBool>,
 ) {
     let mut delay = shared.backoff_initial;
     while !drain.is_cancelled() {
+        // Counted from before the TCP connect: the ingress's drain clock for this connection
+        // cannot have started earlier, so the age is never underestimated.
+        let age_at = shared
+            .max_session_age
+            .map(|a| tokio::time::Instant::now() + jitter_down(a));
         let mut state = shared.targets.metrics.session_state("connecting");
         let tls = tokio::select! {
             _ = drain.cancelled() => break,
@@ -77,6 +87,13 @@ pub(crate) async fn run(
                     tracing::warn!(server = %route.addr, "server never verified the session; redialing");
                     break;
                 }
+                // Only a verified session is replaced: until then it carries nothing.
+                _ = tokio::time::sleep_until(age_at.unwrap_or(verify_by)),
+                    if was_verified && age_at.is_some() && !aged.load(Ordering::SeqCst) => {
+                    tracing::info!(server = %route.addr, "session reached max_session_age");
+                    aged.store(true, Ordering::SeqCst);
+                    shared.rotate.notify_one();
+                }
                 _ = drain.cancelled() => {
                     // GOAWAY: the server opens no new streams here; open ones finish.
                     state.set("draining");
@@ -97,6 +114,14 @@ pub(crate) async fn run(
         }
     }
     verified.send_replace(false);
+}
+
+/// 90–100 % of `d`: agents started together do not all rotate at once, and the configured
+/// age stays an upper bound (the ingress drain rule in the README relies on that).
+fn jitter_down(d: Duration) -> Duration {
+    // A fresh `RandomState` is randomly keyed per call; no RNG dependency needed.
+    let r = std::collections::hash_map::RandomState::new().hash_one(0u8);
+    d.mul_f64(0.9 + 0.1 * (r % 1001) as f64 / 1000.0)
 }
 
 /// Sleeps 50–100 % of `d` (so that agents restarted together do not reconnect in lockstep),

@@ -88,16 +88,43 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Emp
 
 /// Opens a stream to `target` through the best session; a session that fails at the HTTP/2
 /// level (GOAWAY, reset, closed) or whose agent could not dial is skipped for the next one.
+/// When every session refused at the HTTP/2 level, it waits (within `session_wait`) for a new
+/// one: an agent rotating a session sends GOAWAY as soon as it saw the replacement verified,
+/// which can be just before this server has added the replacement to its table.
 async fn open(
     shared: &Shared,
     target: &str,
 ) -> Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode> {
+    let deadline = tokio::time::Instant::now() + shared.session_wait;
     let mut last = StatusCode::SERVICE_UNAVAILABLE;
-    for session in candidates(shared).await {
+    loop {
+        match try_sessions(shared, target, deadline, &mut last).await {
+            Some(r) => return r,
+            // Refused sessions are marked draining, so the next round sees only new ones.
+            None if tokio::time::Instant::now() < deadline => {}
+            None => return Err(last),
+        }
+    }
+}
+
+/// One round over the candidates: `None` when every one refused the stream before it reached
+/// an agent (nothing was sent to the target, so another round is safe).
+async fn try_sessions(
+    shared: &Shared,
+    target: &str,
+    deadline: tokio::time::Instant,
+    last: &mut StatusCode,
+) -> Option<Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode>> {
+    let sessions = candidates(shared, deadline).await;
+    if sessions.is_empty() {
+        return Some(Err(*last));
+    }
+    let mut only_refused = true;
+    for session in sessions {
         let counted = session.begin_stream();
-        let req = Request::connect(target)
-            .body(Empty::<Bytes>::new())
-            .map_err(|_| StatusCode::BAD_REQUEST)?;
+        let Ok(req) = Request::connect(target).body(Empty::<Bytes>::new()) else {
+            return Some(Err(StatusCode::BAD_REQUEST));
+        };
         let mut send = session.send.clone();
         let resp = match send.ready().await {
             Ok(()) => send.send_request(req).await,
@@ -110,30 +137,37 @@ async fn open(
                 // retrying elsewhere is safe, nothing was sent to the target.
                 tracing::info!(session = session.id, error = %e, "session refused a stream; trying the next");
                 session.drain();
-                last = StatusCode::BAD_GATEWAY;
+                *last = StatusCode::BAD_GATEWAY;
                 continue;
             }
         };
+        only_refused = false;
         match resp.status() {
             StatusCode::OK => match hyper::upgrade::on(resp).await {
-                Ok(io) => return Ok((io, counted)),
+                Ok(io) => return Some(Ok((io, counted))),
                 Err(e) => {
                     tracing::info!(session = session.id, error = %e, "stream upgrade failed");
-                    last = StatusCode::BAD_GATEWAY;
+                    *last = StatusCode::BAD_GATEWAY;
                 }
             },
             // The allow-list and malformed targets answer the same on every agent.
-            code @ (StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) => return Err(code),
-            code => last = code,
+            code @ (StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) => return Some(Err(code)),
+            code => *last = code,
         }
     }
-    Err(last)
+    if only_refused {
+        None
+    } else {
+        Some(Err(*last))
+    }
 }
 
-/// The candidate sessions; when there is none, waits up to `session_wait` for one, so that a
+/// The candidate sessions; when there is none, waits until `deadline` for one, so that a
 /// CONNECT arriving while the agent reconnects (server restart) is delayed, not refused.
-async fn candidates(shared: &Shared) -> Vec<std::sync::Arc<super::sessions::Session>> {
-    let deadline = tokio::time::Instant::now() + shared.session_wait;
+async fn candidates(
+    shared: &Shared,
+    deadline: tokio::time::Instant,
+) -> Vec<std::sync::Arc<super::sessions::Session>> {
     loop {
         let c = shared.sessions.candidates();
         if !c.is_empty() || tokio::time::Instant::now() >= deadline {

@@ -86,6 +86,7 @@ impl World {
             backoff_initial: Duration::from_millis(50),
             backoff_max: Duration::from_millis(500),
             drain_timeout: Duration::from_secs(10),
+            max_session_age: None,
             resolver,
         }
     }
