@@ -88,6 +88,58 @@ async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_ol
     server.stop().await;
 }
 
+/// A stream on a session that was rotated away keeps the agent's shutdown waiting: the
+/// process must not exit under it (found by the lab: a webhook call on a rotated session
+/// failed when the temporary agent was stopped).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_waits_for_streams_on_rotated_sessions() {
+    let world = Arc::new(World::new());
+    let server = TestServer::start(world.server_options(true), None, None).await;
+    let mut opts = world.agent_options(
+        vec![entry("vpn.test:443")],
+        SwitchResolver::new(vec![server.agents]),
+        &["127.0.0.0/8"],
+    );
+    opts.max_session_age = Some(AGE);
+    let agent = TestAgent::start(opts);
+    let addr = ConnectAddr::Tcp(server.connect);
+    wait_metric(
+        "a live session",
+        &agent,
+        "isthmus_tunnel_sessions{state=\"active\"}",
+        1.0,
+    )
+    .await;
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut held = connect(
+        &addr,
+        Some(world.apiserver_tls()),
+        &target.local_addr().unwrap().to_string(),
+    )
+    .await
+    .unwrap();
+    let (mut far, _) = target.accept().await.unwrap();
+    let before = metric(&agent.metrics(), ROTATIONS);
+    wait_metric("a rotation", &agent, ROTATIONS, before + 1.0).await;
+
+    let stopping = tokio::spawn(agent.stop());
+    // The held stream's session is draining, the agent is shutting down: bytes still flow,
+    // and the shutdown (drain timeout 10 s) cannot be over while the stream is open.
+    held.write_all(b"ping").await.unwrap();
+    let mut got = [0u8; 4];
+    far.read_exact(&mut got).await.unwrap();
+    far.write_all(b"pong").await.unwrap();
+    held.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"pong");
+    assert!(
+        !stopping.is_finished(),
+        "the agent stopped under an open stream of a rotated session"
+    );
+    drop((held, far));
+    stopping.await.unwrap();
+    server.stop().await;
+}
+
 fn proxy_yaml(listen: SocketAddr, upstream: SocketAddr) -> String {
     format!(
         "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: vpn\n    \

@@ -83,6 +83,9 @@ struct Table {
     current: HashMap<Key, Handle>,
     /// Sessions being replaced, drained once their replacement is verified.
     retiring: Vec<(Key, Handle, Reason)>,
+    /// Tasks of replaced sessions that are draining: shutdown waits for them too, or the
+    /// process would exit under a stream the replacement left running on its old session.
+    draining: Vec<JoinHandle<()>>,
 }
 
 /// A tunnel agent.
@@ -167,17 +170,18 @@ impl Agent {
                 _ = self.shared.rotate.notified() => {}
             }
         }
-        let handles: Vec<Handle> = {
+        let (handles, draining) = {
             let mut t = self.lock();
             let mut v: Vec<Handle> = t.current.drain().map(|(_, h)| h).collect();
             v.extend(t.retiring.drain(..).map(|(_, h, _)| h));
-            v
+            (v, std::mem::take(&mut t.draining))
         };
         for h in &handles {
             h.drain.cancel();
         }
-        for h in handles {
-            let _ = h.task.await;
+        // Each task ends within the drain timeout of its own drain.
+        for task in handles.into_iter().map(|h| h.task).chain(draining) {
+            let _ = task.await;
         }
     }
 
@@ -275,11 +279,13 @@ impl Agent {
             .into_iter()
             .partition(|(k, _, r)| ready(&t, k, *r));
         t.retiring = stay;
+        t.draining.retain(|task| !task.is_finished());
         for (key, h, reason) in go {
             tracing::info!(server = %key.1, reason = reason.label(), "replacement verified; draining old session");
             h.drain.cancel();
             self.shared.targets.metrics.rotation(reason.label());
-            // The task finishes the drain on its own; it is not awaited here.
+            // The task finishes the drain on its own; shutdown awaits it.
+            t.draining.push(h.task);
         }
         t.retiring.len()
     }
