@@ -244,8 +244,7 @@ impl Lab {
             }
         }
         if let Some(name) = p.members_to_remove.first() {
-            self.remove_planned(name, &p.members_to_remove, tag).await?;
-            return Ok(true);
+            return self.remove_planned(name, &p.members_to_remove, tag).await;
         }
         if p.etcd == EtcdAction::Delete {
             self.members.retain(|m| m.r.side != side);
@@ -376,13 +375,19 @@ impl Lab {
 
     /// Removes `name`, first moving leadership to a voter that stays if the leader is leaving
     /// (removing the leader would force an election that stalls requests).
-    async fn remove_planned(&mut self, name: &str, leaving: &[String], tag: &str) -> Result<()> {
+    /// Returns whether it did anything.
+    async fn remove_planned(&mut self, name: &str, leaving: &[String], tag: &str) -> Result<bool> {
         let all = [topology::source(), topology::destination()].concat();
         let Some(m) = all.into_iter().find(|m| m.name() == name) else {
             return Err(Error::State(format!(
                 "the plan removes unknown member {name}"
             )));
         };
+        if !self.cluster.contains(&m) {
+            // Already removed: the member list was observed on a member that had not applied
+            // the removal yet (member lists are served locally, not linearizably).
+            return Ok(false);
+        }
         let urls = self.urls(&self.voters());
         if leaving.contains(&etcd::leader(&urls).await?) {
             let Some(target) = self
@@ -397,6 +402,6 @@ impl Lab {
         }
         self.remove(m).await?;
         self.event(format!("{tag}: removed {name}"));
-        Ok(())
+        Ok(true)
     }
 }

@@ -127,10 +127,10 @@ pub fn timeline(r: &Report) -> String {
             .any(|k| e.what.contains(k));
         if notable {
             let ty = TOP + 12.0 + 11.0 * (i % 4) as f64;
+            let (lx, anchor) = label_at(xx);
             let _ = writeln!(
                 s,
-                r##"<text x="{:.1}" y="{ty:.1}" font-size="9" fill="#b06a00">{}</text>"##,
-                xx + 2.0,
+                r##"<text x="{lx:.1}" y="{ty:.1}" font-size="9" fill="#b06a00" text-anchor="{anchor}">{}</text>"##,
                 esc(&e.what)
             );
         }
@@ -139,13 +139,13 @@ pub fn timeline(r: &Report) -> String {
     for (i, e) in tunnel.into_iter().enumerate() {
         let xx = x(e.t_ms);
         let what = e.what.trim_start_matches("tunnel:").trim();
+        let (lx, anchor) = label_at(xx);
         let _ = writeln!(
             s,
-            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{WEB_TOP}" y2="{}" stroke="{VIA_DESTINATION}" stroke-width="1.2"><title>{:.1} s: {}</title></line><text x="{:.1}" y="{:.1}" font-size="9" fill="#05605f">{}</text>"##,
+            r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{WEB_TOP}" y2="{}" stroke="{VIA_DESTINATION}" stroke-width="1.2"><title>{:.1} s: {}</title></line><text x="{lx:.1}" y="{:.1}" font-size="9" fill="#05605f" text-anchor="{anchor}">{}</text>"##,
             WEB_TOP + WEB_H,
             e.t_ms / 1000.0,
             esc(&e.what),
-            xx + 2.0,
             WEB_TOP + 10.0 + 11.0 * (i % 4) as f64,
             esc(what)
         );
@@ -207,12 +207,26 @@ pub fn timeline(r: &Report) -> String {
         r##"<polyline points="{pts}" fill="none" stroke="#444" stroke-width="1.5"/><text x="4" y="{:.1}">members</text>"##,
         base - 20.0
     );
+    // A count only where it changes: the timeline also records unchanged lists.
+    // Counts closer than a label's width alternate between two lines (removals come in quick
+    // succession); the picture has room for two.
+    let (mut shown, mut last_x, mut row) = (None, f64::MIN, 0.0);
     for m in &r.members.timeline {
+        if shown == Some(m.members.len()) {
+            continue;
+        }
+        shown = Some(m.members.len());
+        let xx = x(m.t_ms) + 2.0;
+        row = if xx - last_x < 10.0 && row == 0.0 {
+            10.0
+        } else {
+            0.0
+        };
+        last_x = xx;
         let _ = writeln!(
             s,
-            r##"<text x="{:.1}" y="{:.1}" font-size="9" fill="#444">{}</text>"##,
-            x(m.t_ms) + 2.0,
-            base + 12.0,
+            r##"<text x="{xx:.1}" y="{:.1}" font-size="9" fill="#444">{}</text>"##,
+            base + 12.0 + row,
             m.members.len()
         );
     }
@@ -230,6 +244,16 @@ pub fn timeline(r: &Report) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// Where a label next to a vertical line at `xx` starts: to its right, or, in the right half of
+/// the picture, ending at the line, so long labels are not cut off at the edge.
+fn label_at(xx: f64) -> (f64, &'static str) {
+    if xx > W / 2.0 {
+        (xx - 2.0, "end")
+    } else {
+        (xx + 2.0, "start")
+    }
 }
 
 fn esc(t: &str) -> String {
