@@ -25,6 +25,31 @@ async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64)
     .await;
 }
 
+/// A stream through the tunnel to a target the test holds: (kube-apiserver's end, target's end).
+async fn hold_stream(world: &World, addr: &ConnectAddr) -> (Box<dyn Io>, TcpStream) {
+    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let held = connect(
+        addr,
+        Some(world.apiserver_tls()),
+        &target.local_addr().unwrap().to_string(),
+    )
+    .await
+    .unwrap();
+    let (far, _) = target.accept().await.unwrap();
+    (held, far)
+}
+
+/// Bytes still flow both ways on a held stream.
+async fn ping_pong(held: &mut Box<dyn Io>, far: &mut TcpStream) {
+    held.write_all(b"ping").await.unwrap();
+    let mut got = [0u8; 4];
+    far.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+    far.write_all(b"pong").await.unwrap();
+    held.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"pong");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_old_one() {
     let world = Arc::new(World::new());
@@ -43,15 +68,7 @@ async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_ol
 
     // A long stream, held open by the test: it sits on whichever session is current now,
     // which will age and be replaced while the stream is open.
-    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut held = connect(
-        &addr,
-        Some(world.apiserver_tls()),
-        &target.local_addr().unwrap().to_string(),
-    )
-    .await
-    .unwrap();
-    let (mut far, _) = target.accept().await.unwrap();
+    let (mut held, mut far) = hold_stream(&world, &addr).await;
     let before = metric(&agent.metrics(), ROTATIONS);
     wait_metric("two rotations", &agent, ROTATIONS, before + 2.0).await;
     wait_metric(
@@ -62,13 +79,7 @@ async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_ol
     )
     .await;
     // The old session got GOAWAY long ago; its open stream still carries bytes both ways.
-    held.write_all(b"ping").await.unwrap();
-    let mut got = [0u8; 4];
-    far.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"ping");
-    far.write_all(b"pong").await.unwrap();
-    held.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"pong");
+    ping_pong(&mut held, &mut far).await;
     drop((held, far));
     load.wait_for_more(50).await;
     let records = load.stop().await;
@@ -110,27 +121,14 @@ async fn shutdown_waits_for_streams_on_rotated_sessions() {
         1.0,
     )
     .await;
-    let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut held = connect(
-        &addr,
-        Some(world.apiserver_tls()),
-        &target.local_addr().unwrap().to_string(),
-    )
-    .await
-    .unwrap();
-    let (mut far, _) = target.accept().await.unwrap();
+    let (mut held, mut far) = hold_stream(&world, &addr).await;
     let before = metric(&agent.metrics(), ROTATIONS);
     wait_metric("a rotation", &agent, ROTATIONS, before + 1.0).await;
 
     let stopping = tokio::spawn(agent.stop());
     // The held stream's session is draining, the agent is shutting down: bytes still flow,
     // and the shutdown (drain timeout 10 s) cannot be over while the stream is open.
-    held.write_all(b"ping").await.unwrap();
-    let mut got = [0u8; 4];
-    far.read_exact(&mut got).await.unwrap();
-    far.write_all(b"pong").await.unwrap();
-    held.read_exact(&mut got).await.unwrap();
-    assert_eq!(&got, b"pong");
+    ping_pong(&mut held, &mut far).await;
     assert!(
         !stopping.is_finished(),
         "the agent stopped under an open stream of a rotated session"
