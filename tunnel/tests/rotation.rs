@@ -26,6 +26,7 @@ async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64)
 }
 
 /// A stream through the tunnel to a target the test holds: (kube-apiserver's end, target's end).
+#[allow(clippy::unwrap_used)]
 async fn hold_stream(world: &World, addr: &ConnectAddr) -> (Box<dyn Io>, TcpStream) {
     let target = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let held = connect(
@@ -40,6 +41,7 @@ async fn hold_stream(world: &World, addr: &ConnectAddr) -> (Box<dyn Io>, TcpStre
 }
 
 /// Bytes still flow both ways on a held stream.
+#[allow(clippy::unwrap_used)]
 async fn ping_pong(held: &mut Box<dyn Io>, far: &mut TcpStream) {
     held.write_all(b"ping").await.unwrap();
     let mut got = [0u8; 4];
