@@ -4,7 +4,7 @@
 set -euo pipefail
 packages=(
   etcd-server etcd-client      # real etcd 3.4 for the proxy and lab tests
-  protobuf-compiler            # protoc, for the etcd-client crate's build
+  protobuf-compiler libprotobuf-dev   # protoc and its well-known .proto files (descriptor.proto), for the etcd-client crate's build
   iproute2 curl openssl        # network namespaces, admin scraping, certificates
   openvpn                      # OpenVPN through the http_connect listener
   nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
