@@ -290,11 +290,18 @@ async fn scenario(
             }
         }
         "connrate" => {
-            let (rate, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
+            let cpu = r.cpu_seconds();
+            let (rate, ok, failed) =
+                load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
             if failed > 0 {
                 eprintln!("{}: {failed} connection attempts failed", k.name());
             }
             res.push("conns_per_s", k, rate);
+            if k != Kind::Direct && ok > 0 {
+                // CPU the proxy spent per proxied connection (both TCP handshakes, the hello,
+                // the tiny exchange, both closes): the steady view of the connection rate.
+                res.push("cpu_per_conn", k, (r.cpu_seconds() - cpu) * 1e6 / ok as f64);
+            }
         }
         "idle" if k != Kind::Direct => {
             settle().await;

@@ -116,13 +116,14 @@ pub async fn latency(
 }
 
 /// New connections per second: `concurrency` closed loops of connect, ClientHello, 16-byte
-/// echo, close. Failed attempts are not counted but reported.
+/// echo, close. Returns the rate, the connections made and the failed attempts (not counted
+/// in the rate, but reported).
 pub async fn conn_rate(
     addr: SocketAddr,
     hello: Arc<[u8]>,
     concurrency: usize,
     dur: Duration,
-) -> io::Result<(f64, u64)> {
+) -> io::Result<(f64, u64, u64)> {
     let start = Instant::now();
     let mut set = JoinSet::new();
     for _ in 0..concurrency {
@@ -156,7 +157,7 @@ pub async fn conn_rate(
         ok += o;
         failed += f;
     }
-    Ok((ok as f64 / start.elapsed().as_secs_f64(), failed))
+    Ok((ok as f64 / start.elapsed().as_secs_f64(), ok, failed))
 }
 
 /// Opens `n` fully established echo connections, 32 at a time.

@@ -11,7 +11,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 14] = [
+pub const METRICS: [Metric; 15] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -66,6 +66,11 @@ pub const METRICS: [Metric; 14] = [
         key: "conns_per_s",
         unit: "1/s",
         higher_is_better: true,
+    },
+    Metric {
+        key: "cpu_per_conn",
+        unit: "us",
+        higher_is_better: false,
     },
     Metric {
         key: "idle_mem_per_10k",

@@ -18,7 +18,6 @@ mod admin;
 pub mod client_hello;
 mod conn;
 mod dns;
-mod duplex;
 mod hello;
 pub mod http_connect;
 mod listen;
@@ -28,9 +27,10 @@ pub mod proxy_protocol;
 pub mod routes;
 mod server;
 mod snapshot;
+mod splice;
 mod upstream;
 #[cfg(target_os = "linux")]
 mod zero_copy;
 
 pub use admin::AdminState;
-pub use server::{Proxy, ReloadError, Reloaded, StartError};
+pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};

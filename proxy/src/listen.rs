@@ -1,10 +1,12 @@
 //! Binding listener sockets and running their accept loops.
 
-use crate::conn;
+use crate::conn::{self, Ctx};
 use crate::metrics::{ListenerLabels, Metrics};
 use crate::snapshot::Snapshot;
+use isthmus_config::KeepaliveConfig;
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -34,7 +36,8 @@ pub fn bind_group(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpLis
 }
 
 /// A non-blocking listening socket not yet registered with any runtime, so that it can be
-/// handed to the runtime that will accept on it.
+/// handed to the runtime that will accept on it. TCP_NODELAY is set here because accepted
+/// sockets inherit it (Linux), as they inherit keepalive (see [`apply_keepalive`]).
 fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
@@ -44,21 +47,29 @@ fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     socket.set_reuse_address(true)?;
     socket.set_reuse_port(true)?;
     socket.set_nonblocking(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.bind(&addr.into())?;
     socket.listen(4096)?;
     Ok(socket.into())
 }
 
-/// Applies TCP keepalive settings to a connected socket.
-pub fn set_keepalive(
-    stream: &tokio::net::TcpStream,
-    k: &isthmus_config::KeepaliveConfig,
-) -> io::Result<()> {
+/// Applies TCP keepalive settings to a socket.
+pub fn set_keepalive(socket: &impl AsFd, k: &KeepaliveConfig) -> io::Result<()> {
     let ka = socket2::TcpKeepalive::new()
         .with_time(k.time.get())
         .with_interval(k.interval.get())
         .with_retries(k.probes);
-    socket2::SockRef::from(stream).set_tcp_keepalive(&ka)
+    socket2::SockRef::from(socket).set_tcp_keepalive(&ka)
+}
+
+/// Sets (or, with `None`, turns off) keepalive on a socket. On a listening socket it applies
+/// to every connection accepted afterwards: Linux copies the options into accepted sockets,
+/// which saves four system calls per connection.
+fn apply_keepalive(socket: &impl AsFd, k: Option<&KeepaliveConfig>) -> io::Result<()> {
+    match k {
+        Some(k) => set_keepalive(socket, k),
+        None => socket2::SockRef::from(socket).set_keepalive(false),
+    }
 }
 
 /// Everything an accept loop needs, shared by all of them.
@@ -66,7 +77,8 @@ pub fn set_keepalive(
 pub struct Shared {
     pub snapshot: RwLock<Arc<Snapshot>>,
     pub metrics: Arc<Metrics>,
-    /// Every connection task, so that a drain can wait for them.
+    /// Every connection: intake tasks and, through tokens, spliced connections, so that a
+    /// drain can wait for them and the global cap can count them.
     pub connections: TaskTracker,
 }
 
@@ -81,16 +93,19 @@ impl Shared {
 }
 
 /// Accepts until `stop` fires. Each connection is handled with the listener's spec from the
-/// snapshot current at accept time and keeps it for its whole life, in a task of the runtime
-/// this loop runs on. `pending` is shared by every accept loop of the listener, so that
-/// `max_pending_hellos` caps the listener, not each of its sockets.
+/// snapshot current at accept time, in a task of the runtime this loop runs on, and then
+/// spliced by that runtime's splicer (`ctx`). `ctx.pending` is shared by every accept loop of
+/// the listener, so that `max_pending_hellos` caps the listener, not each of its sockets.
 pub async fn accept_loop(
     listener: TcpListener,
     name: String,
     shared: Arc<Shared>,
-    pending: Arc<crate::conn::Pending>,
+    ctx: Ctx,
     stop: CancellationToken,
 ) {
+    // The keepalive settings the listening socket carries (`None` inside: off); unknown until
+    // the first connection, and re-applied whenever a reload changes them.
+    let mut applied: Option<Option<KeepaliveConfig>> = None;
     let errors = shared
         .metrics
         .accept_errors
@@ -121,18 +136,25 @@ pub async fn accept_loop(
         let Some(spec) = snapshot.listeners.get(&name).cloned() else {
             continue;
         };
-        // The global cap counts connection tasks; the one over it is closed (and counted)
+        if applied != Some(spec.keepalive) {
+            // This connection was accepted with the old settings: it gets them directly.
+            for result in [
+                apply_keepalive(&listener, spec.keepalive.as_ref()),
+                apply_keepalive(&sock, spec.keepalive.as_ref()),
+            ] {
+                if let Err(e) = result {
+                    warn!(listener = %name, error = %e, "cannot set TCP keepalive");
+                }
+            }
+            applied = Some(spec.keepalive);
+        }
+        // The global cap counts open connections; the one over it is closed (and counted)
         // by its own task so that the accept loop never waits on it.
         let over = shared.connections.len() >= snapshot.config.max_connections;
         drop(snapshot);
-        shared.connections.spawn(conn::handle(
-            sock,
-            peer,
-            spec,
-            shared.metrics.clone(),
-            pending.clone(),
-            over,
-        ));
+        shared
+            .connections
+            .spawn(conn::handle(sock, peer, spec, ctx.clone(), over));
     }
 }
 

@@ -1,11 +1,12 @@
 //! The running proxy: start from a file, reload it, drain and stop.
 
 use crate::admin::{self, AdminState};
-use crate::conn::Pending;
+use crate::conn::{Ctx, Pending};
 use crate::dns::{Dns, DnsError};
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
+use crate::splice::Splicer;
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
@@ -34,6 +35,19 @@ pub enum StartError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("cannot start a splicer (epoll): {0}")]
+    Splicer(std::io::Error),
+}
+
+/// How the proxy runs its connections.
+#[derive(Debug, Clone, Default)]
+pub struct Workers {
+    /// Runtimes that accept and serve connections, one listening socket and one splicer
+    /// each per listener; empty means the runtime that starts the proxy.
+    pub runtimes: Vec<Handle>,
+    /// How long a splicer keeps polling after its last event before it parks; zero (the
+    /// default) parks at once. See the `splice` module.
+    pub busy_poll: Duration,
 }
 
 /// Why a reload was not applied; the old configuration stays in effect.
@@ -92,13 +106,15 @@ struct Inner {
     /// The runtimes that accept and serve connections, one listening socket each per
     /// listener; empty means the runtime that started the proxy, with one socket.
     workers: Vec<Handle>,
+    /// One per worker runtime (or one on the starting runtime), same order.
+    splicers: Vec<Splicer>,
 }
 
 impl Proxy {
     /// Loads `path`, binds every listener and the admin endpoint, and starts serving.
     /// The proxy's series are registered into `registry`, which the admin endpoint serves.
     pub async fn start(path: &Path, registry: Registry) -> Result<Self, StartError> {
-        Self::start_on(path, registry, Vec::new()).await
+        Self::start_with(path, registry, Workers::default()).await
     }
 
     /// Like [`Proxy::start`], but every listener gets one `SO_REUSEPORT` socket per runtime
@@ -107,9 +123,36 @@ impl Proxy {
     /// file watcher, reloads and DNS stay on the calling runtime.
     pub async fn start_on(
         path: &Path,
-        mut registry: Registry,
+        registry: Registry,
         workers: Vec<Handle>,
     ) -> Result<Self, StartError> {
+        let workers = Workers {
+            runtimes: workers,
+            ..Workers::default()
+        };
+        Self::start_with(path, registry, workers).await
+    }
+
+    /// Like [`Proxy::start_on`], with every setting of [`Workers`].
+    pub async fn start_with(
+        path: &Path,
+        mut registry: Registry,
+        workers: Workers,
+    ) -> Result<Self, StartError> {
+        let Workers {
+            runtimes: workers,
+            busy_poll,
+        } = workers;
+        let here = Handle::current();
+        let splicers = if workers.is_empty() {
+            std::slice::from_ref(&here)
+        } else {
+            &workers[..]
+        }
+        .iter()
+        .map(|rt| Splicer::start(rt, busy_poll))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(StartError::Splicer)?;
         let loaded = load_proxy_file(path)?;
         let metrics = Arc::new(Metrics::register(&mut registry));
         metrics.set_config_hash(None, &loaded.hash);
@@ -152,6 +195,7 @@ impl Proxy {
             admin_addr,
             admin_stop: CancellationToken::new(),
             workers,
+            splicers,
         });
         let proxy = Proxy { inner };
         {
@@ -187,12 +231,21 @@ impl Proxy {
         let here = Handle::current();
         for (i, socket) in sockets.into_iter().enumerate() {
             let runtime = self.inner.workers.get(i).unwrap_or(&here);
+            let Some(splicer) = self.inner.splicers.get(i).or(self.inner.splicers.first()) else {
+                continue;
+            };
             let (name, shared) = (name.clone(), self.inner.shared.clone());
-            let (pending, stop) = (pending.clone(), stop.clone());
+            let ctx = Ctx {
+                metrics: shared.metrics.clone(),
+                pending: pending.clone(),
+                splicer: splicer.clone(),
+                tracker: shared.connections.clone(),
+            };
+            let stop = stop.clone();
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
             runtime.spawn(async move {
                 match tokio::net::TcpListener::from_std(socket) {
-                    Ok(l) => listen::accept_loop(l, name, shared, pending, stop).await,
+                    Ok(l) => listen::accept_loop(l, name, shared, ctx, stop).await,
                     Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),
                 }
             });

@@ -1,22 +1,29 @@
 //! Connecting to an upstream under its policy: a connection slot (`max_connections`), the
 //! endpoint order of the balancing policy with ejected endpoints left out, every address of a
 //! name, `connect_timeout` per address, TCP keepalive, and outlier detection on failures.
+//!
+//! The connection's first flight (PROXY header and replayed ClientHello) is sent as soon as
+//! the socket is connected, which is often before `connect(2)` returns (a near upstream: the
+//! handshake completes inside the call). Only a handshake still in flight is waited for
+//! through the runtime; either way the socket is returned unregistered, for the splicer.
 
 use crate::metrics::{Metrics, UpstreamErrorLabels};
 use crate::pool::{Slot, Target, FIRST_RESOLUTION_PATIENCE};
 use crate::snapshot::Upstream;
-use std::io;
+use isthmus_config::UpstreamConfig;
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::time::Instant;
-use tokio::net::TcpStream;
 
 /// An established upstream connection; the slot is released when it is dropped.
 #[derive(Debug)]
 pub struct Connected {
-    pub stream: TcpStream,
+    /// Non-blocking, not registered with any runtime.
+    pub stream: std::net::TcpStream,
     pub addr: SocketAddr,
-    /// Held, not read: dropping it releases the connection slot.
-    pub _slot: Slot,
+    /// How many bytes of the first flight were sent; the rest is the caller's to send.
+    pub sent: usize,
+    pub slot: Slot,
 }
 
 /// Why no upstream connection was made.
@@ -30,8 +37,8 @@ pub enum Failure {
     Unavailable { upstream: String, last: String },
 }
 
-/// Connects to `up` under its policy.
-pub async fn connect(up: &Upstream, metrics: &Metrics) -> Result<Connected, Failure> {
+/// Connects to `up` under its policy and sends what it can of `first`.
+pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<Connected, Failure> {
     let policy = &up.policy;
     let Some(mut slot) = up.pool.reserve(policy.max_connections) else {
         return Err(Failure::Overflow(up.name.clone()));
@@ -57,19 +64,16 @@ pub async fn connect(up: &Upstream, metrics: &Metrics) -> Result<Connected, Fail
         for &addr in addrs.iter() {
             let started = Instant::now();
             let attempt =
-                tokio::time::timeout(policy.connect_timeout.get(), TcpStream::connect(addr)).await;
+                tokio::time::timeout(policy.connect_timeout.get(), dial(addr, policy, first)).await;
             match attempt {
-                Ok(Ok(stream)) => {
+                Ok(Ok((stream, sent))) => {
                     up.connect_seconds.observe(started.elapsed().as_secs_f64());
-                    let _ = stream.set_nodelay(true);
-                    if let Some(k) = &policy.tcp_keepalive {
-                        let _ = crate::listen::set_keepalive(&stream, k);
-                    }
                     slot.connected(index);
                     return Ok(Connected {
                         stream,
                         addr,
-                        _slot: slot,
+                        sent,
+                        slot,
                     });
                 }
                 Ok(Err(e)) => {
@@ -91,6 +95,57 @@ pub async fn connect(up: &Upstream, metrics: &Metrics) -> Result<Connected, Fail
         upstream: up.name.clone(),
         last,
     })
+}
+
+/// One connection attempt: a non-blocking socket with TCP_NODELAY and the policy's keepalive,
+/// `connect`, then `first` sent as soon as the handshake is done. Returns the bytes sent.
+async fn dial(
+    addr: SocketAddr,
+    policy: &UpstreamConfig,
+    first: &[u8],
+) -> io::Result<(std::net::TcpStream, usize)> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    if let Some(k) = &policy.tcp_keepalive {
+        crate::listen::set_keepalive(&socket, k)?;
+    }
+    match socket.connect(&addr.into()) {
+        Ok(()) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}
+        Err(e) => return Err(e),
+    }
+    let stream: std::net::TcpStream = socket.into();
+    // While the handshake is in flight this says EAGAIN; a refusal already seen is its error.
+    match send(&stream, first) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+        done => return done.map(|n| (stream, n)),
+    }
+    let registered = tokio::net::TcpStream::from_std(stream)?;
+    registered.writable().await?;
+    if let Some(e) = registered.take_error()? {
+        return Err(e);
+    }
+    let stream = registered.into_std()?;
+    match send(&stream, first) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok((stream, 0)),
+        done => done.map(|n| (stream, n)),
+    }
+}
+
+/// A non-blocking write, retried when interrupted. An empty `first` still tells whether the
+/// socket is connected (`Ok(0)`) or not yet (`EAGAIN`).
+fn send(mut stream: &std::net::TcpStream, data: &[u8]) -> io::Result<usize> {
+    loop {
+        match stream.write(data) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            r => return r,
+        }
+    }
 }
 
 fn reason(e: &io::Error) -> &'static str {

@@ -3,26 +3,18 @@
 //! (`pipe2`, `splice`, `fcntl`), each wrapped in a safe function whose descriptors are borrowed
 //! from owned values, so they are open for the whole call.
 //!
-//! Pipes are pooled per worker thread: a pipe is taken when a bulk burst starts and given back
-//! empty when the socket is drained, so idle connections hold no pipe (and no descriptors),
-//! and a busy worker does not pay `pipe2` + two `close` per burst.
+//! Pipes are pooled by the splicer that uses them (`splice::Spares`): a pipe is taken when a
+//! bulk burst starts and given back empty when the socket is drained, so idle connections hold
+//! no pipe (and no descriptors), and a busy worker does not pay `pipe2` + two `close` per burst.
 
 #![allow(unsafe_code)]
 
-use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-
-/// Spare (empty) pipes kept per worker thread.
-const MAX_SPARE: usize = 16;
 
 /// Bytes a pipe holds; a bigger pipe moves a bulk stream in fewer system calls. Falls back to
 /// the kernel default (64 KiB) where `fs.pipe-max-size` or the per-user pipe budget refuses it.
 const PIPE_SIZE: usize = 256 * 1024;
-
-thread_local! {
-    static SPARE: RefCell<Vec<Pipe>> = const { RefCell::new(Vec::new()) };
-}
 
 /// A pipe with both ends non-blocking and close-on-exec.
 #[derive(Debug)]
@@ -34,28 +26,8 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    /// A spare pipe of this thread, or a new one.
-    pub fn take() -> io::Result<Pipe> {
-        if let Some(p) = SPARE.try_with(|s| s.borrow_mut().pop()).ok().flatten() {
-            return Ok(p);
-        }
-        Pipe::new()
-    }
-
-    /// Gives an empty pipe back to this thread's spares; a pipe still holding bytes is closed.
-    pub fn give(self) {
-        if self.held != 0 {
-            return;
-        }
-        let _ = SPARE.try_with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() < MAX_SPARE {
-                s.push(self);
-            }
-        });
-    }
-
-    fn new() -> io::Result<Pipe> {
+    /// A new empty pipe (`pipe2`, then `F_SETPIPE_SZ` to [`PIPE_SIZE`] where permitted).
+    pub fn new() -> io::Result<Pipe> {
         let mut fds: [libc::c_int; 2] = [-1, -1];
         // SAFETY: `fds` is a writable array of two c_ints, which is what pipe2 fills.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };

@@ -1,7 +1,8 @@
 //! `isthmus proxy --config FILE`: run the SNI router until SIGTERM/SIGINT.
 
 use anyhow::Context;
-use isthmus_proxy::Proxy;
+use isthmus_lab::duration;
+use isthmus_proxy::{Proxy, Workers};
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,6 +33,12 @@ pub struct Args {
     /// threads (better when a few connections carry most of the load).
     #[arg(long, value_enum, default_value_t = Runtime::PerCore)]
     pub runtime: Runtime,
+    /// After handling traffic, each worker keeps polling its connections for this long before
+    /// it sleeps (e.g. `50us`): lower latency on virtual machines, where waking a sleeping
+    /// thread takes tens of microseconds, for CPU spent polling while traffic flows. `0`
+    /// sleeps at once. See BENCHMARKS.md for the trade-off measured.
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = duration::parse)]
+    pub busy_poll: Duration,
 }
 
 /// The `--runtime` choices.
@@ -54,7 +61,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .enable_all()
             .build()
             .context("cannot start the async runtime")?;
-        return rt.block_on(serve(args, Vec::new()));
+        // One splicer (and listening socket) per thread, all on the shared runtime.
+        let runtimes = vec![rt.handle().clone(); threads];
+        return rt.block_on(serve(args, runtimes));
     }
     let workers = (0..threads)
         .map(worker)
@@ -85,7 +94,11 @@ async fn serve(args: Args, workers: Vec<Handle>) -> anyhow::Result<ExitCode> {
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let proxy = Proxy::start_on(&args.config, Registry::default(), workers).await?;
+    let workers = Workers {
+        runtimes: workers,
+        busy_poll: args.busy_poll,
+    };
+    let proxy = Proxy::start_with(&args.config, Registry::default(), workers).await?;
     let (delay, timeout) = loop {
         tokio::select! {
             _ = hup.recv() => {

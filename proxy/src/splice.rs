@@ -1,0 +1,513 @@
+//! The splicer: one per worker runtime, it owns every established connection of that worker and
+//! moves their bytes both ways, with correct half-close, from one `epoll` instance (mio) nested
+//! in the runtime's own (tokio's `AsyncFd`).
+//!
+//! Why not a task per connection: an open connection is then a table entry of about a hundred
+//! bytes instead of a task (its future, header and trailer, aligned to 128 bytes) plus two
+//! 128-byte-aligned I/O registrations — tens of thousands of etcd peer streams and watches sit
+//! idle most of the time. The intake (PROXY header, ClientHello, routing, connecting) stays in
+//! ordinary tasks; the finished pair of sockets is handed over with [`Splicer::adopt`].
+//!
+//! Busy polling (`busy_poll`): after handling events the splicer may keep polling for a
+//! bounded time instead of parking. On virtual machines waking a parked thread costs tens of
+//! microseconds; the answer to a request just forwarded usually comes back within that window.
+//! Each idle round yields to the runtime (which polls its own driver, so new connections are
+//! served too) and to the kernel scheduler. Off (zero) by default.
+
+mod flow;
+mod slab;
+
+use crate::conn::ActiveGuard;
+use crate::metrics::{LimitLabels, Metrics};
+use crate::pool::Slot;
+#[cfg(target_os = "linux")]
+use crate::zero_copy::Pipe;
+use flow::{Flow, Held, BUF_SIZE};
+use mio::net::TcpStream;
+use mio::{Events, Interest, Token};
+use prometheus_client::metrics::counter::Counter;
+use slab::Slab;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tracing::{debug, warn};
+
+/// Events taken from the kernel per poll.
+const EVENTS: usize = 256;
+/// Polls handled before the splicer lets other tasks of its runtime run.
+const POLLS_PER_TURN: usize = 16;
+/// Spare buffers and pipes kept per splicer; beyond that they are freed.
+const MAX_SPARE: usize = 16;
+
+/// Optional limits on a spliced connection. Both default to none: etcd peer streams and
+/// watches live for days, and cutting them is exactly what we exist to avoid.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Close when no byte moved in either direction for this long.
+    pub idle_timeout: Option<Duration>,
+    /// Close this long after the splice started, whatever the traffic.
+    pub max_duration: Option<Duration>,
+}
+
+/// Why a spliced connection ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Both sides closed their direction.
+    Closed,
+    /// A socket failed (reset, broken pipe): both are dropped, passing the reset on.
+    Failed,
+    /// `idle_timeout` elapsed.
+    Idle,
+    /// `max_duration` elapsed.
+    MaxDuration,
+}
+
+/// What an open connection holds until it closes: dropping it updates the gauges, releases
+/// the upstream's connection slot and lets a drain know this connection is gone.
+#[derive(Debug)]
+pub struct Keep {
+    _active: ActiveGuard,
+    _slot: Slot,
+    _token: TaskTrackerToken,
+}
+
+impl Keep {
+    pub fn new(active: ActiveGuard, slot: Slot, token: TaskTrackerToken) -> Self {
+        Keep {
+            _active: active,
+            _slot: slot,
+            _token: token,
+        }
+    }
+}
+
+/// A connected pair, handed over for splicing.
+#[derive(Debug)]
+pub struct Pair {
+    pub down: std::net::TcpStream,
+    pub up: std::net::TcpStream,
+    /// Bytes for the upstream before anything the client sends next (the part of the
+    /// replayed ClientHello the connect did not get out).
+    pub to_up: Vec<u8>,
+    pub to_up_counter: Counter,
+    pub to_down_counter: Counter,
+    pub limits: Limits,
+    pub keep: Keep,
+    /// For `isthmus_proxy_closed_by_limit_total{upstream}`.
+    pub metrics: Arc<Metrics>,
+    pub upstream: Arc<str>,
+    pub span: tracing::Span,
+}
+
+/// A worker's splicer. Cheap to clone; all clones feed the same table.
+#[derive(Debug, Clone)]
+pub struct Splicer {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    registry: mio::Registry,
+    state: Mutex<State>,
+    /// Woken when a connection with an earlier deadline than any before arrives.
+    rearm: Notify,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    conns: Slab<Conn>,
+    timers: BinaryHeap<Reverse<Timer>>,
+    next_gen: u32,
+    spares: Spares,
+}
+
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Timer {
+    at: Instant,
+    key: usize,
+    gen: u32,
+}
+
+/// One open connection: two sockets, two directions.
+#[derive(Debug)]
+struct Conn {
+    down: TcpStream,
+    up: TcpStream,
+    d2u: Flow,
+    u2d: Flow,
+    _keep: Keep,
+    /// Limits, and the connection's span when it is enabled; most connections have neither.
+    extra: Option<Box<Extra>>,
+}
+
+#[derive(Debug)]
+struct Extra {
+    limits: Limits,
+    gen: u32,
+    started: Instant,
+    last: Instant,
+    metrics: Arc<Metrics>,
+    upstream: Arc<str>,
+    span: tracing::Span,
+}
+
+impl Splicer {
+    /// Creates a splicer whose loop runs as a task on `runtime`.
+    pub fn start(runtime: &Handle, busy_poll: Duration) -> io::Result<Splicer> {
+        let poll = mio::Poll::new()?;
+        let inner = Arc::new(Inner {
+            registry: poll.registry().try_clone()?,
+            state: Mutex::new(State::default()),
+            rearm: Notify::new(),
+        });
+        let task = inner.clone();
+        runtime.spawn(async move {
+            if let Err(e) = task.run(poll, busy_poll).await {
+                warn!(error = %e, "splicer stopped; its connections are closed");
+            }
+        });
+        Ok(Splicer { inner })
+    }
+
+    /// Takes over a connected pair. On error (no room in the kernel's epoll set) the pair is
+    /// dropped, closing both sockets.
+    pub fn adopt(&self, pair: Pair) -> io::Result<()> {
+        let mut down = TcpStream::from_std(pair.down);
+        let mut up = TcpStream::from_std(pair.up);
+        let mut st = lock(&self.inner.state);
+        let key = st.conns.vacant_key();
+        let both = Interest::READABLE | Interest::WRITABLE;
+        // The first edges report what is already there (the upstream's first flight, room to
+        // write the rest of the hello), so nothing has to be driven here.
+        self.inner
+            .registry
+            .register(&mut down, token(key, 0), both)?;
+        self.inner.registry.register(&mut up, token(key, 1), both)?;
+        let limited = pair.limits != Limits::default();
+        let extra = (limited || !pair.span.is_disabled()).then(|| {
+            let now = Instant::now();
+            st.next_gen = st.next_gen.wrapping_add(1);
+            Box::new(Extra {
+                limits: pair.limits,
+                gen: st.next_gen,
+                started: now,
+                last: now,
+                metrics: pair.metrics,
+                upstream: pair.upstream,
+                span: pair.span,
+            })
+        });
+        let deadline = extra
+            .as_deref()
+            .and_then(|x| x.deadline().map(|at| (at, x.gen)));
+        st.conns.insert(Conn {
+            down,
+            up,
+            d2u: Flow::new(pair.to_up_counter, pair.to_up),
+            u2d: Flow::new(pair.to_down_counter, Vec::new()),
+            _keep: pair.keep,
+            extra,
+        });
+        if let Some((at, gen)) = deadline {
+            let earliest = st.timers.peek().is_none_or(|Reverse(t)| at < t.at);
+            st.timers.push(Reverse(Timer { at, key, gen }));
+            if earliest {
+                self.inner.rearm.notify_one();
+            }
+        }
+        Ok(())
+    }
+
+    /// Connections this splicer holds.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        lock(&self.inner.state).conns.len()
+    }
+}
+
+impl Inner {
+    async fn run(&self, poll: mio::Poll, busy_poll: Duration) -> io::Result<()> {
+        // Deprecated because a generic `T` may hand out another descriptor later (I/O safety);
+        // `mio::Poll` owns its epoll descriptor for its whole life and always returns it, so
+        // the safe constructor is sound here and keeps `unsafe` out of this module.
+        #[allow(deprecated)]
+        let mut fd = AsyncFd::with_interest(poll, tokio::io::Interest::READABLE)?;
+        let mut events = Events::with_capacity(EVENTS);
+        loop {
+            let deadline = lock(&self.state).timers.peek().map(|Reverse(t)| t.at);
+            let sleep = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let mut busy = false;
+            tokio::select! {
+                guard = fd.readable_mut() => {
+                    let mut guard = guard?;
+                    busy = true;
+                    for _ in 0..POLLS_PER_TURN {
+                        if !poll_now(guard.get_inner_mut(), &mut events)? {
+                            guard.clear_ready();
+                            busy = false;
+                            break;
+                        }
+                        self.dispatch(&events);
+                    }
+                }
+                () = sleep => {}
+                () = self.rearm.notified() => {}
+            }
+            self.expire(Instant::now());
+            if busy {
+                // More events are waiting: let the runtime's other tasks have a turn first.
+                tokio::task::yield_now().await;
+            } else if !busy_poll.is_zero() {
+                self.spin(fd.get_mut(), &mut events, busy_poll).await?;
+            }
+        }
+    }
+
+    /// Keeps polling without parking for up to `window` after the last event.
+    async fn spin(
+        &self,
+        poll: &mut mio::Poll,
+        events: &mut Events,
+        window: Duration,
+    ) -> io::Result<()> {
+        let mut until = Instant::now() + window;
+        loop {
+            if poll_now(poll, events)? {
+                self.dispatch(events);
+                until = Instant::now() + window;
+                continue;
+            }
+            let now = Instant::now();
+            self.expire(now);
+            if now >= until {
+                return Ok(());
+            }
+            // The runtime polls its own driver before running us again (new connections,
+            // timers); the kernel may run another thread of this core.
+            tokio::task::yield_now().await;
+            std::thread::yield_now();
+        }
+    }
+
+    fn dispatch(&self, events: &Events) {
+        let mut st = lock(&self.state);
+        let State { conns, spares, .. } = &mut *st;
+        for ev in events.iter() {
+            let (key, side) = (ev.token().0 >> 1, ev.token().0 & 1);
+            let Some(conn) = conns.get_mut(key) else {
+                continue;
+            };
+            let closing = ev.is_read_closed() || ev.is_error();
+            let (source, sink) = if side == 0 {
+                (&mut conn.d2u, &mut conn.u2d)
+            } else {
+                (&mut conn.u2d, &mut conn.d2u)
+            };
+            if ev.is_readable() || closing {
+                source.readable(closing);
+            }
+            if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
+                sink.writable();
+            }
+            let end = match conn.drive(spares) {
+                Ok(false) => continue,
+                Ok(true) => End::Closed,
+                Err(e) => {
+                    conn.debug_error(&e);
+                    End::Failed
+                }
+            };
+            if let Some(c) = conns.remove(key) {
+                c.close(end);
+            }
+        }
+    }
+
+    /// Closes connections whose limit passed; re-arms the others.
+    fn expire(&self, now: Instant) {
+        let mut st = lock(&self.state);
+        while let Some(Reverse(t)) = st.timers.peek() {
+            if t.at > now {
+                break;
+            }
+            let Some(Reverse(t)) = st.timers.pop() else {
+                break;
+            };
+            let Some(conn) = st.conns.get_mut(t.key) else {
+                continue;
+            };
+            let Some(x) = conn.extra.as_deref().filter(|x| x.gen == t.gen) else {
+                continue;
+            };
+            match x.expired(now) {
+                Some(end) => {
+                    if let Some(c) = st.conns.remove(t.key) {
+                        c.close(end);
+                    }
+                }
+                None => {
+                    if let Some(at) = x.deadline() {
+                        let gen = x.gen;
+                        st.timers.push(Reverse(Timer {
+                            at,
+                            key: t.key,
+                            gen,
+                        }));
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// Drives both directions; `Ok(true)` when both are over.
+    fn drive(&mut self, spares: &mut Spares) -> io::Result<bool> {
+        let moved = self.d2u.drive(&self.down, &self.up, spares)?
+            + self.u2d.drive(&self.up, &self.down, spares)?;
+        if moved > 0 {
+            if let Some(x) = self.extra.as_deref_mut() {
+                x.last = Instant::now();
+            }
+        }
+        Ok(self.d2u.finished() && self.u2d.finished())
+    }
+
+    fn debug_error(&self, e: &io::Error) {
+        if let Some(x) = &self.extra {
+            x.span.in_scope(|| debug!(error = %e, "closed with error"));
+        }
+    }
+
+    fn close(self, end: End) {
+        let Some(x) = self.extra else { return };
+        let limit = match end {
+            End::Idle => Some("idle_timeout"),
+            End::MaxDuration => Some("max_connection_duration"),
+            End::Closed | End::Failed => None,
+        };
+        if let Some(limit) = limit {
+            x.metrics
+                .closed_by_limit
+                .get_or_create(&LimitLabels {
+                    upstream: x.upstream.to_string(),
+                    limit,
+                })
+                .inc();
+        }
+        x.span.in_scope(|| debug!(?end, "closed"));
+    }
+}
+
+impl Extra {
+    /// When the next limit could pass, if any limit is set.
+    fn deadline(&self) -> Option<Instant> {
+        let max = self.limits.max_duration.map(|d| self.started + d);
+        let idle = self.limits.idle_timeout.map(|d| self.last + d);
+        match (max, idle) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn expired(&self, now: Instant) -> Option<End> {
+        if self
+            .limits
+            .max_duration
+            .is_some_and(|d| now >= self.started + d)
+        {
+            return Some(End::MaxDuration);
+        }
+        if self
+            .limits
+            .idle_timeout
+            .is_some_and(|d| now >= self.last + d)
+        {
+            return Some(End::Idle);
+        }
+        None
+    }
+}
+
+/// Spare copy buffers and pipes of one splicer: a busy worker does not pay a 64 KiB
+/// malloc/free (and the page faults after glibc trims its heap) per message, nor `pipe2` and
+/// two `close` per bulk burst, while idle connections hold neither.
+#[derive(Debug, Default)]
+pub struct Spares {
+    bufs: Vec<Vec<u8>>,
+    #[cfg(target_os = "linux")]
+    pipes: Vec<Pipe>,
+}
+
+impl Spares {
+    /// A buffer of `BUF_SIZE` initialised bytes (zeroed once, when first allocated).
+    fn buf(&mut self) -> Vec<u8> {
+        self.bufs.pop().unwrap_or_else(|| vec![0; BUF_SIZE])
+    }
+
+    fn give_buf(&mut self, mut buf: Vec<u8>) {
+        if self.bufs.len() < MAX_SPARE && buf.capacity() >= BUF_SIZE {
+            buf.resize(BUF_SIZE, 0);
+            self.bufs.push(buf);
+        }
+    }
+
+    /// A spare pipe or a new one; `None` when no descriptor is left for one.
+    #[cfg(target_os = "linux")]
+    fn pipe(&mut self) -> Option<Pipe> {
+        self.pipes.pop().or_else(|| Pipe::new().ok())
+    }
+
+    /// Keeps an empty pipe; one still holding bytes is closed.
+    #[cfg(target_os = "linux")]
+    fn give_pipe(&mut self, pipe: Pipe) {
+        if pipe.held == 0 && self.pipes.len() < MAX_SPARE {
+            self.pipes.push(pipe);
+        }
+    }
+
+    fn recycle(&mut self, held: Option<Box<Held>>) {
+        match held.map(|h| *h) {
+            Some(Held::Copy { buf, .. }) => self.give_buf(buf),
+            #[cfg(target_os = "linux")]
+            Some(Held::Pipe(p)) => self.give_pipe(p),
+            None => {}
+        }
+    }
+}
+
+fn token(key: usize, side: usize) -> Token {
+    Token(key << 1 | side)
+}
+
+/// Polls without blocking; `Ok(true)` when events came back.
+fn poll_now(poll: &mut mio::Poll, events: &mut Events) -> io::Result<bool> {
+    loop {
+        match poll.poll(events, Some(Duration::ZERO)) {
+            Ok(()) => return Ok(!events.is_empty()),
+            // Reporting "nothing" here would clear the edge while events wait: ask again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The table stays usable after a panic elsewhere: every update of it is complete before the
+/// lock is released.
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests;

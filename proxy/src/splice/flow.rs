@@ -1,0 +1,259 @@
+//! One direction of a spliced connection: read from one socket, write to the other, pass the
+//! FIN on. A state machine over non-blocking sockets with edge-triggered readiness: `drive`
+//! moves what it can without blocking and returns; the splicer calls it again on the next edge.
+//!
+//! Edge-triggered readiness is only reported once per change, so the flow remembers what it
+//! learnt: `CAN_READ` (the source may still hold bytes: set by a readable edge, cleared by a
+//! read that would block or came back short) and `WAIT_WRITE` (the destination's send buffer is
+//! full: set by a short or blocked write, cleared by a writable edge). A short read means the
+//! receive queue was empty at that instant, and any byte or FIN arriving later raises a new
+//! edge, so the read that would only say `EAGAIN` is skipped, unless the edge already carried
+//! the peer's FIN or an error (`CLOSING`): then nothing new will come and reading goes on to
+//! the end.
+
+use super::Spares;
+#[cfg(target_os = "linux")]
+use crate::zero_copy::Pipe;
+use mio::net::TcpStream;
+use prometheus_client::metrics::counter::Counter;
+use std::io::{self, Read, Write};
+use std::net::Shutdown;
+
+/// Bytes a copy buffer holds; a read that fills it marks a bulk burst, which moves on with
+/// `splice(2)` instead of copying.
+pub const BUF_SIZE: usize = 64 * 1024;
+
+const CAN_READ: u8 = 1;
+const CLOSING: u8 = 1 << 1;
+const WAIT_WRITE: u8 = 1 << 2;
+const EOF: u8 = 1 << 3;
+const SHUT: u8 = 1 << 4;
+const BULK: u8 = 1 << 5;
+
+/// Bytes read from the source and not yet written to the destination. Exists only while the
+/// destination pushes back, so an idle connection holds no buffer and no pipe.
+#[derive(Debug)]
+pub enum Held {
+    Copy {
+        buf: Vec<u8>,
+        at: usize,
+        end: usize,
+    },
+    #[cfg(target_os = "linux")]
+    Pipe(Pipe),
+}
+
+/// One direction's state.
+#[derive(Debug)]
+pub struct Flow {
+    held: Option<Box<Held>>,
+    counter: Counter,
+    flags: u8,
+}
+
+impl Flow {
+    /// A flow counting the bytes it moves into `counter`; `first`, if not empty, is written
+    /// to the destination before anything read from the source.
+    pub fn new(counter: Counter, first: Vec<u8>) -> Flow {
+        let end = first.len();
+        let held = (end > 0).then(|| {
+            Box::new(Held::Copy {
+                buf: first,
+                at: 0,
+                end,
+            })
+        });
+        Flow {
+            held,
+            counter,
+            flags: 0,
+        }
+    }
+
+    /// The source had a readable edge; `closing` if it carried the peer's FIN or an error.
+    pub fn readable(&mut self, closing: bool) {
+        self.flags |= CAN_READ;
+        if closing {
+            self.flags |= CLOSING;
+        }
+    }
+
+    /// The destination had a writable edge.
+    pub fn writable(&mut self) {
+        self.flags &= !WAIT_WRITE;
+    }
+
+    /// The FIN was passed on and nothing is left to write: this direction is over.
+    pub fn finished(&self) -> bool {
+        self.flags & SHUT != 0 && self.held.is_none()
+    }
+
+    /// Moves what can be moved now; returns the bytes written to the destination. An error
+    /// ends the whole connection (the caller drops both sockets, so a reset is passed on).
+    pub fn drive(
+        &mut self,
+        from: &TcpStream,
+        to: &TcpStream,
+        spares: &mut Spares,
+    ) -> io::Result<u64> {
+        let mut moved = 0u64;
+        loop {
+            if let Some(held) = self.held.as_deref_mut() {
+                if self.flags & WAIT_WRITE != 0 {
+                    return Ok(moved);
+                }
+                let (done, n) = flush(held, to)?;
+                self.count(n, &mut moved);
+                if !done {
+                    self.flags |= WAIT_WRITE;
+                    return Ok(moved);
+                }
+                spares.recycle(self.held.take());
+            }
+            if self.flags & EOF != 0 {
+                if self.flags & SHUT == 0 {
+                    // The peer may be gone already; that ends this direction only.
+                    let _ = to.shutdown(Shutdown::Write);
+                    self.flags |= SHUT;
+                }
+                return Ok(moved);
+            }
+            if self.flags & CAN_READ == 0 {
+                return Ok(moved);
+            }
+            #[cfg(target_os = "linux")]
+            if self.flags & BULK != 0 {
+                match spares.pipe() {
+                    Some(pipe) => self.splice_once(pipe, from, to, spares, &mut moved)?,
+                    // No descriptor for a pipe: copying works too.
+                    None => self.flags &= !BULK,
+                }
+                continue;
+            }
+            self.copy_once(from, to, spares, &mut moved)?;
+        }
+    }
+
+    fn count(&self, n: usize, moved: &mut u64) {
+        if n > 0 {
+            self.counter.inc_by(n as u64);
+            *moved += n as u64;
+        }
+    }
+
+    fn copy_once(
+        &mut self,
+        mut from: &TcpStream,
+        to: &TcpStream,
+        spares: &mut Spares,
+        moved: &mut u64,
+    ) -> io::Result<()> {
+        let mut buf = spares.buf();
+        let n = match from.read(&mut buf) {
+            Ok(0) => {
+                spares.give_buf(buf);
+                self.flags |= EOF;
+                return Ok(());
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                spares.give_buf(buf);
+                self.flags &= !CAN_READ;
+                return Ok(());
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                spares.give_buf(buf);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        };
+        if n == BUF_SIZE {
+            self.flags |= BULK;
+        } else if self.flags & CLOSING == 0 {
+            self.flags &= !CAN_READ;
+        }
+        let mut held = Held::Copy { buf, at: 0, end: n };
+        let (done, written) = flush(&mut held, to)?;
+        self.count(written, moved);
+        if done {
+            spares.recycle(Some(Box::new(held)));
+        } else {
+            self.held = Some(Box::new(held));
+            self.flags |= WAIT_WRITE;
+        }
+        Ok(())
+    }
+
+    /// One fill of the pipe from the source and as much of it out as the destination takes.
+    /// A short splice does not mean the socket is drained (the pipe may run out of slots), so
+    /// bulk mode reads until the source would block.
+    #[cfg(target_os = "linux")]
+    fn splice_once(
+        &mut self,
+        mut pipe: Pipe,
+        from: &TcpStream,
+        to: &TcpStream,
+        spares: &mut Spares,
+        moved: &mut u64,
+    ) -> io::Result<()> {
+        match pipe.fill_from(from) {
+            Ok(0) => {
+                spares.give_pipe(pipe);
+                self.flags |= EOF;
+                return Ok(());
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                // The burst is over; the next read starts with a copy again.
+                spares.give_pipe(pipe);
+                self.flags &= !(CAN_READ | BULK);
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
+        let mut held = Held::Pipe(pipe);
+        let (done, written) = flush(&mut held, to)?;
+        self.count(written, moved);
+        if done {
+            spares.recycle(Some(Box::new(held)));
+        } else {
+            self.held = Some(Box::new(held));
+            self.flags |= WAIT_WRITE;
+        }
+        Ok(())
+    }
+}
+
+/// Writes held bytes; `(true, n)` when all are out, `(false, n)` when the destination pushed
+/// back (a short write means its send buffer is full: the kernel raises a writable edge when
+/// room frees up, so the write that would only say `EAGAIN` is skipped).
+fn flush(held: &mut Held, mut to: &TcpStream) -> io::Result<(bool, usize)> {
+    match held {
+        Held::Copy { buf, at, end } => loop {
+            let data = buf.get(*at..*end).unwrap_or_default();
+            match to.write(data) {
+                Ok(n) => {
+                    *at += n;
+                    return Ok((*at >= *end, n));
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok((false, 0)),
+                Err(e) => return Err(e),
+            }
+        },
+        #[cfg(target_os = "linux")]
+        Held::Pipe(pipe) => {
+            let mut written = 0;
+            while pipe.held > 0 {
+                match pipe.drain_to(to) {
+                    Ok(0) => break,
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok((pipe.held == 0, written))
+        }
+    }
+}

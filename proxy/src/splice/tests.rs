@@ -1,0 +1,274 @@
+use super::*;
+use crate::pool::Pool;
+use prometheus_client::metrics::gauge::Gauge;
+use std::net::Shutdown;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream as TokioStream};
+use tokio_util::task::TaskTracker;
+
+/// A connected client/server pair of tokio sockets.
+async fn pair() -> (TokioStream, TokioStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let c = TokioStream::connect(l.local_addr().unwrap()).await.unwrap();
+    let (s, _) = l.accept().await.unwrap();
+    c.set_nodelay(true).unwrap();
+    s.set_nodelay(true).unwrap();
+    (c, s)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Everything a test needs to hand a pair over and watch it close.
+struct Rig {
+    splicer: Splicer,
+    metrics: Arc<Metrics>,
+    pool: Arc<Pool>,
+    active: Gauge,
+    tracker: TaskTracker,
+    to_up: Counter,
+    to_down: Counter,
+}
+
+impl Rig {
+    fn new() -> Rig {
+        Rig::with_busy_poll(Duration::ZERO)
+    }
+
+    fn with_busy_poll(busy_poll: Duration) -> Rig {
+        let metrics = Arc::new(Metrics::register(&mut Default::default()));
+        let pool = Arc::new(Pool::new("u", Vec::new(), None, &metrics));
+        Rig {
+            splicer: Splicer::start(&Handle::current(), busy_poll).unwrap(),
+            metrics,
+            pool,
+            active: Gauge::default(),
+            tracker: TaskTracker::new(),
+            to_up: Counter::default(),
+            to_down: Counter::default(),
+        }
+    }
+
+    /// Hands `down` (the proxy's accepted socket) and `up` (its upstream socket) over.
+    fn adopt(&self, down: TokioStream, up: TokioStream, first: &[u8], limits: Limits) {
+        let pair = Pair {
+            down: down.into_std().unwrap(),
+            up: up.into_std().unwrap(),
+            to_up: first.to_vec(),
+            to_up_counter: self.to_up.clone(),
+            to_down_counter: self.to_down.clone(),
+            limits,
+            keep: Keep::new(
+                ActiveGuard::new(self.active.clone()),
+                self.pool.reserve(None).unwrap(),
+                self.tracker.token(),
+            ),
+            metrics: self.metrics.clone(),
+            upstream: "u".into(),
+            span: tracing::Span::none(),
+        };
+        self.splicer.adopt(pair).unwrap();
+    }
+
+    /// Waits until the splicer holds no connection and everything it kept is released.
+    async fn closed(&self) {
+        isthmus_testkit::wait_until("every connection released", Duration::from_secs(10), || {
+            let done = self.splicer.len() == 0 && self.active.get() == 0 && self.tracker.is_empty();
+            async move { done }
+        })
+        .await;
+    }
+
+    fn limit_closes(&self, limit: &'static str) -> u64 {
+        self.metrics
+            .closed_by_limit
+            .get_or_create(&LimitLabels {
+                upstream: "u".into(),
+                limit,
+            })
+            .get()
+    }
+}
+
+/// Megabytes both ways take the bulk (splice on Linux) path; every byte arrives in order, the
+/// counters match (including the bytes handed over to go first), and each FIN is passed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bulk_both_ways_with_half_close() {
+    let rig = Rig::new();
+    let (mut client, down) = pair().await;
+    let (up, mut server) = pair().await;
+    let first = b"replayed hello".to_vec();
+    let a = pattern(8 << 20, 1);
+    let b = pattern(3 << 20, 7);
+    let mut expected_up = first.clone();
+    expected_up.extend_from_slice(&a);
+    let server_side = tokio::spawn(async move {
+        let (mut r, mut w) = server.split();
+        let read = async {
+            let mut got = Vec::new();
+            r.read_to_end(&mut got).await.unwrap();
+            got
+        };
+        let write = async {
+            w.write_all(&b).await.unwrap();
+            w.shutdown().await.unwrap();
+        };
+        let (got, ()) = tokio::join!(read, write);
+        assert!(
+            got == expected_up,
+            "upstream got {} bytes, wrong",
+            got.len()
+        );
+    });
+    rig.adopt(down, up, &first, Limits::default());
+    let b = pattern(3 << 20, 7);
+    let (mut r, mut w) = client.split();
+    let write = async {
+        w.write_all(&a).await.unwrap();
+        w.shutdown().await.unwrap();
+    };
+    let read = async {
+        let mut got = Vec::new();
+        r.read_to_end(&mut got).await.unwrap();
+        got
+    };
+    let ((), got) = tokio::join!(write, read);
+    assert!(got == b, "client got {} bytes, wrong", got.len());
+    server_side.await.unwrap();
+    rig.closed().await;
+    assert_eq!(rig.to_up.get(), (8 << 20) + first.len() as u64);
+    assert_eq!(rig.to_down.get(), 3 << 20);
+}
+
+/// Small messages back and forth (each read comes back short, so the splicer relies on the
+/// next edge instead of reading until EAGAIN): nothing is lost or stalls.
+#[tokio::test]
+async fn many_small_round_trips() {
+    for busy_poll in [Duration::ZERO, Duration::from_micros(200)] {
+        let rig = Rig::with_busy_poll(busy_poll);
+        let (mut client, down) = pair().await;
+        let (up, mut server) = pair().await;
+        rig.adopt(down, up, b"", Limits::default());
+        let echo = tokio::spawn(async move {
+            let (mut r, mut w) = server.split();
+            tokio::io::copy(&mut r, &mut w).await.unwrap();
+        });
+        for i in 0..2000u32 {
+            let msg = pattern(1 + (i as usize * 7) % 3000, i as u8);
+            client.write_all(&msg).await.unwrap();
+            let mut back = vec![0u8; msg.len()];
+            client.read_exact(&mut back).await.unwrap();
+            assert!(back == msg, "round trip {i} came back wrong");
+        }
+        drop(client);
+        echo.await.unwrap();
+        rig.closed().await;
+    }
+}
+
+/// Data and FIN in one flight (one readable edge that already carries the FIN): the data is
+/// delivered and the FIN passed on, the answer still flows back through the half-closed
+/// connection.
+#[tokio::test]
+async fn data_and_fin_in_one_flight_then_the_answer_flows_back() {
+    let rig = Rig::new();
+    let (client, down) = pair().await;
+    let (up, mut server) = pair().await;
+    let client = client.into_std().unwrap();
+    client.set_nonblocking(false).unwrap();
+    // Both leave before the pair is handed over, so the first edge has data and FIN together.
+    std::io::Write::write_all(&mut &client, b"request").unwrap();
+    client.shutdown(Shutdown::Write).unwrap();
+    rig.adopt(down, up, b"", Limits::default());
+    let mut got = Vec::new();
+    server.read_to_end(&mut got).await.unwrap();
+    assert_eq!(got, b"request");
+    server.write_all(b"answer").await.unwrap();
+    server.shutdown().await.unwrap();
+    let mut client = TokioStream::from_std({
+        client.set_nonblocking(true).unwrap();
+        client
+    })
+    .unwrap();
+    let mut back = Vec::new();
+    client.read_to_end(&mut back).await.unwrap();
+    assert_eq!(back, b"answer");
+    rig.closed().await;
+}
+
+/// A reset from the upstream ends the connection: the client does not hang, and everything
+/// the connection held is released.
+#[tokio::test]
+async fn an_upstream_reset_closes_the_client() {
+    let rig = Rig::new();
+    let (mut client, down) = pair().await;
+    let (up, server) = pair().await;
+    rig.adopt(down, up, b"", Limits::default());
+    client.write_all(b"x").await.unwrap();
+    let server = server.into_std().unwrap();
+    socket2::SockRef::from(&server)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+    drop(server);
+    let mut buf = [0u8; 16];
+    let r = tokio::time::timeout(Duration::from_secs(10), client.read(&mut buf))
+        .await
+        .expect("client still open after the upstream reset");
+    assert!(matches!(r, Ok(0) | Err(_)), "client read {r:?}");
+    rig.closed().await;
+}
+
+/// The limits close an idle connection and an old one, and are counted by reason.
+#[tokio::test]
+async fn limits_close_and_are_counted() {
+    let rig = Rig::new();
+    let (_client, down) = pair().await;
+    let (up, _server) = pair().await;
+    let idle = Limits {
+        idle_timeout: Some(Duration::from_millis(50)),
+        max_duration: None,
+    };
+    rig.adopt(down, up, b"", idle);
+    rig.closed().await;
+    assert_eq!(rig.limit_closes("idle_timeout"), 1);
+
+    let (mut client, down) = pair().await;
+    let (up, mut server) = pair().await;
+    let max = Limits {
+        idle_timeout: Some(Duration::from_secs(60)),
+        max_duration: Some(Duration::from_millis(300)),
+    };
+    rig.adopt(down, up, b"", max);
+    // Busy, so only the duration can end it.
+    let busy = async {
+        let mut buf = [0u8; 1];
+        loop {
+            if client.write_all(b"z").await.is_err() {
+                break;
+            }
+            match server.read(&mut buf).await {
+                Ok(1) => {}
+                _ => break,
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), busy)
+        .await
+        .expect("max_connection_duration did not close the busy connection");
+    rig.closed().await;
+    assert_eq!(rig.limit_closes("max_connection_duration"), 1);
+    assert_eq!(rig.limit_closes("idle_timeout"), 1);
+}
+
+/// An open connection costs its table entry: printed for the benchmarks' memory analysis; the
+/// bound catches a regression (an unboxed buffer or timer in the entry).
+#[test]
+fn an_open_connection_is_a_small_table_entry() {
+    let size = std::mem::size_of::<Conn>();
+    eprintln!("open connection entry: {size} bytes");
+    assert!(size <= 128, "connection entry grew to {size} bytes");
+}
