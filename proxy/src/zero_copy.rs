@@ -12,9 +12,10 @@
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
-/// Bytes a pipe holds; a bigger pipe moves a bulk stream in fewer system calls. Falls back to
-/// the kernel default (64 KiB) where `fs.pipe-max-size` or the per-user pipe budget refuses it.
-const PIPE_SIZE: usize = 256 * 1024;
+/// Bytes a pipe holds; a bigger pipe moves a bulk stream in fewer system calls (1 MiB is
+/// `fs.pipe-max-size`'s default; pages are only taken while bytes sit in the pipe). Falls
+/// back to the kernel default (64 KiB) where that limit or the per-user pipe budget refuses it.
+const PIPE_SIZE: usize = 1024 * 1024;
 
 /// A pipe with both ends non-blocking and close-on-exec.
 #[derive(Debug)]
