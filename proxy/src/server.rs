@@ -283,6 +283,7 @@ impl Proxy {
     pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
         let metrics = &self.inner.shared.metrics;
         let mut running = self.inner.running.lock().await;
+        let started = std::time::Instant::now();
         // Parsing a 10k-route file takes tens of milliseconds: keep it off the async workers
         // so the connections they serve do not stall during a reload.
         let path = self.inner.path.clone();
@@ -304,6 +305,7 @@ impl Proxy {
                 return Err(e.into());
             }
         };
+        let parsed_in = started.elapsed();
         let old = self.inner.shared.current();
         if loaded.hash == old.hash {
             metrics.reload("unchanged");
@@ -346,6 +348,7 @@ impl Proxy {
                 }
             }
         };
+        let compiling = std::time::Instant::now();
         let snapshot = Arc::new(Snapshot::compile(
             loaded.config,
             loaded.hash,
@@ -353,6 +356,7 @@ impl Proxy {
             &dns,
             Some(&old),
         ));
+        let compiled_in = compiling.elapsed();
         let removed: Vec<String> = running
             .keys()
             .filter(|name| !snapshot.listeners.contains_key(*name))
@@ -378,7 +382,8 @@ impl Proxy {
             }
         }
         metrics.reload("applied");
-        info!(%hash, ?added, ?removed, "configuration reloaded");
+        info!(%hash, ?added, ?removed, ?parsed_in, ?compiled_in, total = ?started.elapsed(),
+            "configuration reloaded");
         Ok(Reloaded::Applied {
             hash,
             added,
