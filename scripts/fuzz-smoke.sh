@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A fixed, short cargo-fuzz run of every parser (nightly + cargo-fuzz). Where nightly is not
-# installed, the stable mutation test in proxy/tests/client_hello_samples.rs (part of
-# `cargo test`) is the documented equivalent for the ClientHello parser, and this script says
-# so and succeeds.
+# installed, the stable mutation tests in proxy/tests/client_hello_samples.rs and
+# config/src/fast/scan_tests.rs (part of `cargo test`) are the documented equivalents for the
+# ClientHello parser and the configuration scanner, and this script says so and succeeds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${FUZZ_SECONDS:-15}"
@@ -14,11 +14,13 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz >/dev/null 2>&1 || cargo install cargo-fuzz
 fi
 cd fuzz
-for target in client_hello proxy_protocol http_connect; do
+for target in client_hello proxy_protocol http_connect config_scan; do
   corpus="corpus/$target"
   mkdir -p "$corpus"
   seeds=()
   [ "$target" = client_hello ] && seeds=(corpus-seed)
+  # The scanner only reads structured YAML; start from real configuration files.
+  [ "$target" = config_scan ] && seeds=(../examples ../deploy/examples)
   echo "fuzz-smoke: $target for ${seconds}s"
   cargo +nightly fuzz run "$target" "$corpus" "${seeds[@]}" -- -max_total_time="$seconds" -rss_limit_mb=2048 2>&1 | grep -E "^(Done|#[0-9]+ +DONE)|ERROR|panicked" || true
   # cargo fuzz exits non-zero on a crash; PIPESTATUS keeps that visible under set -e.

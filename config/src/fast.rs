@@ -1,28 +1,46 @@
-//! The fast path of loading: YAML events straight into a position-free tree and serde from
-//! there, without `marked-yaml`'s spans, linked hash maps and `serde_path_to_error` paths.
+//! The fast path of loading: text into a position-free tree and serde from there, without
+//! `marked-yaml`'s spans, linked hash maps and `serde_path_to_error` paths.
 //!
 //! Why: a reload of a 10k-route file spent most of its time building the marked tree, which
 //! only an *invalid* file needs (for file:line:col and the field path). So the loader tries
 //! this path first and, whenever it fails for any reason or validation finds a problem,
 //! parses again the slow way, which produces every error with its position.
 //!
+//! The tree comes from the first of two tiers that answers:
+//! 1. [`scan`], a hand-written scanner for the subset of YAML that configuration files are
+//!    written in (block mappings and sequences, one-line flow collections and scalars,
+//!    comments). It exists because yaml-rust2's event parser alone took ~20 ms of a 10k-route
+//!    reload (~25 MB/s); the scanner reads that file in ~2 ms. It returns exactly the tree
+//!    that tier 2 would build from the same text, or gives up.
+//! 2. [`load`], yaml-rust2's events into the tree, for any other YAML.
+//!
+//! When both give up, the marked path decides alone.
+//!
 //! The invariant that makes this safe: this path either returns exactly the value the marked
 //! path would return, or nothing. It mirrors `marked-yaml`'s deserialiser (every scalar is
 //! text, numbers and booleans are parsed from it, an empty scalar is an empty map/sequence/
 //! unit, options are always `Some`) and gives up on everything it does not mirror: anchors,
 //! aliases, tags, non-scalar or duplicate keys, several documents, a non-mapping top level,
-//! and any serde error. Giving up costs only time.
+//! and any serde error. Giving up costs only time. The scanner keeps the invariant by
+//! building tier 2's tree exactly (`scan_tests` checks it against `load`, `fast_differential`
+//! checks the whole path against marked-yaml).
 
 use serde::de::{self, DeserializeOwned, IntoDeserializer, Visitor};
+use std::borrow::Cow;
 use std::fmt;
 use yaml_rust2::parser::{Event, Parser};
 
-/// A parsed node without positions.
-#[derive(Debug)]
-enum Value {
-    Scalar(String),
-    Seq(Vec<Value>),
-    Map(Vec<(String, Value)>),
+mod scan;
+#[cfg(test)]
+mod scan_tests;
+
+/// A parsed node without positions. Scalars borrow from the text where they can (the
+/// scanner's plain and quoted scalars); yaml-rust2's events own theirs.
+#[derive(Debug, PartialEq)]
+enum Value<'a> {
+    Scalar(Cow<'a, str>),
+    Seq(Vec<Value<'a>>),
+    Map(Vec<(Cow<'a, str>, Value<'a>)>),
 }
 
 /// The value of `text`, or `None` when only the marked path can answer.
@@ -30,21 +48,24 @@ pub(crate) fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
     let root = if text.trim().is_empty() {
         Value::Map(Vec::new())
     } else {
-        load(text)?
+        scan::scan(text).or_else(|| load(text))?
     };
     T::deserialize(&root).ok()
 }
 
 enum Frame {
-    Seq(Vec<Value>),
-    Map(Vec<(String, Value)>, Option<String>),
+    Seq(Vec<Value<'static>>),
+    Map(
+        Vec<(Cow<'static, str>, Value<'static>)>,
+        Option<Cow<'static, str>>,
+    ),
 }
 
 /// Maps with more keys than this are handed to the marked path rather than checked for
 /// duplicate keys one by one (no map of the schemas has more than a dozen fields).
 const MAX_KEYS: usize = 64;
 
-fn load(text: &str) -> Option<Value> {
+fn load(text: &str) -> Option<Value<'static>> {
     let mut parser = Parser::new_from_str(text);
     let mut stack: Vec<Frame> = Vec::new();
     let mut root = None;
@@ -84,7 +105,7 @@ fn load(text: &str) -> Option<Value> {
                 if anchor != 0 || tag.is_some() {
                     return None;
                 }
-                Value::Scalar(text)
+                Value::Scalar(Cow::Owned(text))
             }
         };
         match stack.last_mut() {
@@ -110,6 +131,16 @@ fn load(text: &str) -> Option<Value> {
         }
     }
     Some(root.unwrap_or(Value::Map(Vec::new())))
+}
+
+/// For the fuzz target `fuzz/fuzz_targets/config_scan.rs`: false if the scanner returns a
+/// tree that yaml-rust2 does not build from the same text.
+#[cfg(feature = "fuzzing")]
+pub fn scan_agrees_with_yaml_rust2(text: &str) -> bool {
+    match scan::scan(text) {
+        Some(fast) => load(text).is_some_and(|slow| slow == fast),
+        None => true,
+    }
 }
 
 /// Never shown: any error sends the file down the marked path.
@@ -141,7 +172,7 @@ macro_rules! number {
     )*};
 }
 
-impl<'de> de::Deserializer<'de> for &'de Value {
+impl<'de, 'a> de::Deserializer<'de> for &'de Value<'a> {
     type Error = GiveUp;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
@@ -149,14 +180,14 @@ impl<'de> de::Deserializer<'de> for &'de Value {
             Value::Scalar(s) => visitor.visit_str(s),
             Value::Seq(items) => visitor.visit_seq(de::value::SeqDeserializer::new(items.iter())),
             Value::Map(entries) => visitor.visit_map(de::value::MapDeserializer::new(
-                entries.iter().map(|(k, v)| (Key(k), v)),
+                entries.iter().map(|(k, v)| (Key(k.as_ref()), v)),
             )),
         }
     }
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
         match self {
-            Value::Scalar(s) => match s.as_str() {
+            Value::Scalar(s) => match &**s {
                 "true" | "True" | "TRUE" => visitor.visit_bool(true),
                 "false" | "False" | "FALSE" => visitor.visit_bool(false),
                 _ => Err(GiveUp),
@@ -186,7 +217,7 @@ impl<'de> de::Deserializer<'de> for &'de Value {
         visitor: V,
     ) -> Result<V::Value, GiveUp> {
         match self {
-            Value::Scalar(s) => visitor.visit_enum(s.as_str().into_deserializer()),
+            Value::Scalar(s) => visitor.visit_enum((&**s).into_deserializer()),
             _ => Err(GiveUp),
         }
     }
@@ -210,7 +241,9 @@ impl<'de> de::Deserializer<'de> for &'de Value {
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, GiveUp> {
         match self {
             Value::Scalar(s) if s.is_empty() => {
-                visitor.visit_seq(de::value::SeqDeserializer::new(std::iter::empty::<&Value>()))
+                visitor.visit_seq(de::value::SeqDeserializer::new(std::iter::empty::<
+                    &Value<'a>,
+                >()))
             }
             _ => self.deserialize_any(visitor),
         }
@@ -229,12 +262,12 @@ impl<'de> de::Deserializer<'de> for &'de Value {
     }
 }
 
-fn empty_map<'de>(
-) -> de::value::MapDeserializer<'de, std::iter::Empty<(Key<'de>, &'de Value)>, GiveUp> {
+fn empty_map<'de, 'a>(
+) -> de::value::MapDeserializer<'de, std::iter::Empty<(Key<'de>, &'de Value<'a>)>, GiveUp> {
     de::value::MapDeserializer::new(std::iter::empty())
 }
 
-impl<'de> IntoDeserializer<'de, GiveUp> for &'de Value {
+impl<'de, 'a> IntoDeserializer<'de, GiveUp> for &'de Value<'a> {
     type Deserializer = Self;
     fn into_deserializer(self) -> Self {
         self
