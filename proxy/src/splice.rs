@@ -239,37 +239,44 @@ impl Inner {
         #[allow(deprecated)]
         let mut fd = AsyncFd::with_interest(poll, tokio::io::Interest::READABLE)?;
         let mut events = Events::with_capacity(EVENTS);
+        let mut deadline = None;
         loop {
-            let deadline = lock(&self.state).timers.peek().map(|Reverse(t)| t.at);
             let sleep = async {
                 match deadline {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
             };
             let mut busy = false;
             tokio::select! {
+                biased;
                 guard = fd.readable_mut() => {
                     let mut guard = guard?;
                     busy = true;
                     for _ in 0..POLLS_PER_TURN {
-                        if !poll_now(guard.get_inner_mut(), &mut events)? {
+                        let n = poll_now(guard.get_inner_mut(), &mut events)?;
+                        self.dispatch(&events);
+                        // A short batch means the ready list was empty at that instant, and
+                        // every later event raises a new edge on the runtime's epoll (a nested
+                        // epoll wakes its poller on each event): the poll that would only
+                        // confirm "nothing" is skipped.
+                        if n < EVENTS {
                             guard.clear_ready();
                             busy = false;
                             break;
                         }
-                        self.dispatch(&events);
                     }
                 }
-                () = sleep => {}
                 () = self.rearm.notified() => {}
+                () = sleep => {}
             }
-            self.expire(Instant::now());
+            deadline = self.expire(Instant::now());
             if busy {
                 // More events are waiting: let the runtime's other tasks have a turn first.
                 tokio::task::yield_now().await;
             } else if !busy_poll.is_zero() {
                 self.spin(fd.get_mut(), &mut events, busy_poll).await?;
+                deadline = self.expire(Instant::now());
             }
         }
     }
@@ -283,7 +290,7 @@ impl Inner {
     ) -> io::Result<()> {
         let mut until = Instant::now() + window;
         loop {
-            if poll_now(poll, events)? {
+            if poll_now(poll, events)? > 0 {
                 self.dispatch(events);
                 until = Instant::now() + window;
                 continue;
@@ -301,6 +308,9 @@ impl Inner {
     }
 
     fn dispatch(&self, events: &Events) {
+        if events.is_empty() {
+            return;
+        }
         let mut st = lock(&self.state);
         let State { conns, spares, .. } = &mut *st;
         for ev in events.iter() {
@@ -334,8 +344,9 @@ impl Inner {
         }
     }
 
-    /// Closes connections whose limit passed; re-arms the others.
-    fn expire(&self, now: Instant) {
+    /// Closes connections whose limit passed and re-arms the others; returns the next
+    /// deadline.
+    fn expire(&self, now: Instant) -> Option<tokio::time::Instant> {
         let mut st = lock(&self.state);
         while let Some(Reverse(t)) = st.timers.peek() {
             if t.at > now {
@@ -368,6 +379,7 @@ impl Inner {
                 }
             }
         }
+        st.timers.peek().map(|Reverse(t)| t.at.into())
     }
 }
 
@@ -491,11 +503,11 @@ fn token(key: usize, side: usize) -> Token {
     Token(key << 1 | side)
 }
 
-/// Polls without blocking; `Ok(true)` when events came back.
-fn poll_now(poll: &mut mio::Poll, events: &mut Events) -> io::Result<bool> {
+/// Polls without blocking; returns how many events came back.
+fn poll_now(poll: &mut mio::Poll, events: &mut Events) -> io::Result<usize> {
     loop {
         match poll.poll(events, Some(Duration::ZERO)) {
-            Ok(()) => return Ok(!events.is_empty()),
+            Ok(()) => return Ok(events.iter().count()),
             // Reporting "nothing" here would clear the edge while events wait: ask again.
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
