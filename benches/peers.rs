@@ -1,7 +1,8 @@
 //! Peer comparison: isthmus against nginx (stream + ssl_preread), HAProxy, sniproxy and the
 //! direct path, all driven by the same load generator against the same upstream, interleaved.
 //!
-//! `cargo bench --bench peers [-- [--quick] [--rounds N] [--threads N] [FILTER…]]`; FILTERs
+//! `cargo bench --bench peers [-- [--quick] [--rounds N] [--threads N] [--latency-conns N]
+//! [--busy-poll DURATION] [FILTER…]]`; FILTERs
 //! (also `PEERS_FILTER`, comma-separated) select contenders and/or scenarios by name, e.g.
 //! `-- --quick isthmus nginx direct bulk`. See BENCHMARKS.md.
 
@@ -17,7 +18,7 @@ mod report;
 #[path = "peers/upstream.rs"]
 mod upstream;
 
-use contender::{Kind, Routes, Running};
+use contender::{Kind, Routes, Running, Tuning};
 use report::{percentile, Results};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,6 +36,9 @@ struct Opts {
     quick: bool,
     rounds: usize,
     threads: usize,
+    /// Connections of the latency scenario, each paced at 500 round trips per second.
+    latency_conns: usize,
+    busy_poll: Option<String>,
     filters: Vec<String>,
 }
 
@@ -44,6 +48,8 @@ impl Opts {
             quick: false,
             rounds: 0,
             threads: 2,
+            latency_conns: 8,
+            busy_poll: None,
             filters: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -52,6 +58,10 @@ impl Opts {
                 "--quick" => o.quick = true,
                 "--rounds" => o.rounds = args.next().and_then(|v| v.parse().ok()).unwrap_or(0),
                 "--threads" => o.threads = args.next().and_then(|v| v.parse().ok()).unwrap_or(2),
+                "--latency-conns" => {
+                    o.latency_conns = args.next().and_then(|v| v.parse().ok()).unwrap_or(8);
+                }
+                "--busy-poll" => o.busy_poll = args.next(),
                 // cargo bench passes --bench to every bench binary.
                 s if s.starts_with("--") => {}
                 s => o.filters.extend(s.split(',').map(str::to_owned)),
@@ -85,6 +95,7 @@ impl Opts {
 struct Plan {
     bulk: Duration,
     latency: Duration,
+    latency_conns: usize,
     conn_rate: Duration,
     idle_conns: usize,
     reload_conns: usize,
@@ -116,6 +127,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         Plan {
             bulk: Duration::from_millis(500),
             latency: Duration::from_secs(1),
+            latency_conns: opts.latency_conns,
             conn_rate: Duration::from_millis(500),
             idle_conns: 2000,
             reload_conns: 200,
@@ -125,6 +137,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         Plan {
             bulk: Duration::from_secs(2),
             latency: Duration::from_secs(3),
+            latency_conns: opts.latency_conns,
             conn_rate: Duration::from_secs(2),
             idle_conns: 8000,
             reload_conns: 1000,
@@ -160,13 +173,20 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         .extend((0..plan.reload_routes).map(|i| format!("r{i}.reload.example.test")));
     big.names.push(RELOAD_NAME.to_owned());
     eprintln!(
-        "peers: {} round(s), {} worker(s) per proxy, contenders {:?}, scenarios {:?}, load {:?}",
+        "peers: {} round(s), {} worker(s) per proxy, busy polling {:?}, {} latency connection(s), \
+         contenders {:?}, scenarios {:?}, load {:?}",
         opts.rounds,
         opts.threads,
+        opts.busy_poll,
+        opts.latency_conns,
         kinds.iter().map(|k| k.name()).collect::<Vec<_>>(),
         scenarios,
         loadavg()
     );
+    let tuning = Tuning {
+        threads: opts.threads,
+        busy_poll: opts.busy_poll.clone(),
+    };
     let started = Instant::now();
     let mut res = Results::default();
     let mut failures = 0usize;
@@ -182,7 +202,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                 &scratch.join(format!("round{round}")),
                 up,
                 &base,
-                opts.threads,
+                &tuning,
                 &hello,
             )
             .await
@@ -194,12 +214,18 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                 }
             }
         }
+        // Only the contender being measured runs; the others are paused.
+        for r in &running {
+            r.pause(true);
+        }
         for s in &scenarios {
             for r in &mut running {
+                r.pause(false);
                 if let Err(e) = scenario(s, r, &plan, &hello, &reload_hello, &big, &mut res).await {
                     failures += 1;
                     eprintln!("round {round}: {} {s}: {e}", r.kind.name());
                 }
+                r.pause(true);
             }
         }
         for mut r in running {
@@ -211,6 +237,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     println!("\n{}", res.table());
     let meta = serde_json::json!({
         "rounds": opts.rounds, "quick": opts.quick, "threads_per_proxy": opts.threads,
+        "latency_conns": opts.latency_conns, "busy_poll": opts.busy_poll,
         "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
         "loadavg_end": loadavg(), "hello_bytes": HELLO.len(),
         "plan": format!("{plan:?}"),
@@ -270,7 +297,8 @@ async fn scenario(
         }
         "latency" => {
             let cpu = r.cpu_seconds();
-            let mut v = load::latency(addr, hello.clone(), 8, 500, plan.latency).await?;
+            let mut v =
+                load::latency(addr, hello.clone(), plan.latency_conns, 500, plan.latency).await?;
             if k != Kind::Direct {
                 // CPU per round trip: what the proxy adds per message, independent of how busy
                 // the rest of the machine is.

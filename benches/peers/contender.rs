@@ -88,8 +88,18 @@ pub struct Running {
     child: Option<Child>,
     dir: PathBuf,
     upstream: SocketAddr,
-    threads: usize,
+    tuning: Tuning,
     admin: u16,
+}
+
+/// Settings every contender gets alike.
+#[derive(Debug, Clone, Default)]
+pub struct Tuning {
+    /// Worker threads (isthmus `--threads`, nginx `worker_processes`, HAProxy `nbthread`).
+    pub threads: usize,
+    /// Busy polling: isthmus `--busy-poll <this>`, HAProxy `busy-polling`; nginx and sniproxy
+    /// have no such setting and run as always.
+    pub busy_poll: Option<String>,
 }
 
 fn free_port() -> io::Result<u16> {
@@ -102,7 +112,7 @@ impl Running {
         dir: &Path,
         upstream: SocketAddr,
         routes: &Routes,
-        threads: usize,
+        tuning: &Tuning,
         probe_hello: &[u8],
     ) -> io::Result<Running> {
         if kind == Kind::Direct {
@@ -112,7 +122,7 @@ impl Running {
                 child: None,
                 dir: dir.into(),
                 upstream,
-                threads,
+                tuning: tuning.clone(),
                 admin: 0,
             });
         }
@@ -124,7 +134,7 @@ impl Running {
                 child: None,
                 dir: dir.join(kind.name()),
                 upstream,
-                threads,
+                tuning: tuning.clone(),
                 admin: free_port()?,
             };
             std::fs::create_dir_all(&r.dir)?;
@@ -168,7 +178,10 @@ impl Running {
                     .arg("--config")
                     .arg(d.join("isthmus.yaml"))
                     .arg("--threads")
-                    .arg(self.threads.to_string());
+                    .arg(self.tuning.threads.to_string());
+                if let Some(d) = &self.tuning.busy_poll {
+                    c.arg("--busy-poll").arg(d);
+                }
             }
             Kind::Nginx => {
                 c = Command::new("nginx");
@@ -240,20 +253,25 @@ impl Running {
              map_hash_bucket_size 128;\n    map $ssl_preread_server_name $name_map {{\n        hostnames;\n\
              {map}        default 127.0.0.1:1;\n    }}\n    server {{\n        listen {addr} reuseport;\n\
              ssl_preread on;\n        proxy_pass $name_map;\n    }}\n}}\n",
-            threads = self.threads,
+            threads = self.tuning.threads,
             addr = self.addr,
         )
     }
 
     fn haproxy_cfg(&self) -> String {
+        let busy = if self.tuning.busy_poll.is_some() {
+            "    busy-polling\n"
+        } else {
+            ""
+        };
         format!(
-            "global\n    nbthread {threads}\n    maxconn 9000\n    pidfile {d}/haproxy.pid\n\
+            "global\n    nbthread {threads}\n    maxconn 9000\n    pidfile {d}/haproxy.pid\n{busy}\
              defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n\
              frontend bench\n    bind {addr}\n    tcp-request inspect-delay 5s\n\
              tcp-request content accept if {{ req.ssl_hello_type 1 }}\n\
              use_backend up if {{ req.ssl_sni -i -f {d}/names.lst }}\n\
              backend up\n    server up {up}\n",
-            threads = self.threads,
+            threads = self.tuning.threads,
             d = self.dir.display(),
             addr = self.addr,
             up = self.upstream,
@@ -307,7 +325,21 @@ impl Running {
     }
 
     /// Graceful stop, then SIGKILL after three seconds.
+    /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the contender's processes, so that one that
+    /// is not being measured takes no CPU from the one that is (HAProxy's `busy-polling`
+    /// spins even when idle).
+    pub fn pause(&self, paused: bool) {
+        let Some(pid) = self.pid() else { return };
+        let sig = if paused { "-STOP" } else { "-CONT" };
+        let mut pids = vec![pid];
+        pids.extend(children(pid));
+        for p in pids {
+            let _ = kill(sig, p);
+        }
+    }
+
     pub fn stop(&mut self) {
+        self.pause(false);
         let Some(mut child) = self.child.take() else {
             return;
         };

@@ -5,8 +5,9 @@
 //! byte: `D` followed by a little-endian u64 of milliseconds streams bytes to the client for that
 //! long and then closes (bulk throughput, counted by the client where the bytes arrive; a close
 //! from the upstream is the one end of stream every contender passes on — nginx and sniproxy do
-//! not pass a client's half-close by default), `E` echoes (ping-pong, connection rate, idle
-//! connections, reload survival).
+//! not pass a client's half-close by default), `E` echoes (connection rate, idle connections,
+//! reload survival), `L` echoes from a dedicated thread with blocking I/O (latency: no async
+//! runtime on the measured path, so what is measured is the path, not the harness's scheduler).
 
 use std::io;
 use std::net::SocketAddr;
@@ -16,6 +17,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 pub const DOWNLOAD: u8 = b'D';
 pub const ECHO: u8 = b'E';
+pub const LATENCY_ECHO: u8 = b'L';
 
 /// Binds on 127.0.0.1:0 and serves until the runtime ends.
 pub async fn start(hello_len: usize) -> io::Result<SocketAddr> {
@@ -55,6 +57,23 @@ async fn serve(mut sock: TcpStream, hello_len: usize) -> io::Result<()> {
             tokio::io::copy(&mut r, &mut w).await?;
             w.shutdown().await
         }
+        LATENCY_ECHO => {
+            let sock = sock.into_std()?;
+            sock.set_nonblocking(false)?;
+            std::thread::spawn(move || blocking_echo(sock));
+            Ok(())
+        }
         _ => Err(io::Error::new(io::ErrorKind::InvalidData, "unknown mode")),
+    }
+}
+
+/// Echoes until the client closes, one blocking read and write at a time.
+fn blocking_echo(mut sock: std::net::TcpStream) {
+    use std::io::{Read, Write};
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = sock.read(&mut buf) {
+        if n == 0 || sock.write_all(&buf[..n]).is_err() {
+            break;
+        }
     }
 }
