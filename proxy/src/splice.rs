@@ -117,6 +117,8 @@ struct Inner {
     state: Mutex<State>,
     /// Woken when a connection with an earlier deadline than any before arrives.
     rearm: Notify,
+    /// Set when the loop has ended: nothing would move a new pair's bytes.
+    stopped: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -165,11 +167,20 @@ impl Splicer {
             registry: poll.registry().try_clone()?,
             state: Mutex::new(State::default()),
             rearm: Notify::new(),
+            stopped: std::sync::atomic::AtomicBool::new(false),
         });
         let task = inner.clone();
         runtime.spawn(async move {
             if let Err(e) = task.run(poll, busy_poll).await {
-                warn!(error = %e, "splicer stopped; its connections are closed");
+                // Never seen: epoll_wait fails only on invalid arguments. Closing beats
+                // holding connections nobody serves.
+                let open = {
+                    // Under the lock, so that no pair is adopted into the table after this.
+                    let mut st = lock(&task.state);
+                    task.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    std::mem::take(&mut st.conns)
+                };
+                warn!(error = %e, open = open.count(), "splicer stopped; its connections are closed");
             }
         });
         Ok(Splicer { inner })
@@ -181,6 +192,9 @@ impl Splicer {
         let mut down = TcpStream::from_std(pair.down);
         let mut up = TcpStream::from_std(pair.up);
         let mut st = lock(&self.inner.state);
+        if self.inner.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(io::Error::other("the worker's splicer has stopped"));
+        }
         let key = st.conns.vacant_key();
         let both = Interest::READABLE | Interest::WRITABLE;
         // The first edges report what is already there (the upstream's first flight, room to

@@ -81,6 +81,14 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Occupied entries (a walk over the table: for rare reports only).
+    pub fn count(&self) -> usize {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e, Entry::Occupied(_)))
+            .count()
+    }
+
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.len
