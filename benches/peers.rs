@@ -161,7 +161,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         .collect();
     let hello: Arc<[u8]> = HELLO.into();
     let reload_hello: Arc<[u8]> = swap_name(HELLO, NAME, RELOAD_NAME).into();
-    let up = upstream::start(HELLO.len()).await.unwrap();
+    let (up, upstream_open) = upstream::start(HELLO.len()).await.unwrap();
     let scratch = std::env::temp_dir().join(format!("isthmus-peers-{}", std::process::id()));
     let base = Routes {
         names: std::iter::once(NAME.to_owned())
@@ -224,6 +224,19 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                 if let Err(e) = scenario(s, r, &plan, &hello, &reload_hello, &big, &mut res).await {
                     failures += 1;
                     eprintln!("round {round}: {} {s}: {e}", r.kind.name());
+                }
+                // The contender passes the scenario's closes on before it is paused, or the
+                // upstream would keep those sockets (the idle scenario's 8000) open.
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while upstream_open.get() > 0 && Instant::now() < deadline {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                if upstream_open.get() > 0 {
+                    eprintln!(
+                        "round {round}: {} {s}: {} upstream connections still open",
+                        r.kind.name(),
+                        upstream_open.get()
+                    );
                 }
                 r.pause(true);
             }

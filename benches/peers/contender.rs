@@ -372,9 +372,11 @@ impl Drop for Running {
 }
 
 fn kill(sig: &str, pid: u32) -> io::Result<()> {
+    // A worker that has just exited is no error worth printing.
     let st = Command::new("kill")
         .arg(sig)
         .arg(pid.to_string())
+        .stderr(Stdio::null())
         .status()?;
     if st.success() {
         Ok(())

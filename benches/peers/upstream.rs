@@ -11,6 +11,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -19,25 +21,60 @@ pub const DOWNLOAD: u8 = b'D';
 pub const ECHO: u8 = b'E';
 pub const LATENCY_ECHO: u8 = b'L';
 
+/// Connections the upstream holds open; counted so that the harness can wait until a
+/// contender has passed every close on before it pauses that contender.
+#[derive(Debug, Clone, Default)]
+pub struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Held by each connection's task (or thread); dropping it counts the connection closed.
+struct Counted(Open);
+
+impl Counted {
+    fn new(open: &Open) -> Counted {
+        open.0.fetch_add(1, Ordering::SeqCst);
+        Counted(open.clone())
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0 .0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// Binds on 127.0.0.1:0 and serves until the runtime ends.
-pub async fn start(hello_len: usize) -> io::Result<SocketAddr> {
+pub async fn start(hello_len: usize) -> io::Result<(SocketAddr, Open)> {
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    let open = Open::default();
+    let counter = open.clone();
     tokio::spawn(async move {
         loop {
-            let Ok((sock, _)) = listener.accept().await else {
-                continue;
+            let sock = match listener.accept().await {
+                Ok((sock, _)) => sock,
+                Err(_) => {
+                    // Out of descriptors: retrying at once would spin and starve the machine.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                }
             };
+            let counted = Counted::new(&counter);
             tokio::spawn(async move {
                 // Errors end only this connection; the load generator reports what it missed.
-                let _ = serve(sock, hello_len).await;
+                let _ = serve(sock, hello_len, counted).await;
             });
         }
     });
-    Ok(addr)
+    Ok((addr, open))
 }
 
-async fn serve(mut sock: TcpStream, hello_len: usize) -> io::Result<()> {
+async fn serve(mut sock: TcpStream, hello_len: usize, counted: Counted) -> io::Result<()> {
     sock.set_nodelay(true)?;
     let mut head = vec![0u8; hello_len + 1];
     sock.read_exact(&mut head).await?;
@@ -60,7 +97,10 @@ async fn serve(mut sock: TcpStream, hello_len: usize) -> io::Result<()> {
         LATENCY_ECHO => {
             let sock = sock.into_std()?;
             sock.set_nonblocking(false)?;
-            std::thread::spawn(move || blocking_echo(sock));
+            std::thread::spawn(move || {
+                blocking_echo(sock);
+                drop(counted);
+            });
             Ok(())
         }
         _ => Err(io::Error::new(io::ErrorKind::InvalidData, "unknown mode")),
