@@ -15,18 +15,21 @@
 //! served too) and to the kernel scheduler. Off (zero) by default.
 
 mod flow;
+mod limits;
 mod slab;
+mod spares;
 
 use crate::conn::ActiveGuard;
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
-#[cfg(target_os = "linux")]
-use crate::zero_copy::Pipe;
-use flow::{Flow, Held, BUF_SIZE};
+use flow::Flow;
+pub use limits::{End, Limits};
+use limits::{Extra, Timer};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 use prometheus_client::metrics::counter::Counter;
 use slab::Slab;
+use spares::Spares;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
@@ -42,31 +45,6 @@ use tracing::{debug, warn};
 const EVENTS: usize = 256;
 /// Polls handled before the splicer lets other tasks of its runtime run.
 const POLLS_PER_TURN: usize = 16;
-/// Spare buffers and pipes kept per splicer; beyond that they are freed.
-const MAX_SPARE: usize = 16;
-
-/// Optional limits on a spliced connection. Both default to none: etcd peer streams and
-/// watches live for days, and cutting them is exactly what we exist to avoid.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
-    /// Close when no byte moved in either direction for this long.
-    pub idle_timeout: Option<Duration>,
-    /// Close this long after the splice started, whatever the traffic.
-    pub max_duration: Option<Duration>,
-}
-
-/// Why a spliced connection ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum End {
-    /// Both sides closed their direction.
-    Closed,
-    /// A socket failed (reset, broken pipe): both are dropped, passing the reset on.
-    Failed,
-    /// `idle_timeout` elapsed.
-    Idle,
-    /// `max_duration` elapsed.
-    MaxDuration,
-}
 
 /// What an open connection holds until it closes: dropping it updates the gauges, releases
 /// the upstream's connection slot and lets a drain know this connection is gone.
@@ -129,13 +107,6 @@ struct State {
     spares: Spares,
 }
 
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    at: Instant,
-    key: usize,
-    gen: u32,
-}
-
 /// One open connection: two sockets, two directions.
 #[derive(Debug)]
 struct Conn {
@@ -146,17 +117,6 @@ struct Conn {
     _keep: Keep,
     /// Limits, and the connection's span when it is enabled; most connections have neither.
     extra: Option<Box<Extra>>,
-}
-
-#[derive(Debug)]
-struct Extra {
-    limits: Limits,
-    gen: u32,
-    started: Instant,
-    last: Instant,
-    metrics: Arc<Metrics>,
-    upstream: Arc<str>,
-    span: tracing::Span,
 }
 
 impl Splicer {
@@ -433,83 +393,6 @@ impl Conn {
                 .inc();
         }
         x.span.in_scope(|| debug!(?end, "closed"));
-    }
-}
-
-impl Extra {
-    /// When the next limit could pass, if any limit is set.
-    fn deadline(&self) -> Option<Instant> {
-        let max = self.limits.max_duration.map(|d| self.started + d);
-        let idle = self.limits.idle_timeout.map(|d| self.last + d);
-        match (max, idle) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
-    fn expired(&self, now: Instant) -> Option<End> {
-        if self
-            .limits
-            .max_duration
-            .is_some_and(|d| now >= self.started + d)
-        {
-            return Some(End::MaxDuration);
-        }
-        if self
-            .limits
-            .idle_timeout
-            .is_some_and(|d| now >= self.last + d)
-        {
-            return Some(End::Idle);
-        }
-        None
-    }
-}
-
-/// Spare copy buffers and pipes of one splicer: a busy worker does not pay a 64 KiB
-/// malloc/free (and the page faults after glibc trims its heap) per message, nor `pipe2` and
-/// two `close` per bulk burst, while idle connections hold neither.
-#[derive(Debug, Default)]
-pub struct Spares {
-    bufs: Vec<Vec<u8>>,
-    #[cfg(target_os = "linux")]
-    pipes: Vec<Pipe>,
-}
-
-impl Spares {
-    /// A buffer of `BUF_SIZE` initialised bytes (zeroed once, when first allocated).
-    fn buf(&mut self) -> Vec<u8> {
-        self.bufs.pop().unwrap_or_else(|| vec![0; BUF_SIZE])
-    }
-
-    fn give_buf(&mut self, mut buf: Vec<u8>) {
-        if self.bufs.len() < MAX_SPARE && buf.capacity() >= BUF_SIZE {
-            buf.resize(BUF_SIZE, 0);
-            self.bufs.push(buf);
-        }
-    }
-
-    /// A spare pipe or a new one; `None` when no descriptor is left for one.
-    #[cfg(target_os = "linux")]
-    fn pipe(&mut self) -> Option<Pipe> {
-        self.pipes.pop().or_else(|| Pipe::new().ok())
-    }
-
-    /// Keeps an empty pipe; one still holding bytes is closed.
-    #[cfg(target_os = "linux")]
-    fn give_pipe(&mut self, pipe: Pipe) {
-        if pipe.held == 0 && self.pipes.len() < MAX_SPARE {
-            self.pipes.push(pipe);
-        }
-    }
-
-    fn recycle(&mut self, held: Option<Box<Held>>) {
-        match held.map(|h| *h) {
-            Some(Held::Copy { buf, .. }) => self.give_buf(buf),
-            #[cfg(target_os = "linux")]
-            Some(Held::Pipe(p)) => self.give_pipe(p),
-            None => {}
-        }
     }
 }
 

@@ -5,8 +5,12 @@
 mod common;
 
 use common::*;
-use isthmus_testkit::{client_config, server_config, tls_connect, TestPki, TlsEchoServer};
+use isthmus_testkit::{
+    client_config, server_config, tls_connect, wait_until, TestPki, TlsEchoServer,
+};
+use std::net::SocketAddr;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
 
 async fn roundtrip(pki: &TestPki, addr: std::net::SocketAddr, sni: &str) -> String {
     let mut tls = tls_connect(client_config(pki), addr, sni).await.unwrap();
@@ -243,5 +247,73 @@ upstreams:
     assert_eq!(
         f.metric("isthmus_proxy_bytes_total{listener=\"l\",route=\"h.example.com\",upstream=\"u\",direction=\"upstream_to_downstream\"}").await,
         39.0
+    );
+}
+
+/// Whether a socket of this machine is in SYN_SENT towards `port` on 127.0.0.1.
+fn syn_sent_to(port: u16) -> bool {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let remote = format!("0100007F:{port:04X}");
+    table.lines().skip(1).any(|l| {
+        l.split_whitespace().nth(2) == Some(remote.as_str())
+            && l.split_whitespace().nth(3) == Some("02")
+    })
+}
+
+/// Across a network the upstream's handshake is still in flight when connect(2) returns (on
+/// loopback it completes inside the call). Here the upstream's accept queue is full, so the
+/// proxy's SYN is dropped and the kernel retransmits it: the proxy waits for the handshake,
+/// then replays the hello unchanged and splices as usual.
+#[tokio::test]
+async fn an_upstream_handshake_still_in_flight_is_waited_for() {
+    let pki = TestPki::new();
+    // Backlog 0: the accept queue holds one connection; while it is full, SYNs are dropped.
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .unwrap();
+    socket.listen(0).unwrap();
+    let upstream: std::net::TcpListener = socket.into();
+    let up_addr = upstream.local_addr().unwrap();
+    let filler = std::net::TcpStream::connect_timeout(&up_addr, WAIT).unwrap();
+    let yaml = format!(
+        "{}listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    routes: [ {{ sni: \"slow.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"{up_addr}\"] }}
+",
+        admin_yaml()
+    );
+    let f = Fixture::start(&yaml).await;
+    let hello = capture_hello(&pki, "slow.example.com").await;
+    let (_, mut client) = send_raw(f.addr("l").await, &hello, hello.len()).await;
+    wait_until("the proxy's SYN to the full upstream", WAIT, || async {
+        syn_sent_to(up_addr.port())
+    })
+    .await;
+    // Make room: the retransmitted SYN now completes the handshake.
+    let (queued, _) = upstream.accept().unwrap();
+    drop((queued, filler));
+    let upstream = TcpListener::from_std({
+        upstream.set_nonblocking(true).unwrap();
+        upstream
+    })
+    .unwrap();
+    let (mut server, _) = tokio::time::timeout(WAIT, upstream.accept())
+        .await
+        .expect("the proxy never completed its upstream handshake")
+        .unwrap();
+    let mut got = vec![0u8; hello.len()];
+    server.read_exact(&mut got).await.unwrap();
+    assert!(got == hello, "the replayed hello differs");
+    server.write_all(b"pong").await.unwrap();
+    let mut back = [0u8; 4];
+    client.read_exact(&mut back).await.unwrap();
+    assert_eq!(&back, b"pong");
+    assert_eq!(
+        f.metric("isthmus_proxy_connections_total{listener=\"l\",route=\"slow.example.com\",upstream=\"u\",outcome=\"forwarded\"}").await,
+        1.0
     );
 }
