@@ -38,17 +38,7 @@ const TOKENS: &[&str] = &[
     "!!str 3",
 ];
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> usize {
-        // xorshift64: fixed seed, so a failure is reproducible.
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as usize
-    }
-}
+use crate::test_rng::Rng;
 
 /// One mutant: replace the value after a `:` on a random line, drop a line, or duplicate one.
 fn mutate(lines: &[&str], rng: &mut Rng) -> String {

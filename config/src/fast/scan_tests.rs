@@ -363,20 +363,7 @@ fn mirrors_the_limits_of_load() {
     assert!(checked(&format!("a: {}{}\n", "[".repeat(20), "]".repeat(20))).is_some());
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> usize {
-        // xorshift64: fixed seed, so a failure is reproducible.
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as usize
-    }
-    fn below(&mut self, n: usize) -> usize {
-        self.next() % n.max(1)
-    }
-}
+use crate::test_rng::Rng;
 
 /// Characters a mutant inserts: YAML's indicators, whitespace and some plain text.
 const ALPHABET: &[char] = &[

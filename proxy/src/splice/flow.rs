@@ -172,7 +172,18 @@ impl Flow {
         } else if self.flags & CLOSING == 0 {
             self.flags &= !CAN_READ;
         }
-        let mut held = Held::Copy { buf, at: 0, end: n };
+        self.hand_over(Held::Copy { buf, at: 0, end: n }, to, spares, moved)
+    }
+
+    /// Writes freshly read bytes out; what the destination does not take now is held until
+    /// its next writable edge.
+    fn hand_over(
+        &mut self,
+        mut held: Held,
+        to: &TcpStream,
+        spares: &mut Spares,
+        moved: &mut u64,
+    ) -> io::Result<()> {
         let (done, written) = flush(&mut held, to)?;
         self.count(written, moved);
         if done {
@@ -211,16 +222,7 @@ impl Flow {
             }
             Err(e) => return Err(e),
         }
-        let mut held = Held::Pipe(pipe);
-        let (done, written) = flush(&mut held, to)?;
-        self.count(written, moved);
-        if done {
-            spares.recycle(Some(Box::new(held)));
-        } else {
-            self.held = Some(Box::new(held));
-            self.flags |= WAIT_WRITE;
-        }
-        Ok(())
+        self.hand_over(Held::Pipe(pipe), to, spares, moved)
     }
 }
 
