@@ -95,8 +95,6 @@ struct Inner {
     state: Mutex<State>,
     /// Woken when a connection with an earlier deadline than any before arrives.
     rearm: Notify,
-    /// Set when the loop has ended: nothing would move a new pair's bytes.
-    stopped: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -105,6 +103,8 @@ struct State {
     timers: BinaryHeap<Reverse<Timer>>,
     next_gen: u32,
     spares: Spares,
+    /// Set when the loop has ended: nothing would move a new pair's bytes.
+    stopped: bool,
 }
 
 /// One open connection: two sockets, two directions.
@@ -127,7 +127,6 @@ impl Splicer {
             registry: poll.registry().try_clone()?,
             state: Mutex::new(State::default()),
             rearm: Notify::new(),
-            stopped: std::sync::atomic::AtomicBool::new(false),
         });
         let task = inner.clone();
         runtime.spawn(async move {
@@ -135,9 +134,8 @@ impl Splicer {
                 // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                 // holding connections nobody serves.
                 let open = {
-                    // Under the lock, so that no pair is adopted into the table after this.
                     let mut st = lock(&task.state);
-                    task.stopped.store(true, std::sync::atomic::Ordering::SeqCst);
+                    st.stopped = true;
                     std::mem::take(&mut st.conns)
                 };
                 warn!(error = %e, open = open.count(), "splicer stopped; its connections are closed");
@@ -152,7 +150,7 @@ impl Splicer {
         let mut down = TcpStream::from_std(pair.down);
         let mut up = TcpStream::from_std(pair.up);
         let mut st = lock(&self.inner.state);
-        if self.inner.stopped.load(std::sync::atomic::Ordering::SeqCst) {
+        if st.stopped {
             return Err(io::Error::other("the worker's splicer has stopped"));
         }
         let key = st.conns.vacant_key();

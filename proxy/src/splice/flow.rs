@@ -108,7 +108,9 @@ impl Flow {
                     self.flags |= WAIT_WRITE;
                     return Ok(moved);
                 }
-                spares.recycle(self.held.take());
+                if let Some(done) = self.held.take() {
+                    spares.recycle(*done);
+                }
             }
             if self.flags & EOF != 0 {
                 if self.flags & SHUT == 0 {
@@ -187,7 +189,7 @@ impl Flow {
         let (done, written) = flush(&mut held, to)?;
         self.count(written, moved);
         if done {
-            spares.recycle(Some(Box::new(held)));
+            spares.recycle(held);
         } else {
             self.held = Some(Box::new(held));
             self.flags |= WAIT_WRITE;

@@ -44,12 +44,12 @@ impl Spares {
         }
     }
 
-    pub fn recycle(&mut self, held: Option<Box<Held>>) {
-        match held.map(|h| *h) {
-            Some(Held::Copy { buf, .. }) => self.give_buf(buf),
+    /// Keeps the buffer or pipe of bytes that are all written out.
+    pub fn recycle(&mut self, held: Held) {
+        match held {
+            Held::Copy { buf, .. } => self.give_buf(buf),
             #[cfg(target_os = "linux")]
-            Some(Held::Pipe(p)) => self.give_pipe(p),
-            None => {}
+            Held::Pipe(p) => self.give_pipe(p),
         }
     }
 }
