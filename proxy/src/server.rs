@@ -103,11 +103,16 @@ struct Inner {
     running: Mutex<HashMap<String, Running>>,
     admin_addr: SocketAddr,
     admin_stop: CancellationToken,
-    /// The runtimes that accept and serve connections, one listening socket each per
-    /// listener; empty means the runtime that started the proxy, with one socket.
-    workers: Vec<Handle>,
-    /// One per worker runtime (or one on the starting runtime), same order.
-    splicers: Vec<Splicer>,
+    /// Where connections are accepted and served: one listening socket per listener and
+    /// worker; without worker runtimes, one worker on the runtime that started the proxy.
+    workers: Vec<Worker>,
+}
+
+/// A runtime that accepts and serves connections, and the splicer its connections go to.
+#[derive(Debug)]
+struct Worker {
+    runtime: Handle,
+    splicer: Splicer,
 }
 
 impl Proxy {
@@ -139,20 +144,6 @@ impl Proxy {
         mut registry: Registry,
         workers: Workers,
     ) -> Result<Self, StartError> {
-        let Workers {
-            runtimes: workers,
-            busy_poll,
-        } = workers;
-        let here = Handle::current();
-        let splicers = if workers.is_empty() {
-            std::slice::from_ref(&here)
-        } else {
-            &workers[..]
-        }
-        .iter()
-        .map(|rt| Splicer::start(rt, busy_poll))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(StartError::Splicer)?;
         let loaded = load_proxy_file(path)?;
         let metrics = Arc::new(Metrics::register(&mut registry));
         metrics.set_config_hash(None, &loaded.hash);
@@ -173,7 +164,7 @@ impl Proxy {
             })?;
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
-            let sockets = workers.len().max(1);
+            let sockets = workers.runtimes.len().max(1);
             let listener =
                 listen::bind_group(l.address, sockets).map_err(|source| StartError::Bind {
                     what: format!("listener {:?}", l.name),
@@ -182,6 +173,19 @@ impl Proxy {
                 })?;
             bound.push((l.name.clone(), l.address, listener));
         }
+        // Started once nothing above can fail, so that a bad file leaves no splicer behind.
+        let mut runtimes = workers.runtimes;
+        if runtimes.is_empty() {
+            runtimes.push(Handle::current());
+        }
+        let workers = runtimes
+            .into_iter()
+            .map(|runtime| {
+                let splicer = Splicer::start(&runtime, workers.busy_poll)?;
+                Ok(Worker { runtime, splicer })
+            })
+            .collect::<Result<Vec<_>, std::io::Error>>()
+            .map_err(StartError::Splicer)?;
         let inner = Arc::new(Inner {
             path: path.to_owned(),
             shared: Arc::new(Shared {
@@ -195,7 +199,6 @@ impl Proxy {
             admin_addr,
             admin_stop: CancellationToken::new(),
             workers,
-            splicers,
         });
         let proxy = Proxy { inner };
         {
@@ -228,22 +231,18 @@ impl Proxy {
             .unwrap_or(configured);
         let stop = self.inner.accepting.child_token();
         let pending = Arc::new(Pending::default());
-        let here = Handle::current();
-        for (i, socket) in sockets.into_iter().enumerate() {
-            let runtime = self.inner.workers.get(i).unwrap_or(&here);
-            let Some(splicer) = self.inner.splicers.get(i).or(self.inner.splicers.first()) else {
-                continue;
-            };
+        // bind_group made one socket per worker.
+        for (socket, worker) in sockets.into_iter().zip(&self.inner.workers) {
             let (name, shared) = (name.clone(), self.inner.shared.clone());
             let ctx = Ctx {
                 metrics: shared.metrics.clone(),
                 pending: pending.clone(),
-                splicer: splicer.clone(),
+                splicer: worker.splicer.clone(),
                 tracker: shared.connections.clone(),
             };
             let stop = stop.clone();
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
-            runtime.spawn(async move {
+            worker.runtime.spawn(async move {
                 match tokio::net::TcpListener::from_std(socket) {
                     Ok(l) => listen::accept_loop(l, name, shared, ctx, stop).await,
                     Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),
@@ -321,7 +320,7 @@ impl Proxy {
             {
                 continue;
             }
-            match listen::bind_group(l.address, self.inner.workers.len().max(1)) {
+            match listen::bind_group(l.address, self.inner.workers.len()) {
                 Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),
                 Err(source) => {
                     metrics.reload("bind_error");
