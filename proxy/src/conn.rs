@@ -276,26 +276,25 @@ async fn forward(
     let counters = route.counters(metrics);
     let connect = spec.kind == ListenerKind::HttpConnect;
     // The upstream's first flight: the PROXY header if asked, then the buffered bytes.
-    let send_header = up_spec.policy.send_proxy_protocol;
-    let mut first = Vec::new();
-    if send_header != SendProxyProtocol::None {
-        // The local address costs a system call: asked only when a header needs it.
-        let client = client.unwrap_or_else(|| Addresses {
-            source: peer,
-            destination: down.local_addr().unwrap_or(peer),
-        });
-        match send_header {
-            SendProxyProtocol::V1 => proxy_protocol::encode_v1(&client, &mut first),
-            SendProxyProtocol::V2 => proxy_protocol::encode_v2(&client, &mut first),
-            SendProxyProtocol::None => {}
+    let mut first = match up_spec.policy.send_proxy_protocol {
+        SendProxyProtocol::None => replay,
+        version => {
+            // The local address costs a system call: asked only when a header needs it.
+            let client = client.unwrap_or_else(|| Addresses {
+                source: peer,
+                destination: down.local_addr().unwrap_or(peer),
+            });
+            // 107: the longest v1 line; the v2 headers written here are shorter.
+            let mut head = Vec::with_capacity(107 + replay.len());
+            if version == SendProxyProtocol::V1 {
+                proxy_protocol::encode_v1(&client, &mut head);
+            } else {
+                proxy_protocol::encode_v2(&client, &mut head);
+            }
+            head.extend_from_slice(&replay);
+            head
         }
-    }
-    if first.is_empty() {
-        first = replay;
-    } else {
-        first.extend_from_slice(&replay);
-        drop(replay);
-    }
+    };
     let up = match upstream::connect(up_spec, metrics, &first).await {
         Ok(c) => c,
         Err(e) => {
@@ -314,8 +313,7 @@ async fn forward(
     };
     counters.forwarded.inc();
     counters.bytes_to_upstream.inc_by(up.sent as u64);
-    let rest = first.split_off(up.sent.min(first.len()));
-    drop(first);
+    first.drain(..up.sent.min(first.len()));
     if connect && down.write_all(&http_connect::response(200)).await.is_err() {
         return;
     }
@@ -328,7 +326,7 @@ async fn forward(
     let pair = Pair {
         down,
         up: up.stream,
-        to_up: rest,
+        to_up: first,
         to_up_counter: counters.bytes_to_upstream.clone(),
         to_down_counter: counters.bytes_to_downstream.clone(),
         limits: splice::Limits {
