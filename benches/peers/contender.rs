@@ -324,7 +324,6 @@ impl Running {
         }
     }
 
-    /// Graceful stop, then SIGKILL after three seconds.
     /// Stops (`SIGSTOP`) or resumes (`SIGCONT`) the contender's processes, so that one that
     /// is not being measured takes no CPU from the one that is (HAProxy's `busy-polling`
     /// spins even when idle).
@@ -338,6 +337,7 @@ impl Running {
         }
     }
 
+    /// Graceful stop (resumed first if paused), then SIGKILL after three seconds.
     pub fn stop(&mut self) {
         self.pause(false);
         let Some(mut child) = self.child.take() else {
