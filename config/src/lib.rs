@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 mod allow;
+pub mod cidr;
 mod duration;
 mod error;
 mod fast;
@@ -44,6 +45,7 @@ mod test_rng;
 pub mod tunnel;
 pub mod validate;
 
+pub use cidr::Cidr;
 pub use duration::Duration;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};

@@ -1,7 +1,7 @@
 //! The schema of `isthmus proxy --config FILE`. Every field is documented here and in the
 //! README's configuration reference; the two must stay in step.
 
-use crate::{nullable, Duration};
+use crate::{nullable, Cidr, Duration};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -234,10 +234,33 @@ pub struct ListenerConfig {
     /// balancer; the address it carries is the client's in logs, metrics and headers sent on.
     #[serde(default)]
     pub proxy_protocol: ProxyProtocolMode,
-    /// Most connections of this listener still sending their ClientHello (or request); beyond
-    /// it new connections are closed at once and counted. Default `1024`.
+    /// Most connections of this listener still sending their ClientHello (or request). When
+    /// one more has sent its first bytes, the *oldest* pending connection is closed and counted
+    /// (`evicted`): a flood of slow clients cannot keep a fresh, fast one out. Default `1024`.
     #[serde(default = "defaults::max_pending_hellos")]
     pub max_pending_hellos: usize,
+    /// Most pending connections (as for `max_pending_hellos`) of one source address (an IPv6
+    /// source counts by its /64); when one more comes, that source's oldest pending connection
+    /// is closed (`evicted`). Default `32`.
+    #[serde(default = "defaults::max_pending_hellos_per_source")]
+    pub max_pending_hellos_per_source: usize,
+    /// Most open connections (pending or spliced) of one source address (IPv6: its /64) on
+    /// this listener; beyond it new connections are closed at once and counted
+    /// (`too_many_connections_per_source`). Default: no limit.
+    #[serde(default)]
+    pub max_connections_per_source: Option<usize>,
+    /// Source networks allowed to connect (`10.0.0.0/8`, `2001:db8::/32`, or a bare address).
+    /// Matched against the client address of a PROXY header when one is honoured, else the
+    /// peer's. Others are closed before anything is read and counted (`source_not_allowed`).
+    /// Default: empty, meaning any source.
+    #[serde(default)]
+    pub allowed_sources: Vec<Cidr>,
+    /// Peers (the load balancer) whose PROXY protocol header is honoured. Required (non-empty)
+    /// when `proxy_protocol` is `accept` or `require`, refused otherwise. A header from any
+    /// other peer closes the connection (`untrusted_proxy`); with `require` such a peer is
+    /// closed before anything is read. Default: empty.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Cidr>,
     /// TCP keepalive of accepted (downstream) sockets; `null` turns it off.
     #[serde(
         default = "defaults::keepalive",
@@ -364,6 +387,9 @@ mod defaults {
     }
     pub fn max_pending_hellos() -> usize {
         1024
+    }
+    pub fn max_pending_hellos_per_source() -> usize {
+        32
     }
     pub fn connect_timeout() -> Duration {
         Duration::from_secs(10)

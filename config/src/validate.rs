@@ -109,6 +109,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
                 "must be at least 1".into(),
             ));
         }
+        sources(&mut p, &at, l);
         if !(256..=65536).contains(&l.max_request_bytes) {
             p.push((
                 format!("{at}.max_request_bytes"),
@@ -209,6 +210,35 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         Some(c.resolver.retry_after_failure),
     );
     p
+}
+
+/// The per-source limits, the allow-list and the trusted PROXY peers of one listener.
+fn sources(p: &mut Problems, at: &str, l: &crate::ListenerConfig) {
+    if l.max_pending_hellos_per_source == 0 {
+        p.push((
+            format!("{at}.max_pending_hellos_per_source"),
+            "must be at least 1".into(),
+        ));
+    }
+    if l.max_connections_per_source == Some(0) {
+        p.push((
+            format!("{at}.max_connections_per_source"),
+            "must be at least 1".into(),
+        ));
+    }
+    match (l.proxy_protocol, l.trusted_proxies.is_empty()) {
+        (crate::ProxyProtocolMode::None, false) => p.push((
+            format!("{at}.trusted_proxies"),
+            "only used with proxy_protocol accept or require".into(),
+        )),
+        (crate::ProxyProtocolMode::Accept | crate::ProxyProtocolMode::Require, true) => p.push((
+            format!("{at}.trusted_proxies"),
+            "required with proxy_protocol: the load balancers' addresses (CIDRs) whose PROXY \
+             header is believed; a header from any other peer could claim any client address"
+                .into(),
+        )),
+        _ => {}
+    }
 }
 
 fn kind_name(connect: bool) -> &'static str {

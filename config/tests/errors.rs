@@ -137,6 +137,7 @@ fn policy_fields_parse_with_defaults_nulls_and_precise_errors() {
     kind: http_connect
     route_header: X-Gardener-Destination
     proxy_protocol: accept
+    trusted_proxies: [\"10.0.0.0/8\"]
     tcp_keepalive: null
     routes:
       - { header_value: \"outbound|1194||vpn-seed-server-0.shoot--foo--bar.svc.cluster.local\", upstream: vpn-0 }
@@ -212,4 +213,58 @@ upstreams:
             "p.yaml:7:53: upstreams[0].max_connections: must be at least 1",
         ]
     );
+}
+
+#[test]
+fn source_limits_allow_lists_and_trusted_proxies_are_checked() {
+    let yaml = "\
+listeners:
+  - name: a
+    address: \"0.0.0.0:2380\"
+    allowed_sources: [\"10.0.0.0/8\"]
+    max_pending_hellos_per_source: 0
+    max_connections_per_source: 0
+  - name: b
+    address: \"0.0.0.0:2381\"
+    proxy_protocol: require
+  - name: c
+    address: \"0.0.0.0:2382\"
+    trusted_proxies: [\"192.0.2.0/24\"]
+";
+    let e = errors(yaml);
+    assert_eq!(e.len(), 4, "{e:#?}");
+    let text = e.join("\n");
+    for want in [
+        "listeners[0].max_pending_hellos_per_source: must be at least 1",
+        "listeners[0].max_connections_per_source: must be at least 1",
+        "listeners[1].trusted_proxies: required with proxy_protocol",
+        "listeners[2].trusted_proxies: only used with proxy_protocol",
+    ] {
+        assert!(text.contains(want), "missing {want:?} in {text}");
+    }
+    let bad_cidr =
+        "listeners: [{ name: a, address: \"0.0.0.0:1\", allowed_sources: [\"10.1.2.3/8\"] }]";
+    assert_eq!(
+        errors(bad_cidr),
+        vec!["p.yaml:1:64: listeners[0].allowed_sources[0]: invalid CIDR \"10.1.2.3/8\": host bits are set (write the network address)"]
+    );
+    let ok = "\
+listeners:
+  - name: a
+    address: \"[::]:2380\"
+    allowed_sources: [\"10.0.0.0/8\", \"2001:db8::/32\", \"192.0.2.7\"]
+    proxy_protocol: accept
+    trusted_proxies: [\"10.250.0.0/16\"]
+    max_pending_hellos_per_source: 4
+    max_connections_per_source: 100
+";
+    let c: ProxyConfig = parse_proxy("p.yaml", ok).unwrap();
+    let l = &c.listeners[0];
+    assert_eq!(l.allowed_sources.len(), 3);
+    assert_eq!(l.allowed_sources[2].to_string(), "192.0.2.7/32");
+    assert_eq!(l.max_connections_per_source, Some(100));
+    let defaults: ProxyConfig =
+        parse_proxy("p.yaml", "listeners: [{ name: a, address: \"0.0.0.0:1\" }]").unwrap();
+    assert_eq!(defaults.listeners[0].max_pending_hellos_per_source, 32);
+    assert_eq!(defaults.listeners[0].max_connections_per_source, None);
 }

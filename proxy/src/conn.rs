@@ -8,12 +8,12 @@ use crate::http_connect;
 use crate::metrics::Metrics;
 use crate::proxy_protocol::{self, Addresses, Header};
 use crate::snapshot::{ListenerSpec, Route};
+use crate::sources::{SourceGuard, Sources};
 use crate::splice::{self, Keep, Pair, Splicer};
 use crate::upstream::{self, Failure};
-use isthmus_config::{ListenerKind, ProxyProtocolMode, SendProxyProtocol};
+use isthmus_config::{Cidr, ListenerKind, ProxyProtocolMode, SendProxyProtocol};
 use prometheus_client::metrics::gauge::Gauge;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -21,21 +21,28 @@ use tokio::time::Instant;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, debug_span, field, warn, Instrument};
 
-/// Counts one open connection in `isthmus_proxy_active_connections{listener}` from creation
-/// until dropped, whether by the intake task or, once spliced, by the splicer.
+/// Counts one open connection in `isthmus_proxy_active_connections{listener}` (and, once its
+/// source is known, in that source's count) from creation until dropped, whether by the
+/// intake task or, once spliced, by the splicer.
 #[derive(Debug)]
-pub struct ActiveGuard(Gauge);
+pub struct ActiveGuard {
+    gauge: Gauge,
+    pub(crate) source: Option<SourceGuard>,
+}
 
 impl ActiveGuard {
     pub fn new(gauge: Gauge) -> Self {
         gauge.inc();
-        ActiveGuard(gauge)
+        ActiveGuard {
+            gauge,
+            source: None,
+        }
     }
 }
 
 impl Drop for ActiveGuard {
     fn drop(&mut self) {
-        self.0.dec();
+        self.gauge.dec();
     }
 }
 
@@ -43,23 +50,19 @@ impl Drop for ActiveGuard {
 #[derive(Debug, Clone)]
 pub struct Ctx {
     pub metrics: Arc<Metrics>,
-    pub pending: Arc<Pending>,
+    /// Per-source counts and the pending slots of the listener (all its accept loops).
+    pub sources: Arc<Sources>,
     /// The splicer of the runtime this accept loop runs on.
     pub splicer: Splicer,
     /// Counts intake tasks and spliced connections, for the drain and the global cap.
     pub tracker: TaskTracker,
 }
 
-/// Counts a listener's connections that have not finished their hello/request yet.
-#[derive(Debug, Default)]
-pub struct Pending(AtomicUsize);
+struct PendingGauge<'a>(&'a ListenerSpec);
 
-struct PendingGuard<'a>(&'a Pending, &'a ListenerSpec);
-
-impl Drop for PendingGuard<'_> {
+impl Drop for PendingGauge<'_> {
     fn drop(&mut self) {
-        self.0 .0.fetch_sub(1, Ordering::Relaxed);
-        self.1.pending.dec();
+        self.0.pending.dec();
     }
 }
 
@@ -102,23 +105,64 @@ struct Intake {
 
 // TCP_NODELAY and keepalive come with the accepted socket: they are set on the listening
 // socket (Linux passes them on), which saves five system calls per connection.
+//
+// Admission, in order: a PROXY header from a trusted peer (outside the pending slots: only
+// the load balancer gets there, and it sends the header with its first bytes), the source's
+// allow-list and connection cap, then a pending slot for the hello (the oldest pending
+// connection of the source, or of the listener, is evicted to make room).
 async fn serve(
     mut down: TcpStream,
     peer: SocketAddr,
     spec: &ListenerSpec,
     ctx: &Ctx,
-    active: ActiveGuard,
+    mut active: ActiveGuard,
 ) {
-    let (metrics, pending) = (&*ctx.metrics, &*ctx.pending);
-    let intake = {
-        if pending.0.fetch_add(1, Ordering::Relaxed) >= spec.max_pending {
-            pending.0.fetch_sub(1, Ordering::Relaxed);
-            return reject(down, spec, metrics, Reject::TooManyPending).await;
+    let metrics = &*ctx.metrics;
+    let deadline = Instant::now() + spec.hello_timeout;
+    let mut buf = Vec::new();
+    let mut client = None;
+    let trusted = spec.proxy_protocol != ProxyProtocolMode::None
+        && Cidr::any_contains(&spec.trusted_proxies, peer.ip());
+    if trusted {
+        let cap = intake_cap(spec);
+        let header = read_proxy_header(&mut down, &mut buf, spec.proxy_protocol, cap);
+        match tokio::time::timeout_at(deadline, header).await {
+            Ok(Ok(Some(Header::Proxied(a)))) => {
+                tracing::Span::current().record("client", field::display(a.source));
+                client = Some(a);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(r)) => return reject(down, spec, metrics, r).await,
+            Err(_) => return reject(down, spec, metrics, Reject::Timeout).await,
         }
+    } else if spec.proxy_protocol == ProxyProtocolMode::Require {
+        return reject(down, spec, metrics, Reject::UntrustedProxy).await;
+    }
+    let source = client.map_or(peer.ip(), |a| a.source.ip());
+    if !spec.allowed_sources.is_empty() && !Cidr::any_contains(&spec.allowed_sources, source) {
+        return reject(down, spec, metrics, Reject::SourceNotAllowed).await;
+    }
+    match ctx.sources.open(source, spec.max_connections_per_source) {
+        Some(g) => active.set_source(g),
+        None => return reject(down, spec, metrics, Reject::TooManyConnectionsPerSource).await,
+    }
+    let intake = {
+        let (_slot, evicted) =
+            ctx.sources
+                .wait(source, spec.max_pending_per_source, spec.max_pending);
         spec.pending.inc();
-        let _guard = PendingGuard(pending, spec);
-        let deadline = Instant::now() + spec.hello_timeout;
-        match tokio::time::timeout_at(deadline, intake(&mut down, spec)).await {
+        let _gauge = PendingGauge(spec);
+        // An untrusted peer's PROXY header is looked for only to refuse it.
+        let untrusted_header = !trusted && spec.proxy_protocol == ProxyProtocolMode::Accept;
+        let reading = tokio::time::timeout_at(
+            deadline,
+            intake(&mut down, spec, buf, client, untrusted_header),
+        );
+        let result = tokio::select! {
+            r = reading => r,
+            Ok(()) = evicted => Ok(Err(IntakeError::Reject(Reject::Evicted))),
+        };
+        match result {
             Ok(Ok(i)) => i,
             Ok(Err(IntakeError::Reject(r))) => return reject(down, spec, metrics, r).await,
             Ok(Err(IntakeError::Http(status, reason))) => {
@@ -144,22 +188,29 @@ impl From<Reject> for IntakeError {
     }
 }
 
-async fn intake(down: &mut TcpStream, spec: &ListenerSpec) -> Result<Intake, IntakeError> {
-    let span = tracing::Span::current();
-    let mut buf = Vec::new();
-    let mut client = None;
-    let cap = match spec.kind {
+fn intake_cap(spec: &ListenerSpec) -> usize {
+    match spec.kind {
         ListenerKind::TlsPassthrough => spec.max_hello_bytes,
         ListenerKind::HttpConnect => spec.max_request_bytes,
-    };
-    if spec.proxy_protocol != ProxyProtocolMode::None {
-        if let Some(Header::Proxied(a)) =
-            read_proxy_header(down, &mut buf, spec.proxy_protocol, cap).await?
-        {
-            span.record("client", field::display(a.source));
-            client = Some(a);
-        }
     }
+}
+
+async fn intake(
+    down: &mut TcpStream,
+    spec: &ListenerSpec,
+    mut buf: Vec<u8>,
+    client: Option<Addresses>,
+    untrusted_header: bool,
+) -> Result<Intake, IntakeError> {
+    let span = tracing::Span::current();
+    if untrusted_header
+        && read_proxy_header(down, &mut buf, spec.proxy_protocol, intake_cap(spec))
+            .await?
+            .is_some()
+    {
+        return Err(Reject::UntrustedProxy.into());
+    }
+    let cap = intake_cap(spec);
     let route = match spec.kind {
         ListenerKind::TlsPassthrough => {
             let sni = hello::read_client_hello(down, &mut buf, cap).await?;
@@ -363,7 +414,7 @@ async fn reject(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics, rea
 fn http_status(reason: Reject) -> Option<u16> {
     match reason {
         Reject::Timeout => Some(408),
-        Reject::TooManyPending | Reject::TooManyConnections => Some(503),
+        Reject::TooManyConnections | Reject::TooManyConnectionsPerSource => Some(503),
         Reject::ProxyProtocol => Some(400),
         Reject::TooLarge => Some(431),
         _ => None,
@@ -391,7 +442,7 @@ mod tests {
         let stream = TcpStream::connect(addr).await.unwrap();
         let ctx = Ctx {
             metrics,
-            pending: Arc::default(),
+            sources: Arc::default(),
             splicer: Splicer::start(&tokio::runtime::Handle::current(), Default::default())
                 .unwrap(),
             tracker: TaskTracker::new(),

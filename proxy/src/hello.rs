@@ -18,10 +18,16 @@ pub enum Reject {
     ClientClosed,
     /// A missing (with `require`) or invalid PROXY protocol header.
     ProxyProtocol,
-    /// The listener has `max_pending_hellos` connections still sending their hello.
-    TooManyPending,
     /// The proxy has `max_connections` connections open.
     TooManyConnections,
+    /// The source is not in the listener's `allowed_sources`.
+    SourceNotAllowed,
+    /// A PROXY header from a peer outside `trusted_proxies` (or none possible: `require`).
+    UntrustedProxy,
+    /// The source has `max_connections_per_source` connections open on the listener.
+    TooManyConnectionsPerSource,
+    /// A younger connection took this one's pending slot (`max_pending_hellos[_per_source]`).
+    Evicted,
 }
 
 impl Reject {
@@ -36,8 +42,11 @@ impl Reject {
             Reject::Timeout => "timeout",
             Reject::ClientClosed => "client_closed",
             Reject::ProxyProtocol => "proxy_protocol",
-            Reject::TooManyPending => "too_many_pending",
             Reject::TooManyConnections => "too_many_connections",
+            Reject::SourceNotAllowed => "source_not_allowed",
+            Reject::UntrustedProxy => "untrusted_proxy",
+            Reject::TooManyConnectionsPerSource => "too_many_connections_per_source",
+            Reject::Evicted => "evicted",
         }
     }
 
@@ -52,8 +61,11 @@ impl Reject {
             | Reject::Timeout
             | Reject::ClientClosed
             | Reject::ProxyProtocol
-            | Reject::TooManyPending
-            | Reject::TooManyConnections => None,
+            | Reject::TooManyConnections
+            | Reject::SourceNotAllowed
+            | Reject::UntrustedProxy
+            | Reject::TooManyConnectionsPerSource
+            | Reject::Evicted => None,
         }
     }
 }

@@ -27,6 +27,7 @@ pub mod proxy_protocol;
 pub mod routes;
 mod server;
 mod snapshot;
+mod sources;
 mod splice;
 mod upstream;
 #[cfg(target_os = "linux")]

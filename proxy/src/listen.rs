@@ -25,14 +25,48 @@ pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
 /// runtime: the kernel spreads new connections over them, so each connection is accepted and
 /// served by one thread with no hand-off between workers. The first socket takes `addr` (port
 /// 0 picks a free port); the others join it on the port it got.
-pub fn bind_group(addr: SocketAddr, n: usize) -> io::Result<Vec<std::net::TcpListener>> {
+///
+/// `defer` sets `TCP_DEFER_ACCEPT`: a connection is accepted only once its first bytes have
+/// arrived (or after about `defer`, when the kernel gives up waiting), so clients that connect
+/// and send nothing sit in the kernel's SYN queue instead of taking pending-hello slots.
+/// Every protocol a listener speaks (TLS, HTTP CONNECT, PROXY) has the client speak first.
+pub fn bind_group(
+    addr: SocketAddr,
+    n: usize,
+    defer: Duration,
+) -> io::Result<Vec<std::net::TcpListener>> {
     let first = bind_std(addr)?;
     let bound = first.local_addr()?;
     let mut group = vec![first];
     for _ in 1..n {
         group.push(bind_std(bound)?);
     }
+    for socket in &group {
+        set_defer_accept(socket, defer)?;
+    }
     Ok(group)
+}
+
+/// `TCP_DEFER_ACCEPT` with `defer` rounded up to whole seconds (at least one).
+#[allow(unsafe_code)]
+fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, defer: Duration) -> io::Result<()> {
+    let secs = libc::c_int::try_from(defer.as_secs().saturating_add(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a valid descriptor, and a pointer to a c_int that lives across the call, with
+    // its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&secs).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// A non-blocking listening socket not yet registered with any runtime, so that it can be
@@ -94,8 +128,9 @@ impl Shared {
 
 /// Accepts until `stop` fires. Each connection is handled with the listener's spec from the
 /// snapshot current at accept time, in a task of the runtime this loop runs on, and then
-/// spliced by that runtime's splicer (`ctx`). `ctx.pending` is shared by every accept loop of
-/// the listener, so that `max_pending_hellos` caps the listener, not each of its sockets.
+/// spliced by that runtime's splicer (`ctx`). `ctx.sources` is shared by every accept loop of
+/// the listener, so that `max_pending_hellos` and the per-source caps hold for the listener,
+/// not for each of its sockets.
 pub async fn accept_loop(
     listener: TcpListener,
     name: String,

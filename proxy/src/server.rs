@@ -1,11 +1,12 @@
 //! The running proxy: start from a file, reload it, drain and stop.
 
 use crate::admin::{self, AdminState};
-use crate::conn::{Ctx, Pending};
+use crate::conn::Ctx;
 use crate::dns::{Dns, DnsError};
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
+use crate::sources::Sources;
 use crate::splice::Splicer;
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
@@ -165,8 +166,8 @@ impl Proxy {
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
             let sockets = workers.runtimes.len().max(1);
-            let listener =
-                listen::bind_group(l.address, sockets).map_err(|source| StartError::Bind {
+            let listener = listen::bind_group(l.address, sockets, l.client_hello_timeout.get())
+                .map_err(|source| StartError::Bind {
                     what: format!("listener {:?}", l.name),
                     address: l.address,
                     source,
@@ -230,13 +231,13 @@ impl Proxy {
             .and_then(|l| l.local_addr().ok())
             .unwrap_or(configured);
         let stop = self.inner.accepting.child_token();
-        let pending = Arc::new(Pending::default());
+        let sources = Arc::new(Sources::default());
         // bind_group made one socket per worker.
         for (socket, worker) in sockets.into_iter().zip(&self.inner.workers) {
             let (name, shared) = (name.clone(), self.inner.shared.clone());
             let ctx = Ctx {
                 metrics: shared.metrics.clone(),
-                pending: pending.clone(),
+                sources: sources.clone(),
                 splicer: worker.splicer.clone(),
                 tracker: shared.connections.clone(),
             };
@@ -320,7 +321,11 @@ impl Proxy {
             {
                 continue;
             }
-            match listen::bind_group(l.address, self.inner.workers.len()) {
+            match listen::bind_group(
+                l.address,
+                self.inner.workers.len(),
+                l.client_hello_timeout.get(),
+            ) {
                 Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),
                 Err(source) => {
                     metrics.reload("bind_error");

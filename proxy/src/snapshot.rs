@@ -9,7 +9,7 @@ use crate::pool::{Endpoint, Pool, Target};
 use crate::routes::{HeaderTable, RouteTable};
 use isthmus_config::validate::normalize_sni_pattern;
 use isthmus_config::{
-    KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode, UpstreamConfig,
+    Cidr, KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode, UpstreamConfig,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -42,6 +42,11 @@ pub struct ListenerSpec {
     pub route_header: String,
     pub max_request_bytes: usize,
     pub max_pending: usize,
+    pub max_pending_per_source: usize,
+    pub max_connections_per_source: Option<usize>,
+    /// Empty: any source.
+    pub allowed_sources: Vec<Cidr>,
+    pub trusted_proxies: Vec<Cidr>,
     pub keepalive: Option<KeepaliveConfig>,
     pub header_routes: HeaderTable<Arc<Route>>,
     pub hello_timeout: Duration,
@@ -207,6 +212,10 @@ fn compile_listener(
         route_header: l.route_header.clone().unwrap_or_default(),
         max_request_bytes: l.max_request_bytes,
         max_pending: l.max_pending_hellos,
+        max_pending_per_source: l.max_pending_hellos_per_source,
+        max_connections_per_source: l.max_connections_per_source,
+        allowed_sources: l.allowed_sources.clone(),
+        trusted_proxies: l.trusted_proxies.clone(),
         keepalive: l.tcp_keepalive,
         header_routes,
         hello_timeout: l.client_hello_timeout.get(),

@@ -283,16 +283,18 @@ async fn pending_hello_cap_and_global_connection_cap_close_the_excess() {
     let up = RawUpstream::start("a").await;
     let f = Fixture::start(&yaml("    max_pending_hellos: 2\n", "", &[up.addr])).await;
     let addr = f.addr("l").await;
-    let _slow1 = TcpStream::connect(addr).await.unwrap();
-    let _slow2 = TcpStream::connect(addr).await.unwrap();
+    // Stalled after one byte (a socket that sent nothing is not even accepted).
+    let (_, mut slow1) = send_raw(addr, &[22], 1).await;
+    let (_, _slow2) = send_raw(addr, &[22], 1).await;
     f.wait_metric(&series("pending_hellos", "listener=\"l\""), 2.0)
         .await;
-    let mut third = TcpStream::connect(addr).await.unwrap();
-    assert_eq!(read_to_close(&mut third).await, b"");
+    // A third takes the slot of the oldest.
+    let (_, _third) = send_raw(addr, &[22], 1).await;
+    assert_eq!(read_to_close(&mut slow1).await, b"");
     f.wait_metric(
         &series(
             "hello_rejections_total",
-            "listener=\"l\",reason=\"too_many_pending\"",
+            "listener=\"l\",reason=\"evicted\"",
         ),
         1.0,
     )

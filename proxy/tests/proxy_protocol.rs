@@ -36,6 +36,7 @@ async fn fixture(mode: &str, send: &str, up: &RawUpstream) -> Fixture {
   - name: l
     address: \"127.0.0.1:0\"
     proxy_protocol: {mode}
+    trusted_proxies: [\"127.0.0.1\"]
     routes: [ {{ sni: \"pp.example.com\", upstream: u }} ]
 upstreams:
   - {{ name: u, endpoints: [\"{}\"], send_proxy_protocol: {send} }}

@@ -209,3 +209,30 @@ pub async fn read_to_close(s: &mut TcpStream) -> Vec<u8> {
         }
     }
 }
+
+/// Connects to `addr` from `from` (any 127.0.0.0/8 address works on Linux loopback), so that
+/// tests can play several sources.
+pub async fn connect_from(from: &str, addr: SocketAddr) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(SocketAddr::new(from.parse().unwrap(), 0))
+        .unwrap();
+    let s = socket.connect(addr).await.unwrap();
+    s.set_nodelay(true).unwrap();
+    s
+}
+
+/// Sends `bytes` from `from` and returns the stream and what the upstream answered first
+/// (empty when the proxy closed the connection instead of routing it).
+pub async fn try_route(from: &str, addr: SocketAddr, bytes: &[u8]) -> (TcpStream, Vec<u8>) {
+    let mut s = connect_from(from, addr).await;
+    s.write_all(bytes).await.unwrap();
+    let mut buf = vec![0u8; bytes.len() + 64];
+    let n = match tokio::time::timeout(WAIT, s.read(&mut buf)).await {
+        Ok(Ok(n)) => n,
+        Ok(Err(_)) => 0,
+        Err(_) => panic!("neither routed nor closed within {WAIT:?}"),
+    };
+    buf.truncate(n);
+    (s, buf)
+}
