@@ -50,7 +50,7 @@ pub use duration::Duration;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
 pub use proxy::{
-    AdminConfig, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing, OutlierDetection,
+    AdminConfig, HttpLimits, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing, OutlierDetection,
     ProxyConfig, ProxyProtocolMode, ResolverConfig, RouteConfig, SendProxyProtocol, UpstreamConfig,
 };
 pub use tunnel::{

@@ -187,13 +187,73 @@ impl Default for OutlierDetection {
 pub struct AdminConfig {
     /// Address to serve admin HTTP on. Default `127.0.0.1:9901`. Changing it needs a restart.
     pub address: SocketAddr,
+    /// Limits of the admin HTTP server. Changing them needs a restart.
+    #[serde(default)]
+    pub limits: HttpLimits,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             address: SocketAddr::from(([127, 0, 0, 1], 9901)),
+            limits: HttpLimits::default(),
         }
+    }
+}
+
+/// Limits of an HTTP/1 server (every admin endpoint, the tunnel's CONNECT front), so that no
+/// client can hold it or its memory: at most `max_connections` connections of at most
+/// `max_header_bytes` of buffered request head each (about 24 KiB per connection with hyper's
+/// buffers: 6 MiB at the defaults), none waiting longer than `header_read_timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpLimits {
+    /// Time a client has to send a complete request head (after the TLS handshake, if any);
+    /// then the connection is closed. Also bounds an idle keep-alive connection and a TLS
+    /// handshake. Default `10s`.
+    #[serde(default = "defaults::header_read_timeout")]
+    pub header_read_timeout: Duration,
+    /// Most bytes of a request head (request line and headers); a larger head gets `431` and
+    /// the connection is closed. Default `16384`; allowed 8192 to 1048576.
+    #[serde(default = "defaults::max_header_bytes")]
+    pub max_header_bytes: usize,
+    /// Most connections at once. When one more arrives, the *oldest* open connection is
+    /// closed, so that a probe always gets in: slow clients cannot keep `/readyz` from
+    /// answering. Default `256`.
+    #[serde(default = "defaults::http_max_connections")]
+    pub max_connections: usize,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            header_read_timeout: defaults::header_read_timeout(),
+            max_header_bytes: defaults::max_header_bytes(),
+            max_connections: defaults::http_max_connections(),
+        }
+    }
+}
+
+impl HttpLimits {
+    /// Every problem of these limits, as `(field, message)` relative to `at`.
+    pub fn problems(&self, at: &str) -> Vec<(String, String)> {
+        let mut p = Vec::new();
+        if self.header_read_timeout.get().is_zero() {
+            p.push((
+                format!("{at}.header_read_timeout"),
+                "must be more than 0s".into(),
+            ));
+        }
+        if !(8192..=1 << 20).contains(&self.max_header_bytes) {
+            p.push((
+                format!("{at}.max_header_bytes"),
+                format!("{} is outside 8192..=1048576", self.max_header_bytes),
+            ));
+        }
+        if self.max_connections == 0 {
+            p.push((format!("{at}.max_connections"), "must be at least 1".into()));
+        }
+        p
     }
 }
 
@@ -340,6 +400,15 @@ pub struct UpstreamConfig {
 
 mod defaults {
     use crate::Duration;
+    pub fn header_read_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn max_header_bytes() -> usize {
+        16 * 1024
+    }
+    pub fn http_max_connections() -> usize {
+        256
+    }
     pub fn drain_delay() -> Duration {
         Duration::from_secs(5)
     }

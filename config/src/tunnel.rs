@@ -332,11 +332,13 @@ mod defaults {
     pub fn server_admin() -> AdminConfig {
         AdminConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 9902)),
+            limits: Default::default(),
         }
     }
     pub fn agent_admin() -> AdminConfig {
         AdminConfig {
             address: SocketAddr::from(([127, 0, 0, 1], 9903)),
+            limits: Default::default(),
         }
     }
     pub fn connect_timeout() -> Duration {

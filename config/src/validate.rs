@@ -192,6 +192,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     if c.drain_timeout.get().is_zero() {
         p.push(("drain_timeout".into(), "must be more than 0s".into()));
     }
+    p.extend(c.admin.limits.problems("admin.limits"));
     if c.max_connections == 0 {
         p.push(("max_connections".into(), "must be at least 1".into()));
     }

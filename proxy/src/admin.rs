@@ -1,15 +1,14 @@
 //! Admin HTTP: `/metrics`, `/healthz`, `/readyz`, `/config`.
 
+use crate::http1::{self, Gate};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tracing::debug;
 
 /// What the admin endpoint reports; implemented by the proxy (and reusable by other
 /// components that serve the same endpoints).
@@ -20,38 +19,22 @@ pub trait AdminState: Send + Sync + 'static {
     fn config_json(&self) -> serde_json::Value;
 }
 
-/// Serves admin HTTP on `listener` until `stop` fires.
+/// Serves admin HTTP on `listener` until `stop` fires, under the limits of `gate`.
 pub async fn serve(
     listener: TcpListener,
     state: Arc<dyn AdminState>,
     registry: Arc<Registry>,
+    gate: Arc<Gate>,
     stop: CancellationToken,
 ) {
-    loop {
-        let (sock, _) = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok(a) => a,
-                Err(_) => {
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
+    let make = move || {
         let (state, registry) = (state.clone(), registry.clone());
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let response = route(&req, state.as_ref(), &registry);
-                async move { Ok::<_, std::convert::Infallible>(response) }
-            });
-            if let Err(e) = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(sock), service)
-                .await
-            {
-                debug!(error = %e, "admin connection");
-            }
-        });
-    }
+        hyper::service::service_fn(move |req| {
+            let response = route(&req, state.as_ref(), &registry);
+            async move { Ok::<_, std::convert::Infallible>(response) }
+        })
+    };
+    http1::serve(listener, gate, make, stop).await;
 }
 
 fn route(

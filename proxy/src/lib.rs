@@ -19,6 +19,7 @@ pub mod client_hello;
 mod conn;
 mod dns;
 mod hello;
+pub mod http1;
 pub mod http_connect;
 mod listen;
 pub mod metrics;

@@ -3,6 +3,7 @@
 use crate::admin::{self, AdminState};
 use crate::conn::Ctx;
 use crate::dns::{Dns, DnsError};
+use crate::http1::Gate;
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
@@ -149,6 +150,12 @@ impl Proxy {
         let metrics = Arc::new(Metrics::register(&mut registry));
         metrics.set_config_hash(None, &loaded.hash);
         let admin_address = loaded.config.admin.address;
+        let admin_gate = Gate::new(loaded.config.admin.limits);
+        registry.register(
+            "isthmus_proxy_admin_evicted_connections",
+            "Admin connections closed to make room for a newer one (admin.limits.max_connections)",
+            admin_gate.evicted(),
+        );
         let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
         let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
         let admin_listener = listen::bind(admin_address).map_err(|source| StartError::Bind {
@@ -213,6 +220,7 @@ impl Proxy {
             admin_listener,
             Arc::new(proxy.clone()),
             Arc::new(registry),
+            admin_gate,
             proxy.inner.admin_stop.clone(),
         ));
         tokio::spawn(watch(proxy.clone()));

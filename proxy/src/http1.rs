@@ -1,0 +1,193 @@
+//! HTTP/1 servers that no client can hold: the limits of [`HttpLimits`] applied the same way
+//! by every isthmus HTTP endpoint (the proxy's and the tunnel's admin, the tunnel's CONNECT
+//! front; the controller's metrics server can use it too).
+//!
+//! - a request head must arrive within `header_read_timeout` (hyper's header timer; also
+//!   closes idle keep-alive connections), and may not exceed `max_header_bytes` (`431`);
+//! - at most `max_connections` connections: one more closes the *oldest*, so a fresh probe
+//!   (`/readyz` from the kubelet) always gets in however many slow clients are connected.
+//!
+//! Memory is bounded by `max_connections` × (`max_header_bytes` + hyper's write buffer and
+//! task, ~8 KiB): about 6 MiB at the defaults.
+
+use hyper::body::{Body, Incoming};
+use hyper::service::Service;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use isthmus_config::HttpLimits;
+use prometheus_client::metrics::counter::Counter;
+use std::collections::BTreeMap;
+use std::error::Error as StdError;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+/// hyper's smallest allowed read buffer.
+const MIN_BUF: usize = 8192;
+
+/// The connection slots of one HTTP server and the hyper settings of its limits.
+#[derive(Debug)]
+pub struct Gate {
+    limits: HttpLimits,
+    slots: Mutex<Slots>,
+    evicted: Counter,
+}
+
+#[derive(Debug, Default)]
+struct Slots {
+    next: u64,
+    /// Open connections, oldest first.
+    open: BTreeMap<u64, oneshot::Sender<()>>,
+}
+
+/// One admitted connection; dropping it frees its slot.
+#[derive(Debug)]
+pub struct Admission {
+    gate: Arc<Gate>,
+    seq: u64,
+    evicted: oneshot::Receiver<()>,
+}
+
+impl Gate {
+    /// A gate for one server.
+    pub fn new(limits: HttpLimits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            slots: Mutex::default(),
+            evicted: Counter::default(),
+        })
+    }
+
+    /// The limits this gate applies.
+    pub fn limits(&self) -> &HttpLimits {
+        &self.limits
+    }
+
+    /// Counts connections closed to make room for a newer one (register it to export it).
+    pub fn evicted(&self) -> Counter {
+        self.evicted.clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        // Each update is complete before the lock is released.
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> usize {
+        self.lock().open.len()
+    }
+
+    /// A hyper HTTP/1 builder with the header timeout and the head size cap.
+    pub fn builder(&self) -> hyper::server::conn::http1::Builder {
+        let mut b = hyper::server::conn::http1::Builder::new();
+        b.timer(TokioTimer::new())
+            .header_read_timeout(self.limits.header_read_timeout.get())
+            .max_buf_size(self.limits.max_header_bytes.max(MIN_BUF))
+            .max_headers(64);
+        b
+    }
+
+    /// Takes a slot, closing the oldest connection when all are taken.
+    pub fn admit(self: &Arc<Self>) -> Admission {
+        let (tx, rx) = oneshot::channel();
+        let mut slots = self.lock();
+        if slots.open.len() >= self.limits.max_connections.max(1) {
+            if let Some((_, oldest)) = slots.open.pop_first() {
+                let _ = oldest.send(());
+                self.evicted.inc();
+            }
+        }
+        let seq = slots.next;
+        slots.next += 1;
+        slots.open.insert(seq, tx);
+        drop(slots);
+        Admission {
+            gate: self.clone(),
+            seq,
+            evicted: rx,
+        }
+    }
+}
+
+impl Admission {
+    /// Runs `work` (the connection) until it ends, or until this connection is evicted
+    /// (then `None`: `work` is dropped, which closes the connection).
+    pub async fn run<F: Future>(mut self, work: F) -> Option<F::Output> {
+        tokio::select! {
+            r = work => Some(r),
+            Ok(()) = &mut self.evicted => None,
+        }
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.gate.lock().open.remove(&self.seq);
+    }
+}
+
+/// Serves HTTP/1 on `listener` until `stop` fires: every connection gets a slot of `gate`
+/// and a service from `make`. Accept errors (EMFILE) back off instead of spinning.
+pub async fn serve<M, S, B>(
+    listener: TcpListener,
+    gate: Arc<Gate>,
+    make: M,
+    stop: CancellationToken,
+) where
+    M: Fn() -> S,
+    S: Service<Request<Incoming>, Response = Response<B>> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    loop {
+        let sock = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    debug!(error = %e, "HTTP accept failed, backing off");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let admission = gate.admit();
+        let connection = gate.builder().serve_connection(TokioIo::new(sock), make());
+        tokio::spawn(async move {
+            if let Some(Err(e)) = admission.run(connection).await {
+                debug!(error = %e, "HTTP connection");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_connection_makes_room() {
+        let gate = Gate::new(HttpLimits {
+            max_connections: 2,
+            ..HttpLimits::default()
+        });
+        let mut a = gate.admit();
+        let mut b = gate.admit();
+        let c = gate.admit();
+        assert!(a.evicted.try_recv().is_ok());
+        assert!(b.evicted.try_recv().is_err());
+        drop(a);
+        assert_eq!(gate.open(), 2);
+        assert_eq!(gate.evicted().get(), 1);
+        drop((b, c));
+        assert_eq!(gate.open(), 0);
+    }
+}
