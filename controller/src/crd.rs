@@ -20,6 +20,20 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Ready","type":"boolean","jsonPath":".status.stepReady"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.role == 'destination' || !has(self.destination)",
+        "message": "spec.destination is for role destination only"
+    },
+    {
+        "rule": "self.role == 'source' || has(self.destination)",
+        "message": "role destination needs spec.destination"
+    },
+    {
+        "rule": "!has(self.overrideDefaultUrl) || !self.overrideDefaultUrl || self.druidApi == 'AdditionalAdvertisedUrls'",
+        "message": "overrideDefaultUrl exists only in the additionalAdvertisedURLs API (druidApi: AdditionalAdvertisedUrls)"
+    }
+]))]
 pub struct EtcdMigrationSpec {
     /// Which side of the migration this seed is.
     pub role: Role,
@@ -28,10 +42,16 @@ pub struct EtcdMigrationSpec {
     pub step: Step,
     /// Name of the `Etcd` resource in this namespace (source: the running one; destination:
     /// the one that joins). Member pods are named `<etcdName>-<index>`.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 50))]
     pub etcd_name: String,
     /// This seed's name; part of every exposed DNS name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
     pub seed_name: String,
     /// The internal domain; exposed names are `<pod>.<namespace>.<seedName>.<internalDomain>`.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(min = 1, max = 200)
+    )]
     pub internal_domain: String,
     /// Number of members exposed on this seed (indices `0..members`), 1 to 10. Default 3.
     #[serde(default = "default_members")]
@@ -53,6 +73,39 @@ pub struct EtcdMigrationSpec {
     /// Which etcd-druid API generation to write.
     #[serde(default)]
     pub druid_api: DruidApi,
+    /// `additionalAdvertisedURLs` generation only: advertise the exposed URLs *instead of* the
+    /// in-cluster ones (`overrideDefaultURL`). Needed when source and destination share the
+    /// `Etcd` name (Gardener: always `etcd-main`), since then the in-cluster peer names of
+    /// both seeds are spelled alike and resolve to different pods in each seed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub override_default_url: bool,
+    /// How the controller reaches etcd's own member API (member list, leader, learner
+    /// removal) through the client exposure.
+    #[serde(default)]
+    pub etcd_client: EtcdClientSpec,
+}
+
+/// etcd's client API as the controller uses it: TLS material from a Secret in the migration's
+/// namespace (`ca.crt`, `tls.crt`, `tls.key`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdClientSpec {
+    /// The Secret's name. Default `etcd-client-tls` (the name `deploy/`'s RBAC grants).
+    #[serde(default = "default_client_secret")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"), length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+fn default_client_secret() -> String {
+    "etcd-client-tls".into()
+}
+
+impl Default for EtcdClientSpec {
+    fn default() -> Self {
+        Self {
+            secret_name: default_client_secret(),
+        }
+    }
 }
 
 fn default_members() -> u8 {
@@ -124,8 +177,10 @@ pub struct ObjectRef {
 }]))]
 pub struct PortScheme {
     /// First peer port (member 0). Default 2380.
+    #[schemars(range(min = 1024, max = 65000))]
     pub peer_base: u16,
     /// Client port of member 0; member `i` uses `clientBase - i`. Default 2379.
+    #[schemars(range(min = 1034, max = 65000))]
     pub client_base: u16,
 }
 
@@ -150,15 +205,52 @@ impl PortScheme {
 }
 
 /// Destination settings.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct DestinationSpec {
     /// etcd-druid `spec.memberNamePrefix` of the destination: member `i` is
     /// `<prefix>-<etcdName>-<i>`, so it cannot clash with the source member of the same pod name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
     pub member_name_prefix: String,
     /// The source members to join: copied from the source's `status.exposedMembers` (their
     /// client URLs become `bootstrapWithExistingCluster.clientEndpoints`).
+    #[schemars(length(max = 10))]
     pub source_members: Vec<MemberUrls>,
+    /// The destination `Etcd` as gardenlet would deploy it, without the migration fields
+    /// (`metadata.labels`/`annotations` and `spec`: `labels`, `backup`, `etcd`, ...). etcd-druid
+    /// accepts `bootstrapWithExistingCluster` and `memberNamePrefix` only when an `Etcd` is
+    /// created, so isthmus creates the destination `Etcd` from this template plus its own
+    /// fields. Without it, the `Etcd` must already exist with those fields.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_template: Option<EtcdTemplate>,
+    /// How long `Join` may take before `DestinationEtcdPeersJoined` turns `False` (reason
+    /// `JoinTimedOut`), the precondition of an abort. Go duration (`10m`, `90s`). Default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
+    pub join_timeout: Option<String>,
+}
+
+/// The `Etcd` isthmus creates on the destination (see [`DestinationSpec::etcd_template`]).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EtcdTemplate {
+    /// `metadata.labels` of the `Etcd`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// `metadata.annotations` of the `Etcd`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// The `Etcd`'s `spec` without the fields isthmus owns (validated by etcd-druid's CRD when
+    /// the `Etcd` is created).
+    #[schemars(schema_with = "any_object")]
+    pub spec: serde_json::Value,
+}
+
+fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
 }
 
 /// A member and its URLs.
@@ -166,11 +258,14 @@ pub struct DestinationSpec {
 #[serde(rename_all = "camelCase")]
 pub struct MemberUrls {
     /// etcd member name.
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 253))]
     pub name: String,
     /// Peer URLs (`https://<dns>:<port>`).
+    #[schemars(length(min = 1, max = 5), inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$")))]
     pub peer_urls: Vec<String>,
     /// Client URLs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 5), inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$")))]
     pub client_urls: Vec<String>,
 }
 
@@ -179,8 +274,13 @@ pub struct MemberUrls {
 #[serde(rename_all = "camelCase")]
 pub struct VpnSpec {
     /// The temporary VPN's DNS name (the agent's SNI).
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"),
+        length(max = 253)
+    )]
     pub dns_name: String,
     /// In-cluster `host:port` of the tunnel server.
+    #[schemars(regex(pattern = r"^[a-z0-9.-]+:[0-9]{1,5}$"), length(max = 260))]
     pub target: String,
     /// Proxy port the agent dials. Default 8443.
     #[serde(default = "default_vpn_port")]
@@ -194,12 +294,13 @@ fn default_vpn_port() -> u16 {
 /// etcd-druid API generations (`Etcd` is `druid.gardener.cloud/v1alpha1` in both).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub enum DruidApi {
-    /// `spec.etcd.additionalAdvertisePeerUrls: [{memberName, urls}]` (GEP-0039 text).
+    /// `spec.etcd.additionalAdvertisePeerURLs: [{memberName, urls}]` (etcd-druid API
+    /// v0.38; the GEP spells it `…PeerUrls`, which a real API server drops).
     #[default]
     AdditionalAdvertisePeerUrls,
-    /// `spec.etcd.additionalAdvertisedURLs: [{memberName, peerURLs, clientURLs}]` (the newer
-    /// shape; the field name is druid's, the inner shape is our best reading and is isolated
-    /// in `druid.rs`).
+    /// `spec.etcd.additionalAdvertisedURLs.{peerURLs,clientURLs}.{overrideDefaultURL,
+    /// members: [{name, urls}]}` (etcd-druid's newer API, documented upstream but not yet in a
+    /// published `api` module; its shape lives in `gardener.rs` only).
     AdditionalAdvertisedUrls,
 }
 

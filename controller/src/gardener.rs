@@ -1,10 +1,14 @@
 //! The partial shapes of Gardener's `DNSRecord` (extensions.gardener.cloud/v1alpha1) and
 //! etcd-druid's `Etcd` (druid.gardener.cloud/v1alpha1): only the fields isthmus writes or reads,
 //! as JSON, so that fields we do not know are never dropped or overwritten. The `Etcd` field
-//! names move between druid releases; [`DruidApi`] selects the spelling in one place.
+//! names move between druid releases; [`DruidApi`] selects the spelling in one place. The
+//! shapes are checked against the pinned upstream CRDs by the tests that run a real
+//! kube-apiserver (`controller/tests/apiserver_*.rs`).
 
-use crate::crd::{DruidApi, MemberUrls, ObjectRef};
-use crate::plan::{DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, TIMESTAMP};
+use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, Role};
+use crate::plan::{
+    DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, OPERATION, TIMESTAMP,
+};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
@@ -92,54 +96,93 @@ pub fn dnsrecord_observe(obj: &Value) -> DnsRecordObs {
             values: strings(obj.pointer("/spec/values")),
         },
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
+        operation: str_at(obj, &["metadata", "annotations", OPERATION]).map(String::from),
         generation: i64_at(obj, &["metadata", "generation"]).unwrap_or(0),
         observed_generation: i64_at(obj, &["status", "observedGeneration"]),
         last_operation_state: str_at(obj, &["status", "lastOperation", "state"]).map(String::from),
     }
 }
 
-fn member_list(api: DruidApi, members: &[MemberUrls]) -> Value {
+/// `additionalAdvertisePeerURLs` (druid API v0.38): `[{memberName, urls}]`.
+fn peer_url_list(members: &[MemberUrls]) -> Value {
     Value::Array(
         members
             .iter()
-            .map(|m| match api {
-                DruidApi::AdditionalAdvertisePeerUrls => {
-                    json!({"memberName": m.name, "urls": m.peer_urls})
-                }
-                DruidApi::AdditionalAdvertisedUrls => json!({"name": m.name, "urls": m.peer_urls}),
-            })
+            .map(|m| json!({"memberName": m.name, "urls": m.peer_urls}))
             .collect(),
     )
 }
 
-/// The server-side-apply body of an `Etcd` carrying exactly `fields` (and `annotations`).
-/// With no fields this is the "release" intent: everything we owned is given up.
+/// `additionalAdvertisedURLs.{peerURLs,clientURLs}` (druid's newer API): `{overrideDefaultURL,
+/// members: [{name, urls}]}`; `clientURLs` only for members with client URLs.
+fn advertised_urls(members: &[MemberUrls], override_default: bool) -> Value {
+    let side = |pick: fn(&MemberUrls) -> &Vec<String>| {
+        let list: Vec<Value> = members
+            .iter()
+            .filter(|m| !pick(m).is_empty())
+            .map(|m| json!({"name": m.name, "urls": pick(m)}))
+            .collect();
+        let mut o = Map::new();
+        if override_default {
+            o.insert("overrideDefaultURL".into(), json!(true));
+        }
+        o.insert("members".into(), Value::Array(list.clone()));
+        (!list.is_empty()).then_some(Value::Object(o))
+    };
+    let mut out = Map::new();
+    if let Some(p) = side(|m| &m.peer_urls) {
+        out.insert("peerURLs".into(), p);
+    }
+    if let Some(c) = side(|m| &m.client_urls) {
+        out.insert("clientURLs".into(), c);
+    }
+    Value::Object(out)
+}
+
+/// The server-side-apply body of an `Etcd` carrying exactly `fields` (and `annotations`), in
+/// the druid API generation and with the `overrideDefaultURL` choice of `spec`. On the
+/// destination the body also carries `spec.destination.etcdTemplate`, so that our first apply
+/// can create the `Etcd` complete (druid accepts `bootstrapWithExistingCluster` and
+/// `memberNamePrefix` only at creation) and later applies keep co-owning what it created.
+/// With no fields (source) this is the "release" intent: everything we owned is given up.
 pub fn etcd_body(
-    name: &str,
+    spec: &EtcdMigrationSpec,
     namespace: &str,
-    api: DruidApi,
     fields: &EtcdFields,
     annotations: &BTreeMap<String, String>,
 ) -> Value {
-    let mut spec = Map::new();
-    let mut etcd = Map::new();
+    let template = spec
+        .destination
+        .as_ref()
+        .and_then(|d| d.etcd_template.as_ref())
+        .filter(|_| spec.role == Role::Destination);
+    let mut body_spec = match template.map(|t| &t.spec) {
+        Some(Value::Object(o)) => o.clone(),
+        _ => Map::new(),
+    };
+    let mut etcd = match body_spec.remove("etcd") {
+        Some(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
     if let Some(r) = fields.replicas {
-        spec.insert("replicas".into(), json!(r));
+        body_spec.insert("replicas".into(), json!(r));
     }
     if let Some(p) = &fields.member_name_prefix {
-        spec.insert("memberNamePrefix".into(), json!(p));
+        body_spec.insert("memberNamePrefix".into(), json!(p));
     }
     if !fields.advertise.is_empty() {
-        match api {
+        match spec.druid_api {
             DruidApi::AdditionalAdvertisePeerUrls => {
                 etcd.insert(
-                    "additionalAdvertisePeerUrls".into(),
-                    member_list(api, &fields.advertise),
+                    "additionalAdvertisePeerURLs".into(),
+                    peer_url_list(&fields.advertise),
                 );
             }
             DruidApi::AdditionalAdvertisedUrls => {
-                let peer = json!({"members": member_list(api, &fields.advertise)});
-                etcd.insert("additionalAdvertisedURLs".into(), json!({"peerURLs": peer}));
+                etcd.insert(
+                    "additionalAdvertisedURLs".into(),
+                    advertised_urls(&fields.advertise, spec.override_default_url),
+                );
             }
         }
     }
@@ -160,54 +203,87 @@ pub fn etcd_body(
         );
     }
     if let Some(skip) = fields.skip_client_san_verification {
-        etcd.insert(
-            "peerUrlTls".into(),
-            json!({"skipClientSANVerification": skip}),
-        );
+        let mut tls = match etcd.remove("peerUrlTls") {
+            Some(Value::Object(o)) => o,
+            _ => Map::new(),
+        };
+        tls.insert("skipClientSANVerification".into(), json!(skip));
+        etcd.insert("peerUrlTls".into(), Value::Object(tls));
     }
     if !etcd.is_empty() {
-        spec.insert("etcd".into(), Value::Object(etcd));
+        body_spec.insert("etcd".into(), Value::Object(etcd));
+    }
+    let mut all_annotations = template.map(|t| t.annotations.clone()).unwrap_or_default();
+    all_annotations.extend(annotations.clone());
+    let mut metadata = json!({
+        "name": spec.etcd_name,
+        "namespace": namespace,
+        "annotations": all_annotations,
+    });
+    if let (Some(t), Some(m)) = (template, metadata.as_object_mut()) {
+        m.insert("labels".into(), json!(t.labels));
     }
     let mut body = json!({
         "apiVersion": "druid.gardener.cloud/v1alpha1",
         "kind": "Etcd",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations},
+        "metadata": metadata,
     });
-    if let (false, Some(obj)) = (spec.is_empty(), body.as_object_mut()) {
-        obj.insert("spec".into(), Value::Object(spec));
+    if let (false, Some(obj)) = (body_spec.is_empty(), body.as_object_mut()) {
+        obj.insert("spec".into(), Value::Object(body_spec));
     }
     body
 }
 
-fn read_members(api: DruidApi, v: Option<&Value>) -> Vec<MemberUrls> {
-    let key = match api {
-        DruidApi::AdditionalAdvertisePeerUrls => "memberName",
-        DruidApi::AdditionalAdvertisedUrls => "name",
-    };
+fn read_members(v: Option<&Value>, name_key: &str) -> Vec<(String, Vec<String>)> {
     v.and_then(Value::as_array)
         .map(|a| {
             a.iter()
-                .map(|m| MemberUrls {
-                    name: str_at(m, &[key]).unwrap_or_default().into(),
-                    peer_urls: strings(m.get("urls")),
-                    client_urls: Vec::new(),
+                .map(|m| {
+                    (
+                        str_at(m, &[name_key]).unwrap_or_default().to_string(),
+                        strings(m.get("urls")),
+                    )
                 })
                 .collect()
         })
         .unwrap_or_default()
 }
 
+/// The advertised members as applied, whichever API generation wrote them.
+fn read_advertised(obj: &Value, api: DruidApi) -> Vec<MemberUrls> {
+    match api {
+        DruidApi::AdditionalAdvertisePeerUrls => {
+            read_members(obj.pointer("/spec/etcd/additionalAdvertisePeerURLs"), "memberName")
+                .into_iter()
+                .map(|(name, peer_urls)| MemberUrls {
+                    name,
+                    peer_urls,
+                    client_urls: Vec::new(),
+                })
+                .collect()
+        }
+        DruidApi::AdditionalAdvertisedUrls => {
+            let base = "/spec/etcd/additionalAdvertisedURLs";
+            let peers = read_members(obj.pointer(&format!("{base}/peerURLs/members")), "name");
+            let clients = read_members(obj.pointer(&format!("{base}/clientURLs/members")), "name");
+            peers
+                .into_iter()
+                .map(|(name, peer_urls)| MemberUrls {
+                    client_urls: clients
+                        .iter()
+                        .find(|(n, _)| *n == name)
+                        .map(|(_, u)| u.clone())
+                        .unwrap_or_default(),
+                    name,
+                    peer_urls,
+                })
+                .collect()
+        }
+    }
+}
+
 /// Reads an `Etcd` (the whole object as JSON).
 pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
-    let advertise = match api {
-        DruidApi::AdditionalAdvertisePeerUrls => {
-            read_members(api, obj.pointer("/spec/etcd/additionalAdvertisePeerUrls"))
-        }
-        DruidApi::AdditionalAdvertisedUrls => read_members(
-            api,
-            obj.pointer("/spec/etcd/additionalAdvertisedURLs/peerURLs/members"),
-        ),
-    };
     let clients = strings(obj.pointer("/spec/etcd/bootstrapWithExistingCluster/clientEndpoints"));
     let bootstrap_members = obj
         .pointer("/spec/etcd/bootstrapWithExistingCluster/members")
@@ -225,6 +301,12 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
     // clientEndpoints is one list for all members; give it back in member order (one each)
     // so it compares equal with what we applied.
     let bootstrap_members = attach_clients(bootstrap_members, &clients);
+    let condition = |t: &str| {
+        obj.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .and_then(|a| a.iter().find(|c| str_at(c, &["type"]) == Some(t)))
+            .map(|c| str_at(c, &["status"]) == Some("True"))
+    };
     EtcdObs {
         generation: i64_at(obj, &["metadata", "generation"]).unwrap_or(0),
         observed_generation: i64_at(obj, &["status", "observedGeneration"]),
@@ -236,37 +318,34 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
             replicas: i64_at(obj, &["spec", "replicas"]).and_then(|r| i32::try_from(r).ok()),
             member_name_prefix: str_at(obj, &["spec", "memberNamePrefix"]).map(String::from),
             bootstrap_members,
-            advertise,
+            advertise: read_advertised(obj, api),
             skip_client_san_verification: obj
                 .pointer("/spec/etcd/peerUrlTls/skipClientSANVerification")
                 .and_then(Value::as_bool),
         },
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
+        operation: str_at(obj, &["metadata", "annotations", OPERATION]).map(String::from),
+        ready: obj.pointer("/status/ready").and_then(Value::as_bool),
+        last_errors: obj
+            .pointer("/status/lastErrors")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len),
+        all_members_updated: condition("AllMembersUpdated"),
+        joined_at: str_at(obj, &["status", "bootstrapWithExistingCluster", "joinedAt"])
+            .map(String::from),
     }
 }
 
-/// Members of the etcd cluster as druid reports them: its own pods' members
-/// (`status.members`) plus the source members it joined
-/// (`status.bootstrapWithExistingClusterMembers`, cleared by druid once it removed them after
-/// Shrink).
+/// Member names etcd-druid reports for its own pods (`status.members`).
 fn cluster_members(obj: &Value) -> Vec<String> {
-    let names = |p: &str| {
-        obj.pointer(p)
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| str_at(m, &["name"]).map(String::from))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default()
-    };
-    let mut all = names("/status/members");
-    for n in names("/status/bootstrapWithExistingClusterMembers") {
-        if !all.contains(&n) {
-            all.push(n);
-        }
-    }
-    all
+    obj.pointer("/status/members")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| str_at(m, &["name"]).map(String::from))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default()
 }
 
 fn attach_clients(mut members: Vec<MemberUrls>, clients: &[String]) -> Vec<MemberUrls> {

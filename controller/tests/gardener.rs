@@ -4,7 +4,7 @@
 mod common;
 
 use common::{source_members, spec, NS};
-use isthmus_controller::crd::{DruidApi, MemberUrls, Role, Step};
+use isthmus_controller::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, Role, Step};
 use isthmus_controller::gardener::{dnsrecord_body, dnsrecord_observe, etcd_body, etcd_observe};
 use isthmus_controller::plan::{self, EtcdAction, EtcdFields};
 use serde_json::json;
@@ -30,7 +30,7 @@ fn dnsrecord_round_trip() {
     assert_eq!(o.timestamp.as_deref(), Some("t0"));
 }
 
-fn fields() -> EtcdFields {
+fn fields(client_urls: bool) -> EtcdFields {
     EtcdFields {
         replicas: Some(2),
         member_name_prefix: Some("dest".into()),
@@ -38,32 +38,43 @@ fn fields() -> EtcdFields {
         advertise: vec![MemberUrls {
             name: "dest-etcd-main-0".into(),
             peer_urls: vec!["https://x:2380".into()],
-            client_urls: vec![],
+            client_urls: if client_urls {
+                vec!["https://x:2379".into()]
+            } else {
+                vec![]
+            },
         }],
         skip_client_san_verification: Some(true),
     }
 }
 
+fn dest(api: DruidApi) -> EtcdMigrationSpec {
+    let mut s = spec(Role::Destination, Step::Join);
+    s.druid_api = api;
+    s
+}
+
 #[test]
 fn etcd_round_trip_legacy_and_new_api() {
-    for api in [
-        DruidApi::AdditionalAdvertisePeerUrls,
-        DruidApi::AdditionalAdvertisedUrls,
+    for (api, clients) in [
+        (DruidApi::AdditionalAdvertisePeerUrls, false),
+        (DruidApi::AdditionalAdvertisedUrls, true),
     ] {
-        let body = etcd_body("etcd-main", NS, api, &fields(), &BTreeMap::new());
-        assert_eq!(etcd_observe(&body, api).fields, fields(), "{api:?}");
+        let body = etcd_body(&dest(api), NS, &fields(clients), &BTreeMap::new());
+        assert_eq!(etcd_observe(&body, api).fields, fields(clients), "{api:?}");
     }
     let legacy = etcd_body(
-        "etcd-main",
+        &dest(DruidApi::AdditionalAdvertisePeerUrls),
         NS,
-        DruidApi::AdditionalAdvertisePeerUrls,
-        &fields(),
+        &fields(false),
         &BTreeMap::new(),
     );
+    // etcd-druid's spelling (api v0.38): `…PeerURLs`, not the GEP's `…PeerUrls`.
     assert_eq!(
-        legacy["spec"]["etcd"]["additionalAdvertisePeerUrls"][0]["memberName"],
+        legacy["spec"]["etcd"]["additionalAdvertisePeerURLs"][0]["memberName"],
         "dest-etcd-main-0"
     );
+    assert_eq!(legacy["spec"]["etcd"].get("additionalAdvertisePeerUrls"), None);
     assert_eq!(
         legacy["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"],
         true
@@ -73,46 +84,64 @@ fn etcd_round_trip_legacy_and_new_api() {
         legacy["spec"]["etcd"]["bootstrapWithExistingCluster"]["clientEndpoints"][2],
         format!("https://etcd-main-2.{NS}.seed-a.internal.example.com:2377")
     );
-    let new = etcd_body(
-        "etcd-main",
-        NS,
-        DruidApi::AdditionalAdvertisedUrls,
-        &fields(),
-        &BTreeMap::new(),
-    );
-    assert_eq!(
-        new["spec"]["etcd"]["additionalAdvertisedURLs"]["peerURLs"]["members"][0]["name"],
-        "dest-etcd-main-0"
-    );
+    // The destination body carries gardenlet's template: the first apply creates it whole.
+    assert_eq!(legacy["spec"]["labels"]["app"], "etcd-statefulset");
+    assert_eq!(legacy["metadata"]["labels"]["app"], "etcd-statefulset");
+
+    let mut shared = dest(DruidApi::AdditionalAdvertisedUrls);
+    shared.override_default_url = true;
+    let new = etcd_body(&shared, NS, &fields(true), &BTreeMap::new());
+    let urls = &new["spec"]["etcd"]["additionalAdvertisedURLs"];
+    assert_eq!(urls["peerURLs"]["members"][0]["name"], "dest-etcd-main-0");
+    assert_eq!(urls["peerURLs"]["overrideDefaultURL"], true);
+    assert_eq!(urls["clientURLs"]["members"][0]["urls"][0], "https://x:2379");
+    assert_eq!(urls["clientURLs"]["overrideDefaultURL"], true);
 }
 
 #[test]
 fn release_body_owns_nothing() {
     let body = etcd_body(
-        "etcd-main",
+        &spec(Role::Source, Step::Complete),
         NS,
-        DruidApi::default(),
         &EtcdFields::default(),
         &BTreeMap::new(),
     );
     assert_eq!(body.get("spec"), None);
     assert_eq!(body["metadata"]["name"], "etcd-main");
+    assert_eq!(body["metadata"].get("labels"), None);
 }
 
 #[test]
-fn observe_reads_status() {
-    let obj = json!({
+fn observe_reads_status_as_gardener_does() {
+    let mut obj = json!({
         "metadata": {"generation": 7, "annotations": {"gardener.cloud/timestamp": "t"}},
         "spec": {"replicas": 3},
-        "status": {"observedGeneration": 7, "readyReplicas": 3,
+        "status": {"observedGeneration": 7, "readyReplicas": 3, "ready": true,
+                   "conditions": [{"type": "AllMembersUpdated", "status": "True"}],
                    "members": [{"name": "etcd-main-0"}, {"name": "etcd-main-1"}]},
     });
     let o = etcd_observe(&obj, DruidApi::default());
-    assert!(o.synced());
+    assert!(o.synced() && o.gardener_ready());
     assert_eq!(
         (o.ready_replicas, o.members.len(), o.fields.replicas),
         (3, 2, Some(3))
     );
+    // Each of Gardener's health checks alone makes it not ready.
+    let mut pending = obj.clone();
+    pending["metadata"]["annotations"]["gardener.cloud/operation"] = json!("reconcile");
+    assert!(!etcd_observe(&pending, DruidApi::default()).gardener_ready());
+    let mut failing = obj.clone();
+    failing["status"]["lastErrors"] = json!([{"code": "ERR", "description": "x"}]);
+    assert!(!etcd_observe(&failing, DruidApi::default()).gardener_ready());
+    for (path, value) in [
+        ("/status/ready", json!(false)),
+        ("/status/conditions/0/status", json!("False")),
+        ("/status/observedGeneration", json!(6)),
+    ] {
+        let mut bad = obj.clone();
+        *bad.pointer_mut(path).unwrap_or_else(|| panic!("{path}")) = value;
+        assert!(!etcd_observe(&bad, DruidApi::default()).gardener_ready(), "{path}");
+    }
     // A plan over this observation applies our fields without touching replicas.
     let mut obs = common::observed("t0");
     obs.etcd = Some(o);
@@ -121,18 +150,26 @@ fn observe_reads_status() {
         panic!("expected apply")
     };
     assert_eq!(fields.replicas, None);
+    obj["status"]["bootstrapWithExistingCluster"] =
+        json!({"joinedAt": "2026-01-01T00:00:00Z", "members": []});
+    assert_eq!(
+        etcd_observe(&obj, DruidApi::default()).joined_at.as_deref(),
+        Some("2026-01-01T00:00:00Z")
+    );
 }
 
 #[test]
-fn joined_source_members_count_until_druid_clears_them() {
+fn membership_is_not_read_from_a_draft_status_field() {
+    // An earlier draft of druid listed joined source members in
+    // `status.bootstrapWithExistingClusterMembers`; the merged API writes
+    // `status.bootstrapWithExistingCluster` once. Neither says who is still a member: that is
+    // etcd's own member list (`Observed::etcd_cluster`).
     let obj = json!({
         "metadata": {"generation": 3},
         "status": {"observedGeneration": 3, "readyReplicas": 3,
                    "members": [{"name": "dest-etcd-main-0"}],
-                   "bootstrapWithExistingClusterMembers": [
-                       {"name": "etcd-main-0", "joinedAt": "2026-01-01T00:00:00Z"},
-                       {"name": "dest-etcd-main-0"}]},
+                   "bootstrapWithExistingClusterMembers": [{"name": "etcd-main-0"}]},
     });
     let o = etcd_observe(&obj, DruidApi::default());
-    assert_eq!(o.members, vec!["dest-etcd-main-0", "etcd-main-0"]);
+    assert_eq!(o.members, vec!["dest-etcd-main-0"]);
 }

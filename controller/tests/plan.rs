@@ -5,7 +5,9 @@ mod common;
 
 use common::*;
 use isthmus_controller::crd::{Role, Step};
-use isthmus_controller::plan::{self, EtcdAction, Observed, Plan, OPERATION, TIMESTAMP};
+use isthmus_controller::plan::{
+    self, EtcdAction, EtcdMember, EtcdOp, Observed, Plan, OPERATION, TIMESTAMP,
+};
 
 const T0: &str = "2026-01-01T00:00:00Z";
 const T1: &str = "2026-01-01T00:01:00Z";
@@ -128,7 +130,7 @@ fn dst_shrunk() -> Observed {
 /// Restart mid-Join: the Etcd exists, but a proxy pod restarted with an old config.
 fn dst_join_proxy_lagging() -> Observed {
     let mut o = dst_joined();
-    o.proxy_rolled_out = false;
+    o.served_routes = None;
     o
 }
 /// Shrink applied, druid has removed only one source member so far.
@@ -136,19 +138,23 @@ fn dst_shrinking() -> Observed {
     let mut o = dst_grown();
     let p = plan::plan(&spec(Role::Destination, Step::Shrink), &o);
     o.previous = p.status.clone();
-    apply(
-        &mut o,
-        &p,
-        Behaviour {
-            dns: true,
-            proxy: true,
-            druid: false,
-        },
-        Role::Destination,
-    );
+    let partly = Behaviour {
+        dns: true,
+        proxy: true,
+        druid: false,
+    };
+    // First pass: leadership moves to a destination member, the bootstrap stays.
+    apply(&mut o, &p, partly, Role::Destination);
+    assert!(matches!(p.etcd_ops[..], [EtcdOp::MoveLeader { to: 200, .. }]), "{:?}", p.etcd_ops);
+    let p = plan::plan(&spec(Role::Destination, Step::Shrink), &o);
+    o.previous = p.status.clone();
+    apply(&mut o, &p, partly, Role::Destination);
     if let Some(e) = &mut o.etcd {
         e.observed_generation = Some(e.generation);
-        e.members.retain(|m| m != "etcd-main-0");
+        e.operation = None;
+    }
+    if let Some(c) = &mut o.etcd_cluster {
+        c.members.retain(|m| m.name != "etcd-main-0");
     }
     o
 }
@@ -187,19 +193,19 @@ fn cases() -> Vec<Case> {
         Case { name: "source join keeps exposure", role: Source, step: Join, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
         Case { name: "source shrink keeps exposure", role: Source, step: Shrink, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
         Case { name: "source grow keeps exposure", role: Source, step: Grow, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
-        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanUp", "True", "CleanedUp"), ready: true },
+        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
         Case { name: "source abort after cleanup", role: Source, step: Abort, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
         Case { name: "destination exposed", role: Destination, step: Expose, world: dst_exposed, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "True", "EtcdExposed"), ready: true },
         Case { name: "restart mid-join, VPN record pending", role: Destination, step: Join, world: dst_joined_vpn_pending, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
         Case { name: "destination completed", role: Destination, step: Complete, world: dst_completed, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
         Case { name: "step moved back after Complete re-exposes", role: Destination, step: Shrink, world: dst_completed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForDNSRecords"), ready: false },
-        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanUp", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination expose", role: Destination, step: Expose, world: dst_empty, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "destination join before exposure: no Etcd yet", role: Destination, step: Join, world: dst_empty, etcd: "keep", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "destination join after exposure creates Etcd", role: Destination, step: Join, world: dst_exposed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForEtcd"), ready: false },
         Case { name: "destination joined", role: Destination, step: Join, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "True", "PeersJoinedSuccessfully"), ready: true },
-        Case { name: "restart mid-join, proxy lagging: keep applying", role: Destination, step: Join, world: dst_join_proxy_lagging, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "True", "PeersJoinedSuccessfully"), ready: true },
+        Case { name: "restart mid-join, proxy lagging: keep applying", role: Destination, step: Join, world: dst_join_proxy_lagging, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
         Case { name: "destination grow asks for 3", role: Destination, step: Grow, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForEtcd"), ready: false },
         Case { name: "destination grown", role: Destination, step: Grow, world: dst_grown, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "ThirdMemberJoined"), ready: true },
         Case { name: "destination shrinking, one source member gone", role: Destination, step: Shrink, world: dst_shrinking, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "RemovingSourceMembers"), ready: false },
@@ -257,7 +263,7 @@ fn source_run_expose_to_cleanup() {
     let p = converge(&spec(Role::Source, Step::Complete), &mut obs, 10);
     assert!(p.status.step_ready);
     assert_eq!(
-        condition(&p, "SourceSeedCleanUp"),
+        condition(&p, "SourceSeedCleanup"),
         Some(("True", "CleanedUp"))
     );
     assert!(obs.dns_records.is_empty());
@@ -459,12 +465,33 @@ fn destination_abort_removes_joined_members_and_etcd() {
     let mut obs = dst_exposed();
     let join = plan::plan(&spec(Role::Destination, Step::Join), &obs);
     apply(&mut obs, &join, NOTHING, Role::Destination);
-    if let Some(e) = &mut obs.etcd {
-        e.members = vec!["etcd-main-0".into(), "dest-etcd-main-0".into()];
+    // etcd lists the first destination member as a learner that has not started (no name).
+    let url = "https://etcd-main-0.shoot--foo--bar.seed-b.internal.example.com:2380";
+    if let Some(c) = &mut obs.etcd_cluster {
+        c.members.push(EtcdMember {
+            id: 200,
+            name: String::new(),
+            peer_urls: vec![url.into()],
+            is_learner: true,
+        });
     }
+    // druid stops the joining pods first (replicas: 0, the only decrease it allows) ...
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
+    let EtcdAction::Apply { fields, .. } = &p.etcd else {
+        panic!("expected replicas: 0, got {:?}", p.etcd)
+    };
+    assert_eq!((fields.replicas, fields.advertise.len()), (Some(0), 0));
+    assert!(p.etcd_ops.is_empty() && p.dns_deletions.len() <= 1);
+    apply(&mut obs, &p, ALL, Role::Destination);
+    // ... then the learner leaves etcd; nothing is deleted while it is a member.
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
+    assert_eq!(p.etcd, EtcdAction::Keep);
+    assert_eq!(p.members_to_remove, vec![url]);
+    assert!(matches!(p.etcd_ops[..], [EtcdOp::Remove { id: 200, .. }]), "{:?}", p.etcd_ops);
+    assert!(p.dns_records.len() == 3 && !p.routes.is_empty(), "member exposure held");
+    apply(&mut obs, &p, ALL, Role::Destination);
     let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
     assert_eq!(p.etcd, EtcdAction::Delete);
-    assert_eq!(p.members_to_remove, vec!["dest-etcd-main-0"]);
     let done = converge(&spec(Role::Destination, Step::Abort), &mut obs, 10);
     assert_eq!(
         condition(&done, "LiveMigrationAborted"),

@@ -20,7 +20,8 @@ use crate::topology::{self, Topology};
 use crate::{drive, proxy};
 use isthmus_controller::crd::EtcdMigrationSpec;
 use isthmus_controller::plan::{
-    self, DnsRecordObs, EtcdAction, EtcdFields, EtcdObs, Observed, Plan, TIMESTAMP,
+    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp,
+    Observed, Plan, TIMESTAMP,
 };
 
 /// One seed's `EtcdMigration` as the lab keeps it: the spec the orchestrator sets and what the
@@ -58,25 +59,54 @@ pub fn idx(side: Side) -> usize {
 
 impl Lab {
     /// Refreshes what the planner observes of `side`: whether the proxy serves the routes the
-    /// spec wants, and the `Etcd`'s members and ready replicas from the real cluster.
+    /// plan wants, the `Etcd`'s members and ready replicas, and etcd's own member list and
+    /// leader (what the controller reads through the client exposure).
     pub async fn observe(&mut self, side: Side) -> Result<()> {
         let i = idx(side);
         let m = &self.migrations[i];
-        let wanted = plan::wanted_routes(&m.spec, NAMESPACE, &m.obs.previous);
+        // The routes this pass's plan wants (they do not depend on the rollout itself).
+        let wanted = plan::plan(&m.spec, &m.obs).routes;
         let file = proxy::render(side, self.topo.seed(side), &wanted)?;
         let rolled_out = self.proxies[i].serving_hash().await.as_deref() == Some(&file.hash);
         let status = match m.obs.etcd {
             Some(_) => Some(self.etcd_status(side).await?),
             None => None,
         };
+        let cluster = self.etcd_cluster().await;
         let m = &mut self.migrations[i];
         m.obs.now = drive::now();
-        m.obs.proxy_rolled_out = rolled_out;
+        m.obs.served_routes = rolled_out.then_some(wanted);
+        m.obs.etcd_cluster = cluster;
         if let (Some(e), Some((members, ready))) = (m.obs.etcd.as_mut(), status) {
             e.members = members;
             e.ready_replicas = ready;
+            // The lab's druid stand-in reports the join once the destination's members vote
+            // (etcd-druid writes `status.bootstrapWithExistingCluster` once, at that point).
+            if side == Side::Destination && e.joined_at.is_none() && ready >= 2 {
+                e.joined_at = Some(drive::now());
+            }
         }
         Ok(())
+    }
+
+    /// etcd's own member list and leader, with learners named by their peer URL.
+    async fn etcd_cluster(&self) -> Option<EtcdCluster> {
+        let urls = self.urls(&self.voters());
+        let mut c = etcd::connect(&urls).await.ok()?;
+        let listed = etcd::list(&mut c).await.ok()?;
+        let leader = c.status().await.ok().map(|s| s.leader());
+        Some(EtcdCluster {
+            members: listed
+                .into_iter()
+                .map(|l| EtcdMember {
+                    id: l.id,
+                    name: l.name,
+                    peer_urls: vec![l.peer_url],
+                    is_learner: l.learner,
+                })
+                .collect(),
+            leader,
+        })
     }
 
     /// etcd's member names (learners included; a learner not started yet has no name in etcd,
@@ -135,6 +165,7 @@ impl Lab {
                     let rec = DnsRecordObs {
                         spec: d.spec.clone(),
                         timestamp,
+                        operation: None,
                         generation,
                         // Ready once written: the hosts files are rewritten below, in place.
                         observed_generation: Some(generation),
@@ -243,6 +274,16 @@ impl Lab {
                 self.synced(side);
             }
         }
+        for op in &p.etcd_ops {
+            if let EtcdOp::MoveLeader { name, .. } = op {
+                let all = [topology::source(), topology::destination()].concat();
+                if let Some(target) = all.into_iter().find(|m| &m.name() == name) {
+                    etcd::move_leader(&self.urls(&self.voters()), target).await?;
+                    self.event(format!("{tag}: leader moved to {name}"));
+                    acted = true;
+                }
+            }
+        }
         if let Some(name) = p.members_to_remove.first() {
             return self.remove_planned(name, &p.members_to_remove, tag).await;
         }
@@ -287,6 +328,7 @@ impl Lab {
     fn synced(&mut self, side: Side) {
         if let Some(e) = self.migrations[idx(side)].obs.etcd.as_mut() {
             e.observed_generation = Some(e.generation);
+            e.ready = Some(true);
         }
     }
 
@@ -321,6 +363,11 @@ impl Lab {
             .replicas
             .and_then(|r| u16::try_from(r).ok())
             .unwrap_or(0);
+        if replicas == 0 {
+            // An abort stops the joining members first; the lab's learners are stopped when
+            // the plan removes them.
+            return Ok(false);
+        }
         if self
             .cluster
             .iter()

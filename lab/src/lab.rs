@@ -111,6 +111,7 @@ impl Lab {
         lab.migrations[idx(Side::Source)].obs.etcd = Some(isthmus_controller::plan::EtcdObs {
             generation: 1,
             observed_generation: Some(1),
+            ready: Some(true),
             fields: isthmus_controller::plan::EtcdFields {
                 replicas: Some(3),
                 ..Default::default()

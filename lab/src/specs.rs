@@ -5,7 +5,8 @@
 
 use crate::etcd::{MemberRef, Side};
 use isthmus_controller::crd::{
-    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, ObjectRef, PortScheme, Role, Step,
+    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, ObjectRef, PortScheme,
+    Role, Step,
 };
 use isthmus_controller::plan::{self, Member};
 
@@ -58,10 +59,19 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         destination: (side == Side::Destination).then(|| DestinationSpec {
             member_name_prefix: PREFIX.into(),
             source_members: Vec::new(),
+            // The lab's druid stand-in needs no template: it acts on the migration fields.
+            etcd_template: Some(EtcdTemplate {
+                labels: Default::default(),
+                annotations: Default::default(),
+                spec: serde_json::json!({}),
+            }),
+            join_timeout: None,
         }),
         // The temporary VPN is the webhook part (`webhook.rs`), on loopback: no record, no route.
         vpn: None,
         druid_api: DruidApi::default(),
+        override_default_url: false,
+        etcd_client: Default::default(),
     }
 }
 

@@ -89,6 +89,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace,
         poll: Duration::from_secs(5),
         resync: Duration::from_secs(300),
+        etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));
     let ctx = Arc::new(Context::new(client.clone(), settings, metrics, fetcher));

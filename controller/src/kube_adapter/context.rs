@@ -33,6 +33,9 @@ pub struct Settings {
     pub poll: Duration,
     /// Requeue interval once a step is ready (drift check).
     pub resync: Duration,
+    /// `host:port` → address to dial for etcd's exposed client URLs instead of resolving
+    /// them (curl's `--connect-to`); empty in a cluster.
+    pub etcd_connect_to: std::collections::BTreeMap<String, std::net::SocketAddr>,
 }
 
 /// The clock, injected so tests get fixed timestamps.

@@ -24,6 +24,12 @@ pub enum Error {
     /// A body could not be (de)serialised.
     #[error("JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The etcd client TLS Secret is missing a key or holds unusable material.
+    #[error("etcd client TLS: {0}")]
+    EtcdTls(String),
+    /// A rendered proxy file failed the proxy's own validation.
+    #[error("rendered proxy config is invalid: {0}")]
+    InvalidRoutes(String),
 }
 
 impl Error {
@@ -39,6 +45,8 @@ impl Error {
             Error::NoNamespace => "no_namespace",
             Error::CleanupPending(_) => "cleanup_pending",
             Error::Json(_) => "json",
+            Error::EtcdTls(_) => "etcd_tls",
+            Error::InvalidRoutes(_) => "invalid_routes",
         }
     }
 }

@@ -8,6 +8,7 @@
 
 mod context;
 mod error;
+pub mod etcd;
 pub mod lease;
 mod metrics;
 pub mod probe;

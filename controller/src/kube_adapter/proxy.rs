@@ -3,8 +3,8 @@
 use super::context::{Context, FIELD_MANAGER};
 use super::Error;
 use crate::crd::EtcdMigration;
-use crate::plan::wanted_routes;
-use crate::proxy_config::{render, rolled_out, CONFIG_KEY};
+use crate::plan::{wanted_routes, MemberRoute};
+use crate::proxy_config::{render, rolled_out, Layout, Rendered, CONFIG_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
@@ -12,27 +12,38 @@ use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
 
 /// Renders the routes of every live migration into the ConfigMap (server-side apply) and
-/// returns whether every running proxy pod reports the new hash. Migrations being deleted
-/// contribute no routes.
-pub async fn sync(ctx: &Context) -> Result<bool, Error> {
+/// returns whether every running proxy pod reports the new hash. `this` is the migration being
+/// reconciled, with the routes its plan wants now; every other migration contributes the
+/// routes its last status holds. Migrations being deleted contribute none.
+///
+/// The file is checked with the proxy's own loader before it is written: a migration whose
+/// routes would make the proxies refuse the file is left out (and logged) so the others keep
+/// working; if it is `this` one, the reconciliation fails with the loader's errors.
+pub async fn sync(ctx: &Context, this: Option<(&str, &str, &[MemberRoute])>) -> Result<bool, Error> {
     let s = &ctx.settings;
     let migrations: Api<EtcdMigration> = match &s.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let mut routes = Vec::new();
+    let mut per_migration: Vec<(String, Vec<MemberRoute>)> = Vec::new();
     for m in migrations.list(&ListParams::default()).await?.items {
-        if m.metadata.deletion_timestamp.is_some() {
+        let ns = m.namespace().unwrap_or_default();
+        let key = format!("{ns}/{}", m.name_any());
+        if m.metadata.deletion_timestamp.is_some()
+            || this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname)
+        {
             continue;
         }
-        let ns = m.namespace().unwrap_or_default();
-        routes.extend(wanted_routes(
-            &m.spec,
-            &ns,
-            &m.status.clone().unwrap_or_default(),
-        ));
+        let routes = wanted_routes(&m.spec, &ns, &m.status.clone().unwrap_or_default());
+        per_migration.push((key, routes));
     }
-    let rendered = render(&s.layout, &routes)?;
+    if let Some((ns, name, routes)) = this {
+        let own = render(&s.layout, routes)?;
+        isthmus_config::parse_proxy(CONFIG_KEY, &own.text)
+            .map_err(|e| Error::InvalidRoutes(format!("{ns}/{name}: {e}")))?;
+        per_migration.push((format!("{ns}/{name}"), routes.to_vec()));
+    }
+    let rendered = render_valid(&s.layout, &per_migration)?;
     let cm = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -40,7 +51,8 @@ pub async fn sync(ctx: &Context) -> Result<bool, Error> {
         "data": {CONFIG_KEY: rendered.text},
     });
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &s.proxy_namespace);
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    // The route ConfigMap is ours alone: force takes it back from a manual `kubectl apply`.
+    let pp = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
     cms.patch(&s.proxy_configmap, &pp, &Patch::Apply(cm))
         .await?;
 
@@ -69,4 +81,28 @@ pub async fn sync(ctx: &Context) -> Result<bool, Error> {
         reports.push(report);
     }
     Ok(rolled_out(&rendered.hash, &reports))
+}
+
+/// Renders every migration's routes; if the proxy's loader refuses the result, leaves out
+/// each migration whose routes alone make it invalid.
+fn render_valid(layout: &Layout, all: &[(String, Vec<MemberRoute>)]) -> Result<Rendered, Error> {
+    let flat: Vec<MemberRoute> = all.iter().flat_map(|(_, r)| r.clone()).collect();
+    let rendered = render(layout, &flat)?;
+    if isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text).is_ok() {
+        return Ok(rendered);
+    }
+    let mut kept = Vec::new();
+    for (key, routes) in all {
+        let mut candidate = kept.clone();
+        candidate.extend(routes.iter().cloned());
+        match render(layout, &candidate).map(|r| isthmus_config::parse_proxy(CONFIG_KEY, &r.text)) {
+            Ok(Ok(_)) => kept = candidate,
+            Ok(Err(e)) => tracing::error!(migration = %key, error = %e, "routes left out: the proxy would refuse them"),
+            Err(e) => tracing::error!(migration = %key, error = %e, "routes left out"),
+        }
+    }
+    let rendered = render(layout, &kept)?;
+    isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text)
+        .map_err(|e| Error::InvalidRoutes(e.to_string()))?;
+    Ok(rendered)
 }

@@ -1,16 +1,21 @@
 //! One reconciliation: observe → plan → apply → write status; and the finalizer's cleanup.
-//! Requests are issued one after another in a fixed order, which keeps the scripted API
-//! server tests exact.
+//!
+//! Every write is a server-side apply under field manager `isthmus` with
+//! `fieldValidation=Strict` (a field the CRD does not define is an error, not a silent drop)
+//! and **without force**: a field another manager (gardenlet) owns with another value is a
+//! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
 use super::context::{Context, FIELD_MANAGER, FINALIZER};
+use super::etcd::EtcdClient;
 use super::{proxy, Error};
-use crate::crd::{EtcdMigration, ObjectRef, Role};
+use crate::crd::{EtcdMigration, EtcdMigrationSpec, ObjectRef, Role, Step};
 use crate::gardener::{
     dnsrecord_body, dnsrecord_observe, dnsrecord_resource, etcd_body, etcd_observe, etcd_resource,
     MIGRATION_LABEL,
 };
-use crate::plan::{self, EtcdAction, EtcdFields, Observed, CONFIRM_DELETION};
-use k8s_openapi::api::core::v1::Service;
+use crate::plan::conditions::{self as cond, Verdict};
+use crate::plan::{self, EtcdAction, EtcdCluster, EtcdFields, EtcdOp, Observed, Plan, CONFIRM_DELETION};
+use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event};
@@ -63,8 +68,19 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
     )
 }
 
-fn ssa() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).force()
+/// Server-side apply, strict field validation, no force.
+pub(super) fn ssa() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).validation_strict()
+}
+
+/// Whether this pass needs etcd's own member list (reading it costs a TLS round trip per
+/// endpoint, and times out while the exposure does not work yet).
+fn needs_cluster(spec: &EtcdMigrationSpec, etcd_exists: bool) -> bool {
+    match (spec.role, spec.step) {
+        (Role::Source, Step::Abort) => true,
+        (Role::Destination, Step::Join | Step::Grow | Step::Shrink | Step::Abort) => etcd_exists,
+        _ => false,
+    }
 }
 
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
@@ -81,60 +97,59 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
         None => None,
     };
-    let proxy_rolled_out = proxy::sync(ctx).await?;
-    let obs = Observed {
+    let mut obs = Observed {
         namespace: ns.to_string(),
         now: (ctx.now)(),
         generation: m.metadata.generation,
         lb_address,
         dns_records,
-        proxy_rolled_out,
+        served_routes: None,
         etcd,
+        etcd_cluster: None,
         previous: m.status.clone().unwrap_or_default(),
     };
-    let plan = plan::plan(spec, &obs);
+    let client = if needs_cluster(spec, obs.etcd.is_some()) {
+        match etcd_client(ctx, ns, spec).await {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::warn!(migration = %name, error = %e, "etcd client");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    // The first plan gives the endpoints (member names carry the observed prefix) and routes.
+    let first = plan::plan(spec, &obs);
+    let endpoints = endpoints(spec, &first);
+    if let Some(c) = &client {
+        match c.cluster(&endpoints).await {
+            Ok(cluster) => obs.etcd_cluster = Some(cluster),
+            Err(e) => tracing::warn!(migration = %name, error = %e, "etcd member list"),
+        }
+    }
+    let first = plan::plan(spec, &obs);
+    let rolled_out = proxy::sync(ctx, Some((ns, &name, &first.routes))).await?;
+    obs.served_routes = rolled_out.then(|| first.routes.clone());
+    let mut plan = plan::plan(spec, &obs);
 
-    for d in &plan.dns_records {
-        let body = dnsrecord_body(ns, &name, d);
-        dns_api
-            .patch(&d.object_name, &ssa(), &Patch::Apply(body))
-            .await?;
+    let mut failure = None;
+    if let Err(e) = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api).await {
+        failure = Some(e);
     }
-    for n in &plan.dns_deletions {
-        if obs.dns_records.contains_key(n) {
-            confirm_and_delete(&dns_api, n).await?;
+    if failure.is_none() {
+        if let (Some(c), Some(cluster)) = (&client, &obs.etcd_cluster) {
+            run_ops(c, &plan.etcd_ops, cluster, &endpoints, spec, &plan).await;
         }
     }
-    let none = BTreeMap::new();
-    match &plan.etcd {
-        EtcdAction::Keep => {}
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => {
-            let body = etcd_body(&spec.etcd_name, ns, spec.druid_api, fields, annotations);
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
+    let verdict = match &failure {
+        None => Verdict::done(cond::APPLIED, "Applied", "every object applied"),
+        Some(e) => {
+            plan.status.step_ready = false;
+            Verdict::refused(cond::APPLIED, apply_reason(e), e.to_string())
         }
-        EtcdAction::Release => {
-            let body = etcd_body(
-                &spec.etcd_name,
-                ns,
-                spec.druid_api,
-                &EtcdFields::default(),
-                &none,
-            );
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
-        }
-        EtcdAction::Delete => confirm_and_delete(&etcd_api, &spec.etcd_name).await?,
-    }
-    if !plan.members_to_remove.is_empty() {
-        // In Kubernetes etcd-druid (Shrink) or gardenlet (abort) removes members.
-        tracing::info!(members = ?plan.members_to_remove, "waiting for etcd member removal");
-    }
+    };
+    plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
 
     let status = json!({
         "apiVersion": "isthmus.dev/v1alpha1",
@@ -142,8 +157,11 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         "status": plan.status,
     });
     let api: Api<EtcdMigration> = Api::namespaced(ctx.client.clone(), ns);
-    api.patch_status(&name, &ssa(), &Patch::Apply(status))
+    api.patch_status(&name, &ssa().force(), &Patch::Apply(status))
         .await?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
 
     let role = match spec.role {
         Role::Source => "source",
@@ -164,6 +182,156 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     }))
 }
 
+fn apply_reason(e: &Error) -> &'static str {
+    match e {
+        Error::Kube(kube::Error::Api(s)) if s.code == 409 => "FieldConflict",
+        Error::Kube(kube::Error::Api(s)) if s.code == 422 => "Invalid",
+        Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
+        _ => "ApplyFailed",
+    }
+}
+
+/// Applies the plan's objects in order: DNS records, record deletions, the `Etcd`.
+async fn write(
+    ns: &str,
+    name: &str,
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    plan: &Plan,
+    dns_api: &Api<DynamicObject>,
+    etcd_api: &Api<DynamicObject>,
+) -> Result<(), Error> {
+    for d in &plan.dns_records {
+        let body = dnsrecord_body(ns, name, d);
+        dns_api
+            .patch(&d.object_name, &ssa(), &Patch::Apply(body))
+            .await?;
+    }
+    for n in &plan.dns_deletions {
+        if obs.dns_records.contains_key(n) {
+            confirm_and_delete(dns_api, n).await?;
+        }
+    }
+    let none = BTreeMap::new();
+    match &plan.etcd {
+        EtcdAction::Keep => {}
+        EtcdAction::Apply {
+            fields,
+            annotations,
+        } => {
+            let body = etcd_body(spec, ns, fields, annotations);
+            etcd_api
+                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
+                .await?;
+        }
+        EtcdAction::Release => {
+            let body = etcd_body(spec, ns, &EtcdFields::default(), &none);
+            etcd_api
+                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
+                .await?;
+        }
+        EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
+    }
+    if !plan.members_to_remove.is_empty() && plan.etcd_ops.is_empty() {
+        // At Shrink etcd-druid removes the source members (after the bootstrap is cleared).
+        tracing::info!(members = ?plan.members_to_remove, "waiting for etcd member removal");
+    }
+    Ok(())
+}
+
+/// The client URLs the controller asks etcd through: the source members' (through the other
+/// seed's exposure) first, since they are voters from the start, then this seed's own.
+fn endpoints(spec: &EtcdMigrationSpec, plan: &Plan) -> Vec<String> {
+    let mut out: Vec<String> = spec
+        .destination
+        .iter()
+        .flat_map(|d| d.source_members.iter())
+        .flat_map(|m| m.client_urls.iter().cloned())
+        .collect();
+    out.extend(
+        plan.status
+            .exposed_members
+            .iter()
+            .flat_map(|m| m.client_urls.iter().cloned()),
+    );
+    out
+}
+
+/// Carries out the plan's etcd operations; a failure is logged and the next pass retries
+/// (the plan asks again while etcd's member list still shows the need).
+async fn run_ops(
+    client: &EtcdClient,
+    ops: &[EtcdOp],
+    cluster: &EtcdCluster,
+    endpoints: &[String],
+    spec: &EtcdMigrationSpec,
+    plan: &Plan,
+) {
+    for op in ops {
+        let result = match op {
+            EtcdOp::MoveLeader { to, name } => {
+                let leader_url = cluster
+                    .leader
+                    .and_then(|l| cluster.members.iter().find(|m| m.id == l))
+                    .and_then(|leader| {
+                        let known = spec
+                            .destination
+                            .iter()
+                            .flat_map(|d| d.source_members.iter())
+                            .chain(plan.status.exposed_members.iter());
+                        known
+                            .filter(|k| {
+                                k.name == leader.name
+                                    || k.peer_urls.iter().any(|u| leader.peer_urls.contains(u))
+                            })
+                            .find_map(|k| k.client_urls.first().cloned())
+                    });
+                match leader_url {
+                    Some(url) => {
+                        tracing::info!(to = %name, via = %url, "moving etcd leadership");
+                        client.move_leader(&url, *to).await
+                    }
+                    None => {
+                        tracing::warn!("the etcd leader has no exposed client URL");
+                        Ok(())
+                    }
+                }
+            }
+            EtcdOp::Remove { id, name } => {
+                tracing::info!(member = %name, "removing etcd member (abort)");
+                client.remove(endpoints, *id).await
+            }
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "etcd operation failed; retried next pass");
+        }
+    }
+}
+
+/// The etcd client TLS material from the Secret named in the spec (`ca.crt`, `tls.crt`,
+/// `tls.key`).
+async fn etcd_client(
+    ctx: &Context,
+    ns: &str,
+    spec: &EtcdMigrationSpec,
+) -> Result<EtcdClient, Error> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
+    let secret = secrets.get(&spec.etcd_client.secret_name).await?;
+    let data = secret.data.unwrap_or_default();
+    let get = |k: &str| {
+        data.get(k)
+            .map(|b| b.0.clone())
+            .ok_or_else(|| Error::EtcdTls(format!("Secret {ns}/{} has no key {k}", spec.etcd_client.secret_name)))
+    };
+    EtcdClient::new(
+        &get("ca.crt")?,
+        &get("tls.crt")?,
+        &get("tls.key")?,
+        ctx.settings.etcd_connect_to.clone(),
+    )
+    .map_err(|e| Error::EtcdTls(e.to_string()))
+}
+
 /// Removes what this migration created: its DNS records, its proxy routes, and (source) the
 /// fields it set on the `Etcd`. A destination `Etcd` is left alone: after a completed
 /// migration it *is* the cluster.
@@ -176,15 +344,9 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
             confirm_and_delete(&dns_api, &r.name_any()).await?;
         }
     }
-    proxy::sync(ctx).await?;
+    proxy::sync(ctx, None).await?;
     if m.spec.role == Role::Source && etcd_api.get_opt(&m.spec.etcd_name).await?.is_some() {
-        let body = etcd_body(
-            &m.spec.etcd_name,
-            ns,
-            m.spec.druid_api,
-            &EtcdFields::default(),
-            &BTreeMap::new(),
-        );
+        let body = etcd_body(&m.spec, ns, &EtcdFields::default(), &BTreeMap::new());
         etcd_api
             .patch(&m.spec.etcd_name, &ssa(), &Patch::Apply(body))
             .await?;

@@ -11,10 +11,14 @@ pub const DESTINATION_EXPOSED: &str = "DestinationEtcdExposed";
 pub const PEERS_JOINED: &str = "DestinationEtcdPeersJoined";
 /// GEP-0039: the cluster is 3 destination members.
 pub const ETCD_COMPLETE: &str = "EtcdMigrationComplete";
-/// GEP-0039 (spelled as in the GEP): the source removed what it hosted for the migration.
-pub const SOURCE_CLEANUP: &str = "SourceSeedCleanUp";
+/// Gardener's condition type (`ShootLiveMigrationSourceSeedCleanup`; the GEP's text spells it
+/// `…CleanUp`): the source removed what it hosted for the migration.
+pub const SOURCE_CLEANUP: &str = "SourceSeedCleanup";
 /// GEP-0039: the destination finished (exposure and temporary VPN record removed).
 pub const MIGRATION_COMPLETED: &str = "MigrationCompleted";
+/// isthmus: every object of the last pass was applied (`False`: the API server refused one;
+/// the reason says how: `FieldConflict` with another manager, `Invalid`, `Forbidden`).
+pub const APPLIED: &str = "ObjectsApplied";
 /// isthmus: the abort's cleanup state (or why an abort was refused).
 pub const ABORTED: &str = "LiveMigrationAborted";
 

@@ -60,9 +60,10 @@ mod roles;
 mod steps;
 
 use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
+
 use std::collections::BTreeMap;
 
-pub use names::{members, routes, Member, MemberRoute, VPN_RECORD};
+pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
 pub use steps::{plan, wanted_routes};
 
 /// Annotation that asks a Gardener controller to reconcile.
@@ -77,7 +78,7 @@ pub const CONFIRM_DELETION: &str = "confirmation.gardener.cloud/deletion";
 pub struct Observed {
     /// Namespace of the migration (the shoot's namespace on this seed).
     pub namespace: String,
-    /// Current time, RFC 3339; used only for annotations and condition times.
+    /// Current time, RFC 3339; used for annotations, condition times and the join timeout.
     pub now: String,
     /// The migration's `metadata.generation`, echoed as `status.observedGeneration`.
     pub generation: Option<i64>,
@@ -85,12 +86,70 @@ pub struct Observed {
     pub lb_address: Option<String>,
     /// Our `DNSRecord`s that exist, by object name.
     pub dns_records: BTreeMap<String, DnsRecordObs>,
-    /// Every proxy pod serves a config that holds this migration's current routes.
-    pub proxy_rolled_out: bool,
+    /// This migration's routes in the proxy file that *every* proxy pod serves; `None` when
+    /// the pods do not all serve one file yet. Exposure is ready when they equal the plan's
+    /// routes, and gone when they are empty.
+    pub served_routes: Option<Vec<MemberRoute>>,
     /// The `Etcd` named in the spec, if it exists.
     pub etcd: Option<EtcdObs>,
+    /// etcd's own member list and leader, read through the client exposure; `None` when it
+    /// could not be read (or was not asked for yet).
+    pub etcd_cluster: Option<EtcdCluster>,
     /// The status as last written (conditions carry their transition times forward).
     pub previous: EtcdMigrationStatus,
+}
+
+/// One member as etcd lists it (`MemberList`). A learner that has not started yet has no name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdMember {
+    /// Member ID.
+    pub id: u64,
+    /// Member name (empty until the member started).
+    pub name: String,
+    /// Its peer URLs.
+    pub peer_urls: Vec<String>,
+    /// A learner (not a voter).
+    pub is_learner: bool,
+}
+
+/// etcd's own view of the cluster.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdCluster {
+    /// Every member, learners included.
+    pub members: Vec<EtcdMember>,
+    /// The leader's member ID, if the answering member knows one.
+    pub leader: Option<u64>,
+}
+
+impl EtcdCluster {
+    /// The listed member that is `m` (by name, or by peer URL for a learner without a name).
+    pub fn find(&self, m: &MemberUrls) -> Option<&EtcdMember> {
+        self.members.iter().find(|e| {
+            (!e.name.is_empty() && e.name == m.name)
+                || e.peer_urls.iter().any(|u| m.peer_urls.contains(u))
+        })
+    }
+}
+
+/// An operation on etcd itself that the controller carries out through etcd's API (etcd-druid
+/// does not): moving leadership before the source members go, removing members of an abort.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EtcdOp {
+    /// Transfer leadership to this member (ID) before members leave (removing the leader
+    /// forces an election that stalls requests).
+    MoveLeader {
+        /// Target member ID.
+        to: u64,
+        /// Its name, for logs.
+        name: String,
+    },
+    /// Remove this member (abort: the learners this migration added).
+    Remove {
+        /// Member ID.
+        id: u64,
+        /// Its name or peer URL, for logs.
+        name: String,
+    },
 }
 
 /// The part of a `DNSRecord` spec we own.
@@ -117,6 +176,8 @@ pub struct DnsRecordObs {
     pub spec: DnsRecordSpec,
     /// Its `gardener.cloud/timestamp`.
     pub timestamp: Option<String>,
+    /// Its `gardener.cloud/operation`, while the extension has not picked the request up.
+    pub operation: Option<String>,
     /// `metadata.generation`.
     pub generation: i64,
     /// `status.observedGeneration`.
@@ -176,12 +237,33 @@ pub struct EtcdObs {
     pub fields: EtcdFields,
     /// Its `gardener.cloud/timestamp`.
     pub timestamp: Option<String>,
+    /// Its `gardener.cloud/operation`, while etcd-druid has not picked the request up.
+    pub operation: Option<String>,
+    /// `status.ready`.
+    pub ready: Option<bool>,
+    /// Number of `status.lastErrors`.
+    pub last_errors: usize,
+    /// `status.conditions[AllMembersUpdated].status == "True"`, if the condition exists.
+    pub all_members_updated: Option<bool>,
+    /// `status.bootstrapWithExistingCluster.joinedAt`: etcd-druid recorded the join (once).
+    pub joined_at: Option<String>,
 }
 
 impl EtcdObs {
     /// etcd-druid has acted on the current generation.
     pub fn synced(&self) -> bool {
         self.observed_generation == Some(self.generation)
+    }
+
+    /// Ready as Gardener's health check reads an `Etcd`: druid observed this generation, no
+    /// operation annotation is left, `status.ready`, no `lastErrors`, and (where druid reports
+    /// it) every member runs the current spec.
+    pub fn gardener_ready(&self) -> bool {
+        self.synced()
+            && self.operation.is_none()
+            && self.ready == Some(true)
+            && self.last_errors == 0
+            && self.all_members_updated != Some(false)
     }
 }
 
@@ -216,10 +298,12 @@ pub struct Plan {
     pub routes: Vec<MemberRoute>,
     /// The `Etcd`.
     pub etcd: EtcdAction,
-    /// etcd members that must leave the cluster. In Kubernetes etcd-druid does this (Shrink:
-    /// clearing the bootstrap members; abort: gardenlet); a local backend calls
+    /// etcd members that must leave the cluster. At Shrink etcd-druid removes them in
+    /// Kubernetes (after the bootstrap members are cleared); a local backend calls
     /// `member remove` itself, after moving leadership to a member that stays.
     pub members_to_remove: Vec<String>,
+    /// Operations on etcd the controller itself carries out now (see [`EtcdOp`]).
+    pub etcd_ops: Vec<EtcdOp>,
     /// The status to write.
     pub status: EtcdMigrationStatus,
 }

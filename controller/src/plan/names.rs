@@ -46,14 +46,27 @@ impl Member {
 /// The `DNSRecord` name of the temporary VPN.
 pub const VPN_RECORD: &str = "isthmus-vpn";
 
-/// Every member this seed exposes.
+/// Every member this seed exposes, named as the spec alone tells: the destination with its
+/// `memberNamePrefix`, the source by pod name (see [`members_named`] for a source `Etcd`
+/// that has a prefix of its own).
 pub fn members(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<Member> {
+    let prefix = match (&spec.role, &spec.destination) {
+        (Role::Destination, Some(d)) => Some(d.member_name_prefix.as_str()),
+        _ => None,
+    };
+    members_named(spec, namespace, prefix)
+}
+
+/// Every member this seed exposes, with etcd member names `<prefix>-<pod>` (etcd-druid's
+/// `spec.memberNamePrefix` rule) or the pod name without a prefix. A source `Etcd` created by
+/// Gardener carries the seed's name as prefix, so a shoot migrated once keeps it.
+pub fn members_named(spec: &EtcdMigrationSpec, namespace: &str, prefix: Option<&str>) -> Vec<Member> {
     (0..spec.members)
         .map(|index| {
             let pod = format!("{}-{}", spec.etcd_name, index);
-            let member = match (&spec.role, &spec.destination) {
-                (Role::Destination, Some(d)) => format!("{}-{pod}", d.member_name_prefix),
-                _ => pod.clone(),
+            let member = match prefix {
+                Some(p) => format!("{p}-{pod}"),
+                None => pod.clone(),
             };
             Member {
                 index,

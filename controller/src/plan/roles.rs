@@ -1,10 +1,37 @@
-//! What each role wants of the `Etcd` at each step, and when the step is reached.
+//! What each role wants of the `Etcd` and of etcd's membership at each step, and when the
+//! step is reached. Membership is read from etcd itself (`Observed::etcd_cluster`), never
+//! inferred from etcd-druid's status alone: a member that etcd still lists is still voting.
 
 use super::conditions::{self as cond, Verdict};
 use super::names::Member;
 use super::steps::{annotations, Ctx};
-use super::{EtcdAction, EtcdFields};
-use crate::crd::{MemberUrls, Step};
+use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
+use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, Role, Step};
+use k8s_openapi::jiff::Timestamp;
+
+/// What a role decided.
+pub(super) struct Outcome {
+    pub(super) etcd: EtcdAction,
+    pub(super) members_to_remove: Vec<String>,
+    pub(super) ops: Vec<EtcdOp>,
+    pub(super) verdict: Verdict,
+    pub(super) ready: bool,
+}
+
+impl Outcome {
+    fn new(etcd: EtcdAction, verdict: Verdict, ready: bool) -> Self {
+        Self {
+            etcd,
+            members_to_remove: Vec::new(),
+            ops: Vec::new(),
+            verdict,
+            ready,
+        }
+    }
+}
+
+/// Default `spec.destination.joinTimeout`.
+pub const DEFAULT_JOIN_TIMEOUT_SECS: i64 = 600;
 
 /// Whether the observed fields carry what `want` asks (options `None` are not ours).
 fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
@@ -19,9 +46,12 @@ fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
 fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
     let existing = ctx.obs.etcd.as_ref();
     let unchanged = existing.is_some_and(|e| covers(&e.fields, &fields));
+    // The reconcile request stays ours until druid picked it up (it removes the annotation).
+    let pending = existing.is_some_and(|e| e.operation.is_some() && !e.synced());
     let annotations = annotations(
         unchanged,
         existing.and_then(|e| e.timestamp.clone()),
+        pending,
         &ctx.obs.now,
     );
     EtcdAction::Apply {
@@ -30,68 +60,214 @@ fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
     }
 }
 
-/// The etcd side is done: druid acted on our fields and `replicas` members are ready.
+/// The etcd side is done as Gardener would judge it: druid acted on our fields, the `Etcd`
+/// is healthy, and `replicas` members are ready.
 fn etcd_ready(ctx: &Ctx<'_>, fields: &EtcdFields, replicas: i32) -> bool {
-    ctx.obs
-        .etcd
-        .as_ref()
-        .is_some_and(|e| e.synced() && covers(&e.fields, fields) && e.ready_replicas >= replicas)
+    ctx.obs.etcd.as_ref().is_some_and(|e| {
+        e.gardener_ready() && covers(&e.fields, fields) && e.ready_replicas >= replicas
+    })
 }
 
-fn peer_urls(members: &[Member]) -> Vec<MemberUrls> {
-    members
+/// The members to advertise: only indices below `replicas` (etcd-druid's CEL rule). Client
+/// URLs exist only in the `additionalAdvertisedURLs` API.
+fn advertised(ctx: &Ctx<'_>, replicas: i32) -> Vec<MemberUrls> {
+    let clients = ctx.spec.druid_api == DruidApi::AdditionalAdvertisedUrls;
+    ctx.members
         .iter()
+        .filter(|m| i32::from(m.index) < replicas)
         .map(|m| MemberUrls {
             name: m.member.clone(),
             peer_urls: vec![m.peer_url()],
-            client_urls: Vec::new(),
+            client_urls: if clients { vec![m.client_url()] } else { Vec::new() },
         })
         .collect()
 }
 
-pub(super) type Outcome = (EtcdAction, Vec<String>, Verdict, bool);
+fn urls(members: &[Member]) -> Vec<MemberUrls> {
+    members.iter().map(Member::urls).collect()
+}
+
+/// Members of `cluster` that are one of `set`.
+fn listed<'a>(cluster: &'a EtcdCluster, set: &[MemberUrls]) -> Vec<&'a EtcdMember> {
+    cluster
+        .members
+        .iter()
+        .filter(|e| {
+            set.iter().any(|m| {
+                (!e.name.is_empty() && e.name == m.name)
+                    || e.peer_urls.iter().any(|u| m.peer_urls.contains(u))
+            })
+        })
+        .collect()
+}
+
+fn label(m: &EtcdMember) -> String {
+    if m.name.is_empty() {
+        m.peer_urls.first().cloned().unwrap_or_else(|| m.id.to_string())
+    } else {
+        m.name.clone()
+    }
+}
+
+/// Members this seed's abort must see leave etcd: the destination's own joining members, or
+/// on the source every member that is not its own.
+fn abort_targets<'a>(
+    spec: &EtcdMigrationSpec,
+    cluster: &'a EtcdCluster,
+    members: &[Member],
+) -> Vec<&'a EtcdMember> {
+    let own = urls(members);
+    match spec.role {
+        Role::Destination => listed(cluster, &own),
+        Role::Source => {
+            let mine = listed(cluster, &own);
+            cluster
+                .members
+                .iter()
+                .filter(|m| !mine.iter().any(|x| x.id == m.id))
+                .collect()
+        }
+    }
+}
+
+/// A joining member that is already a voter: an abort can no longer just remove learners.
+pub(super) fn voter_blocking_abort(
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    members: &[Member],
+) -> Option<String> {
+    let cluster = obs.etcd_cluster.as_ref()?;
+    abort_targets(spec, cluster, members)
+        .into_iter()
+        .find(|m| !m.is_learner)
+        .map(label)
+}
+
+/// The abort still needs the exposure: members it added are in etcd (or etcd cannot be
+/// asked while an `Etcd` exists).
+pub(super) fn abort_holds_exposure(
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    members: &[Member],
+) -> bool {
+    match &obs.etcd_cluster {
+        Some(c) => !abort_targets(spec, c, members).is_empty(),
+        None => obs.etcd.is_some(),
+    }
+}
+
+/// Destination abort, first step: `replicas: 0` (the only decrease druid's CEL rule allows),
+/// so druid stops the joining pods and cannot add them again once they are removed. The
+/// bootstrap members stay as they are (druid refuses changes while the join is in progress).
+fn scale_to_zero(ctx: &Ctx<'_>) -> Option<EtcdAction> {
+    let dest = ctx.spec.destination.as_ref()?;
+    let e = ctx.obs.etcd.as_ref()?;
+    let fields = EtcdFields {
+        replicas: Some(0),
+        member_name_prefix: Some(dest.member_name_prefix.clone()),
+        bootstrap_members: e.fields.bootstrap_members.clone(),
+        advertise: Vec::new(),
+        skip_client_san_verification: Some(true),
+    };
+    let stopped = e.synced() && e.fields.replicas == Some(0) && e.ready_replicas == 0;
+    (!stopped).then(|| apply(ctx, fields))
+}
+
+fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
+    let Some(cluster) = &ctx.obs.etcd_cluster else {
+        if ctx.obs.etcd.is_some() {
+            let v = Verdict::waiting(
+                cond::ABORTED,
+                "EtcdUnreachable",
+                "cannot read etcd's member list; nothing is removed before it can",
+            );
+            return Outcome::new(EtcdAction::Keep, v, false);
+        }
+        let v = cleanup_verdict(ctx, cond::ABORTED);
+        return Outcome::new(EtcdAction::Keep, v, ctx.cleaned);
+    };
+    let targets = abort_targets(ctx.spec, cluster, ctx.members);
+    if !targets.is_empty() {
+        let names: Vec<String> = targets.iter().map(|m| label(m)).collect();
+        if ctx.spec.role == Role::Destination {
+            if let Some(scale) = scale_to_zero(ctx) {
+                let v = Verdict::waiting(
+                    cond::ABORTED,
+                    "StoppingJoinedMembers",
+                    "replicas: 0 before the joined members are removed from etcd",
+                );
+                let mut out = Outcome::new(scale, v, false);
+                out.members_to_remove = names;
+                return out;
+            }
+        }
+        let v = Verdict::waiting(
+            cond::ABORTED,
+            "RemovingJoinedMembers",
+            format!("removing from etcd: {}", names.join(", ")),
+        );
+        let mut out = Outcome::new(EtcdAction::Keep, v, false);
+        // Learners only: a voter made the abort refused before we got here.
+        out.ops = targets
+            .iter()
+            .filter(|m| m.is_learner)
+            .map(|m| EtcdOp::Remove {
+                id: m.id,
+                name: label(m),
+            })
+            .collect();
+        out.members_to_remove = names;
+        return out;
+    }
+    let etcd = if ctx.obs.etcd.is_some() {
+        release
+    } else {
+        EtcdAction::Keep
+    };
+    let done = ctx.cleaned && (ctx.spec.role == Role::Source || ctx.obs.etcd.is_none());
+    let v = if done {
+        Verdict::done(cond::ABORTED, "CleanedUp", "joined members removed, exposure removed")
+    } else {
+        Verdict::waiting(
+            cond::ABORTED,
+            "CleanUpInProgress",
+            "removing the exposure (and the destination Etcd)",
+        )
+    };
+    Outcome::new(etcd, v, done)
+}
 
 pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
     match step {
-        Step::Complete | Step::Abort => {
+        Step::Complete => {
             let etcd = match ctx.obs.etcd {
                 Some(_) => EtcdAction::Release,
                 None => EtcdAction::Keep,
             };
-            let kind = if step == Step::Abort {
-                cond::ABORTED
-            } else {
-                cond::SOURCE_CLEANUP
-            };
-            (etcd, Vec::new(), cleanup_verdict(ctx, kind), ctx.cleaned)
+            let v = cleanup_verdict(ctx, cond::SOURCE_CLEANUP);
+            Outcome::new(etcd, v, ctx.cleaned)
         }
+        Step::Abort => abort(ctx, EtcdAction::Release),
         _ => {
             let t = cond::SOURCE_PREPARED;
-            if ctx.obs.etcd.is_none() {
+            let Some(e) = &ctx.obs.etcd else {
                 let msg = format!("Etcd {} not found", ctx.spec.etcd_name);
-                return (
-                    EtcdAction::Keep,
-                    Vec::new(),
-                    Verdict::waiting(t, "EtcdNotFound", msg),
-                    false,
-                );
-            }
+                let v = Verdict::waiting(t, "EtcdNotFound", msg);
+                return Outcome::new(EtcdAction::Keep, v, false);
+            };
+            // gardenlet owns the source's replicas; advertise only what druid may accept.
+            let replicas = e.fields.replicas.unwrap_or(i32::from(ctx.spec.members));
             let fields = EtcdFields {
-                advertise: peer_urls(ctx.members),
+                advertise: advertised(ctx, replicas),
                 skip_client_san_verification: Some(true),
                 ..EtcdFields::default()
             };
             // At Shrink the destination's etcd-druid removes the source members one by one:
-            // fewer ready source replicas is the migration working, not a rollout to wait for
-            // (found by the lab, which keeps planning the source while it shrinks).
-            let replicas = if step == Step::Shrink {
-                0
-            } else {
-                i32::from(ctx.spec.members)
-            };
+            // fewer ready source replicas is the migration working, not a rollout to wait for.
+            let ready_needed = if step == Step::Shrink { 0 } else { replicas };
             let verdict = match &ctx.exposure {
                 Some((reason, msg)) => Verdict::waiting(t, reason, msg.clone()),
-                None if etcd_ready(ctx, &fields, replicas) => Verdict::done(
+                None if etcd_ready(ctx, &fields, ready_needed) => Verdict::done(
                     t,
                     "EtcdExposedViaPeerURLs",
                     "Source etcd members exposed and ready for peer connections",
@@ -99,7 +275,7 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 None => Verdict::waiting(t, "WaitingForEtcd", "etcd-druid is rolling the members"),
             };
             let ready = verdict.status == "True";
-            (apply(ctx, fields), Vec::new(), verdict, ready)
+            Outcome::new(apply(ctx, fields), verdict, ready)
         }
     }
 }
@@ -116,6 +292,59 @@ fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
     }
 }
 
+/// Seconds in a Go-style duration (`10m`, `1h30m`, `90s`, `500ms`); `None` if malformed.
+fn duration_secs(s: &str) -> Option<i64> {
+    let mut total_ms: i64 = 0;
+    let mut digits = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            digits.push(c);
+            continue;
+        }
+        let n: i64 = digits.parse().ok()?;
+        digits.clear();
+        let unit_ms = match c {
+            'h' => 3_600_000,
+            's' => 1_000,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                1
+            }
+            'm' => 60_000,
+            _ => return None,
+        };
+        total_ms = total_ms.checked_add(n.checked_mul(unit_ms)?)?;
+    }
+    digits.is_empty().then_some(total_ms / 1000)
+}
+
+/// The join has been in progress for longer than `spec.destination.joinTimeout`.
+fn join_timed_out(ctx: &Ctx<'_>, timeout: Option<&str>) -> bool {
+    let limit = timeout
+        .and_then(duration_secs)
+        .unwrap_or(DEFAULT_JOIN_TIMEOUT_SECS);
+    let Some(c) = ctx
+        .obs
+        .previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == cond::PEERS_JOINED)
+    else {
+        return false;
+    };
+    if c.status == "False" && c.reason == "JoinTimedOut" {
+        return true;
+    }
+    let (Ok(since), Ok(now)) = (
+        c.last_transition_time.parse::<Timestamp>(),
+        ctx.obs.now.parse::<Timestamp>(),
+    ) else {
+        return false;
+    };
+    c.status == "Progressing" && now.as_second() - since.as_second() > limit
+}
+
 pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
     let Some(dest) = &ctx.spec.destination else {
         let v = Verdict::refused(
@@ -123,33 +352,9 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
             "MissingDestinationSpec",
             "spec.destination is required",
         );
-        return (EtcdAction::Keep, Vec::new(), v, false);
+        return Outcome::new(EtcdAction::Keep, v, false);
     };
-    let observed_members = ctx
-        .obs
-        .etcd
-        .as_ref()
-        .map(|e| e.members.clone())
-        .unwrap_or_default();
-    let present = |names: Vec<String>| -> Vec<String> {
-        names
-            .into_iter()
-            .filter(|n| observed_members.contains(n))
-            .collect()
-    };
-    let own: Vec<String> = ctx.members.iter().map(|m| m.member.clone()).collect();
-    let source_names: Vec<String> = dest.source_members.iter().map(|m| m.name.clone()).collect();
-    let joining = |replicas: i32, bootstrap: bool| EtcdFields {
-        replicas: Some(replicas),
-        member_name_prefix: Some(dest.member_name_prefix.clone()),
-        bootstrap_members: if bootstrap {
-            dest.source_members.clone()
-        } else {
-            Vec::new()
-        },
-        advertise: peer_urls(ctx.members),
-        skip_client_san_verification: Some(true),
-    };
+    let own = urls(ctx.members);
     match step {
         Step::Expose => {
             let t = cond::DESTINATION_EXPOSED;
@@ -158,37 +363,102 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 None => Verdict::done(t, "EtcdExposed", "destination members exposed"),
             };
             let ready = v.status == "True";
-            (EtcdAction::Keep, Vec::new(), v, ready)
+            Outcome::new(EtcdAction::Keep, v, ready)
         }
         Step::Join | Step::Grow | Step::Shrink => {
-            let (replicas, bootstrap, t) = match step {
-                Step::Join => (2, true, cond::PEERS_JOINED),
-                Step::Grow => (3, true, cond::ETCD_COMPLETE),
-                _ => (3, false, cond::ETCD_COMPLETE),
+            let (replicas, t) = match step {
+                Step::Join => (2, cond::PEERS_JOINED),
+                _ => (3, cond::ETCD_COMPLETE),
             };
-            let fields = joining(replicas, bootstrap);
-            // Members join only through the exposure: never create the Etcd before it works.
-            if ctx.obs.etcd.is_none() {
-                if let Some((reason, msg)) = &ctx.exposure {
+            let cluster = ctx.obs.etcd_cluster.as_ref();
+            let sources = &dest.source_members;
+            // Shrink: leadership moves to a destination voter before the source members go.
+            let leader_on_source = cluster.and_then(|c| {
+                let leader = c.leader?;
+                listed(c, sources).iter().any(|m| m.id == leader).then_some(())
+            });
+            let voters: Vec<&EtcdMember> = cluster
+                .map(|c| listed(c, &own).into_iter().filter(|m| !m.is_learner).collect())
+                .unwrap_or_default();
+            let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
+            let fields = EtcdFields {
+                replicas: Some(replicas),
+                member_name_prefix: Some(dest.member_name_prefix.clone()),
+                bootstrap_members: if keep_bootstrap {
+                    sources.clone()
+                } else {
+                    Vec::new()
+                },
+                advertise: advertised(ctx, replicas),
+                skip_client_san_verification: Some(true),
+            };
+            match (&ctx.obs.etcd, &ctx.exposure) {
+                // Members join only through the exposure: never create the Etcd before it works.
+                (None, Some((reason, msg))) => {
                     let v = Verdict::waiting(t, reason, msg.clone());
-                    return (EtcdAction::Keep, Vec::new(), v, false);
+                    return Outcome::new(EtcdAction::Keep, v, false);
                 }
+                (None, None) if dest.etcd_template.is_none() => {
+                    let msg = format!(
+                        "Etcd {} does not exist and spec.destination.etcdTemplate is unset",
+                        ctx.spec.etcd_name
+                    );
+                    let v = Verdict::waiting(t, "EtcdNotFound", msg);
+                    return Outcome::new(EtcdAction::Keep, v, false);
+                }
+                // druid's CEL rule: bootstrapWithExistingCluster only at creation.
+                (Some(e), _) if step != Step::Shrink
+                    && e.fields.bootstrap_members.is_empty()
+                    && e.joined_at.is_none() =>
+                {
+                    let v = Verdict::refused(
+                        t,
+                        "EtcdCreatedWithoutBootstrap",
+                        "the destination Etcd exists without bootstrapWithExistingCluster, which can be set only at creation",
+                    );
+                    return Outcome::new(EtcdAction::Keep, v, false);
+                }
+                _ => {}
             }
-            let joined = own
+            let joined = ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
+            let all_voters = own
                 .iter()
                 .take(replicas as usize)
-                .all(|m| observed_members.contains(m));
-            let etcd_done = etcd_ready(ctx, &fields, replicas) && joined;
-            let leftovers = if step == Step::Shrink {
-                present(source_names)
-            } else {
-                Vec::new()
+                .all(|m| voters.iter().any(|v| v.name == m.name || v.peer_urls == m.peer_urls));
+            let etcd_done = etcd_ready(ctx, &fields, replicas) && joined && all_voters;
+            let leftovers: Vec<String> = match (step, cluster) {
+                (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),
+                _ => Vec::new(),
             };
+            let mut ops = Vec::new();
+            if let (Step::Shrink, Some(()), Some(to)) = (step, leader_on_source, voters.first()) {
+                ops.push(EtcdOp::MoveLeader {
+                    to: to.id,
+                    name: label(to),
+                });
+            }
             let v = match step {
+                _ if cluster.is_none() && ctx.obs.etcd.is_some() => Verdict::waiting(
+                    t,
+                    "EtcdUnreachable",
+                    "cannot read etcd's member list through the client exposure",
+                ),
+                Step::Join if !etcd_done && join_timed_out(ctx, dest.join_timeout.as_deref()) => {
+                    Verdict::refused(
+                        t,
+                        "JoinTimedOut",
+                        "the destination members did not join within spec.destination.joinTimeout; abort is possible",
+                    )
+                }
+                Step::Shrink if leader_on_source.is_some() => Verdict::waiting(
+                    t,
+                    "MovingLeadership",
+                    "moving etcd leadership to a destination member before the source members leave",
+                ),
                 _ if etcd_done && !ctx.vpn_ready => Verdict::waiting(
                     t,
                     "WaitingForVPNRecord",
-                    "the temporary VPN's DNSRecord is not ready",
+                    "the temporary VPN's DNSRecord or proxy route is not ready",
                 ),
                 Step::Join if etcd_done => Verdict::done(
                     t,
@@ -203,12 +473,12 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 Step::Shrink if etcd_done && leftovers.is_empty() => Verdict::done(
                     t,
                     "SourceMembersRemoved",
-                    "the cluster is 3 destination members",
+                    "etcd lists only the 3 destination members",
                 ),
                 Step::Shrink if etcd_done => Verdict::waiting(
                     t,
                     "RemovingSourceMembers",
-                    format!("still members: {}", leftovers.join(", ")),
+                    format!("etcd still lists: {}", leftovers.join(", ")),
                 ),
                 _ => match &ctx.exposure {
                     // Say what blocks first: without exposure etcd cannot make progress.
@@ -216,12 +486,19 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     None => Verdict::waiting(
                         t,
                         "WaitingForEtcd",
-                        format!("waiting for {replicas} ready destination members"),
+                        format!("waiting for {replicas} destination voters, joined and ready"),
                     ),
                 },
             };
-            let ready = etcd_done && leftovers.is_empty() && ctx.vpn_ready;
-            (apply(ctx, fields), leftovers, v, ready)
+            let ready = etcd_done
+                && leftovers.is_empty()
+                && ctx.vpn_ready
+                && cluster.is_some()
+                && (step != Step::Shrink || leader_on_source.is_none());
+            let mut out = Outcome::new(apply(ctx, fields), v, ready);
+            out.members_to_remove = leftovers;
+            out.ops = ops;
+            out
         }
         Step::Complete => {
             let fields = EtcdFields {
@@ -244,29 +521,23 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     "removing exposure and migration-only etcd fields",
                 )
             };
-            (apply(ctx, fields), Vec::new(), v, ready)
+            Outcome::new(apply(ctx, fields), v, ready)
         }
-        Step::Abort => {
-            let etcd = if ctx.obs.etcd.is_some() {
-                EtcdAction::Delete
-            } else {
-                EtcdAction::Keep
-            };
-            let ready = ctx.cleaned && ctx.obs.etcd.is_none();
-            let v = if ready {
-                Verdict::done(
-                    cond::ABORTED,
-                    "CleanedUp",
-                    "destination etcd and exposure removed",
-                )
-            } else {
-                Verdict::waiting(
-                    cond::ABORTED,
-                    "CleanUpInProgress",
-                    "removing destination etcd and exposure",
-                )
-            };
-            (etcd, present(own), v, ready)
-        }
+        Step::Abort => abort(ctx, EtcdAction::Delete),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::duration_secs;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(duration_secs("10m"), Some(600));
+        assert_eq!(duration_secs("1h30m"), Some(5400));
+        assert_eq!(duration_secs("90s"), Some(90));
+        assert_eq!(duration_secs("1500ms"), Some(1));
+        assert_eq!(duration_secs("10"), None);
+        assert_eq!(duration_secs("1d"), None);
     }
 }

@@ -1,8 +1,8 @@
 //! Assembling a plan: the exposure (DNS records, proxy routes) each step wants, whether it is
-//! ready, and the conditions; the `Etcd` side is in `roles`.
+//! ready, and the conditions; the `Etcd` and etcd membership side is in `roles`.
 
 use super::conditions::{self as cond, Verdict};
-use super::names::{members, routes, Member, VPN_RECORD};
+use super::names::{members_named, routes, Member, VPN_RECORD};
 use super::roles;
 use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, OPERATION, TIMESTAMP};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
@@ -12,9 +12,14 @@ use std::net::IpAddr;
 /// Plans one migration. Pure: equal inputs give equal plans.
 pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let mut verdicts = Vec::new();
-    let step = effective_step(spec, &obs.previous, &mut verdicts);
-    let members = members(spec, &obs.namespace);
-    let (exposing, with_vpn) = exposure_wanted(spec, step);
+    let members = members_named(spec, &obs.namespace, member_prefix(spec, obs).as_deref());
+    let step = effective_step(spec, obs, &members, &mut verdicts);
+    let (wanted_exposure, with_vpn) = exposure_wanted(spec, step);
+    // An accepted abort keeps the exposure until the members it added have left etcd: the
+    // removal goes through the other seed's exposure, and a learner cut off mid-removal is
+    // left behind in the member list.
+    let hold = step == Step::Abort && roles::abort_holds_exposure(spec, obs, &members);
+    let exposing = wanted_exposure || hold;
 
     let wanted = if exposing {
         desired_records(spec, obs, &members, with_vpn)
@@ -27,16 +32,32 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         .filter(|name| !wanted.iter().any(|w| &w.object_name == *name))
         .cloned()
         .collect();
-    let exposure = exposure_state(spec, obs, &members, &wanted);
+    let my_routes = if exposing {
+        routes(spec, &obs.namespace, with_vpn)
+    } else {
+        Vec::new()
+    };
+    // The members' routes gate etcd; the VPN route only the VPN (like their DNS records).
+    let member_routes = if exposing {
+        routes(spec, &obs.namespace, false)
+    } else {
+        Vec::new()
+    };
+    let routes_served = obs.served_routes.as_ref() == Some(&my_routes);
+    let members_served = obs
+        .served_routes
+        .as_ref()
+        .is_some_and(|s| member_routes.iter().all(|r| s.contains(r)));
+    let exposure = exposure_state(spec, obs, &members, &wanted, members_served);
     let vpn_ready = !with_vpn
-        || wanted.iter().any(|w| {
+        || routes_served && wanted.iter().any(|w| {
             w.object_name == VPN_RECORD
                 && obs
                     .dns_records
                     .get(VPN_RECORD)
                     .is_some_and(|o| o.spec == w.spec && o.ready())
         });
-    let cleaned = dns_deletions.is_empty() && obs.proxy_rolled_out;
+    let cleaned = dns_deletions.is_empty() && !exposing && routes_served;
 
     let ctx = Ctx {
         spec,
@@ -46,11 +67,11 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         vpn_ready,
         cleaned,
     };
-    let (etcd, members_to_remove, verdict, ready) = match spec.role {
+    let out = match spec.role {
         Role::Source => roles::source(&ctx, step),
         Role::Destination => roles::destination(&ctx, step),
     };
-    verdicts.push(verdict);
+    verdicts.push(out.verdict);
 
     let mut conditions = obs.previous.conditions.clone();
     for v in &verdicts {
@@ -60,17 +81,14 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         step,
         dns_records: wanted,
         dns_deletions,
-        routes: if exposing {
-            routes(spec, &obs.namespace, with_vpn)
-        } else {
-            Vec::new()
-        },
-        etcd,
-        members_to_remove,
+        routes: my_routes,
+        etcd: out.etcd,
+        members_to_remove: out.members_to_remove,
+        etcd_ops: out.ops,
         status: EtcdMigrationStatus {
             observed_generation: obs.generation,
             step: Some(step),
-            step_ready: ready,
+            step_ready: out.ready,
             exposed_members: if exposing {
                 members.iter().map(Member::urls).collect()
             } else {
@@ -81,18 +99,33 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     }
 }
 
-/// The proxy routes a migration wants, from its spec and last status alone: what the
-/// adapter renders for *every* migration on the seed into the shared ConfigMap.
+/// The etcd member-name prefix of this seed's members: the destination's from its spec, the
+/// source's from its `Etcd` (`spec.memberNamePrefix`, set by Gardener for new `Etcd`s).
+pub(super) fn member_prefix(spec: &EtcdMigrationSpec, obs: &Observed) -> Option<String> {
+    match (&spec.role, &spec.destination) {
+        (Role::Destination, Some(d)) => Some(d.member_name_prefix.clone()),
+        _ => obs
+            .etcd
+            .as_ref()
+            .and_then(|e| e.fields.member_name_prefix.clone()),
+    }
+}
+
+/// The proxy routes another migration holds, from its last written status: what the adapter
+/// renders for every *other* migration on the seed into the shared ConfigMap. A migration
+/// holds its routes exactly while its status lists exposed members.
 pub fn wanted_routes(
     spec: &EtcdMigrationSpec,
     namespace: &str,
     previous: &EtcdMigrationStatus,
 ) -> Vec<super::MemberRoute> {
-    let step = effective_step(spec, previous, &mut Vec::new());
-    match exposure_wanted(spec, step) {
-        (true, with_vpn) => routes(spec, namespace, with_vpn),
-        (false, _) => Vec::new(),
+    if previous.exposed_members.is_empty() {
+        return Vec::new();
     }
+    let with_vpn = previous
+        .step
+        .is_some_and(|s| exposure_wanted(spec, s).1);
+    routes(spec, namespace, with_vpn)
 }
 
 /// `(members exposed, temporary VPN exposed)` at `step`.
@@ -104,20 +137,29 @@ fn exposure_wanted(spec: &EtcdMigrationSpec, step: Step) -> (bool, bool) {
     (exposing, with_vpn)
 }
 
-/// An `Abort` after the peers joined is refused: the previous step stays planned.
+/// An `Abort` is refused once the migration cannot be undone by removing learners: after
+/// `DestinationEtcdPeersJoined` was True, or when etcd lists a joining member as a voter.
+/// The previous step stays planned.
 fn effective_step(
     spec: &EtcdMigrationSpec,
-    previous: &EtcdMigrationStatus,
+    obs: &Observed,
+    members: &[Member],
     verdicts: &mut Vec<Verdict>,
 ) -> Step {
-    if spec.step != Step::Abort || !cond::is_true(&previous.conditions, cond::PEERS_JOINED) {
+    if spec.step != Step::Abort {
         return spec.step;
     }
-    verdicts.push(Verdict::refused(
-        cond::ABORTED,
-        "AbortRefused",
-        "DestinationEtcdPeersJoined is True: abort is allowed only before the peers joined",
-    ));
+    let previous = &obs.previous;
+    let refusal = if cond::is_true(&previous.conditions, cond::PEERS_JOINED) {
+        Some("DestinationEtcdPeersJoined is True: abort is allowed only before the peers joined".to_string())
+    } else {
+        roles::voter_blocking_abort(spec, obs, members)
+            .map(|m| format!("etcd member {m} is a voter: abort is allowed only while the joining members are learners"))
+    };
+    let Some(message) = refusal else {
+        return Step::Abort;
+    };
+    verdicts.push(Verdict::refused(cond::ABORTED, "AbortRefused", message));
     match previous.step {
         Some(s) if s != Step::Abort => s,
         _ => Step::Join,
@@ -134,6 +176,7 @@ pub(super) struct Ctx<'a> {
     pub(super) exposure: Exposure,
     /// The temporary VPN's record is ready (or not wanted); it does not gate etcd.
     pub(super) vpn_ready: bool,
+    /// Records deleted and every proxy serves none of our routes.
     pub(super) cleaned: bool,
 }
 
@@ -174,6 +217,7 @@ fn desired_records(
             let annotations = annotations(
                 unchanged,
                 existing.and_then(|e| e.timestamp.clone()),
+                existing.is_some_and(|e| e.operation.is_some() && !e.ready()),
                 &obs.now,
             );
             DnsRecordDesired {
@@ -185,16 +229,23 @@ fn desired_records(
         .collect()
 }
 
-/// `operation: reconcile` + a new timestamp on a change; only the old timestamp otherwise.
+/// The annotations we own on a Gardener object: `operation: reconcile` + a new timestamp on
+/// a change. The operation annotation stays ours while the extension has not acted on it
+/// (`pending`): dropping it from our apply would delete it before the extension saw it. Once
+/// the extension removed it (it owns that step), we do not put it back.
 pub(super) fn annotations(
     unchanged: bool,
     old: Option<String>,
+    pending: bool,
     now: &str,
 ) -> BTreeMap<String, String> {
     let mut a = BTreeMap::new();
     if unchanged {
         if let Some(ts) = old {
             a.insert(TIMESTAMP.to_string(), ts);
+        }
+        if pending {
+            a.insert(OPERATION.to_string(), "reconcile".to_string());
         }
     } else {
         a.insert(OPERATION.to_string(), "reconcile".to_string());
@@ -208,6 +259,7 @@ fn exposure_state(
     obs: &Observed,
     members: &[Member],
     wanted: &[DnsRecordDesired],
+    routes_served: bool,
 ) -> Exposure {
     if obs.lb_address.is_none() {
         let lb = &spec.load_balancer;
@@ -237,7 +289,7 @@ fn exposure_state(
             format!("DNSRecords not ready: {}", pending.join(", ")),
         ));
     }
-    if !obs.proxy_rolled_out {
+    if !routes_served {
         let msg = "not every proxy pod serves the new routes yet".to_string();
         return Some(("WaitingForProxyRollout", msg));
     }

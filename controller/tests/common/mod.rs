@@ -5,14 +5,14 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
-pub mod world;
 
 use isthmus_controller::crd::{
-    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, PortScheme,
-    Role, Step, VpnSpec,
+    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls,
+    ObjectRef, PortScheme, Role, Step, VpnSpec,
 };
 use isthmus_controller::plan::{
-    self, DnsRecordObs, EtcdAction, EtcdFields, EtcdObs, Observed, Plan, TIMESTAMP,
+    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp,
+    Observed, Plan, OPERATION, TIMESTAMP,
 };
 
 pub const NS: &str = "shoot--foo--bar";
@@ -46,6 +46,12 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
         destination: (role == Role::Destination).then(|| DestinationSpec {
             member_name_prefix: "dest".into(),
             source_members: source_members(),
+            etcd_template: Some(EtcdTemplate {
+                labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
+                annotations: Default::default(),
+                spec: serde_json::json!({"labels": {"app": "etcd-statefulset"}}),
+            }),
+            join_timeout: Some("10m".into()),
         }),
         vpn: (role == Role::Destination).then(|| VpnSpec {
             dns_name: "vpn-tmp.foo.example.com".into(),
@@ -53,6 +59,8 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
             port: 8443,
         }),
         druid_api: DruidApi::default(),
+        override_default_url: false,
+        etcd_client: Default::default(),
     }
 }
 
@@ -77,7 +85,25 @@ pub fn observed(now: &str) -> Observed {
         namespace: NS.into(),
         now: now.into(),
         generation: Some(1),
+        etcd_cluster: Some(source_cluster()),
         ..Observed::default()
+    }
+}
+
+/// etcd's view of the running source cluster: 3 voters, member 0 leads.
+pub fn source_cluster() -> EtcdCluster {
+    EtcdCluster {
+        members: source_members()
+            .into_iter()
+            .enumerate()
+            .map(|(i, m)| EtcdMember {
+                id: 100 + i as u64,
+                name: m.name,
+                peer_urls: m.peer_urls,
+                is_learner: false,
+            })
+            .collect(),
+        leader: Some(100),
     }
 }
 
@@ -92,7 +118,8 @@ pub fn source_etcd() -> EtcdObs {
             replicas: Some(3),
             ..EtcdFields::default()
         },
-        timestamp: None,
+        ready: Some(true),
+        ..EtcdObs::default()
     }
 }
 
@@ -130,6 +157,7 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
         let mut rec = prev.unwrap_or(DnsRecordObs {
             spec: d.spec.clone(),
             timestamp: None,
+            operation: None,
             generation,
             observed_generation: None,
             last_operation_state: None,
@@ -137,13 +165,15 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
         rec.spec = d.spec.clone();
         rec.generation = generation;
         rec.timestamp = d.annotations.get(TIMESTAMP).cloned();
+        rec.operation = d.annotations.get(OPERATION).cloned();
         if b.dns {
+            rec.operation = None;
             rec.observed_generation = Some(generation);
             rec.last_operation_state = Some("Succeeded".into());
         }
         obs.dns_records.insert(d.object_name.clone(), rec);
     }
-    obs.proxy_rolled_out = b.proxy;
+    obs.served_routes = b.proxy.then(|| plan.routes.clone());
     match &plan.etcd {
         EtcdAction::Keep => {}
         EtcdAction::Delete => obs.etcd = None,
@@ -175,24 +205,54 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                 e.fields = merged;
             }
             e.timestamp = annotations.get(TIMESTAMP).cloned();
+            e.operation = annotations.get(OPERATION).cloned();
+        }
+    }
+    // The controller's own etcd operations.
+    if let Some(c) = &mut obs.etcd_cluster {
+        for op in &plan.etcd_ops {
+            match op {
+                EtcdOp::MoveLeader { to, .. } => c.leader = Some(*to),
+                EtcdOp::Remove { id, .. } => c.members.retain(|m| m.id != *id),
+            }
         }
     }
     if b.druid {
-        if let Some(e) = &mut obs.etcd {
-            e.observed_generation = Some(e.generation);
-            let want = e.fields.replicas.unwrap_or(0);
-            e.ready_replicas = want;
-            if role == Role::Destination {
-                let mut members: Vec<String> = e
-                    .fields
-                    .bootstrap_members
-                    .iter()
-                    .map(|m| m.name.clone())
-                    .collect();
-                members.extend((0..want).map(|i| format!("dest-etcd-main-{i}")));
-                e.members = members;
-            }
+        druid(obs, role);
+    }
+}
+
+/// etcd-druid (and etcd) acting on the `Etcd`: the destination's members join as learners and
+/// are promoted; clearing the bootstrap members removes the source members.
+pub fn druid(obs: &mut Observed, role: Role) {
+    let Some(e) = &mut obs.etcd else { return };
+    e.observed_generation = Some(e.generation);
+    e.operation = None;
+    e.ready = Some(true);
+    let want = e.fields.replicas.unwrap_or(0);
+    e.ready_replicas = want;
+    if role != Role::Destination {
+        return;
+    }
+    e.members = (0..want).map(|i| format!("dest-etcd-main-{i}")).collect();
+    if e.joined_at.is_none() && want >= 2 {
+        e.joined_at = Some(obs.now.clone());
+    }
+    let Some(c) = &mut obs.etcd_cluster else { return };
+    let spec = spec(Role::Destination, Step::Join);
+    for m in plan::members(&spec, NS).into_iter().take(want as usize) {
+        if !c.members.iter().any(|x| x.name == m.member) {
+            c.members.push(EtcdMember {
+                id: 200 + u64::from(m.index),
+                name: m.member.clone(),
+                peer_urls: vec![m.peer_url()],
+                is_learner: false,
+            });
         }
+    }
+    if e.fields.bootstrap_members.is_empty() {
+        let sources = source_members();
+        c.members.retain(|m| !sources.iter().any(|s| s.name == m.name));
     }
 }
 
