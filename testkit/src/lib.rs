@@ -1,5 +1,5 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
-//! scratch directories and polling with deadlines.
+//! scratch directories, polling with deadlines, and a real kube-apiserver ([`kube`]).
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
 //! What it must never do: be a dependency of anything but tests and benchmarks, or hide a
@@ -23,3 +23,8 @@ pub use http::http_get;
 
 mod netns;
 pub use netns::Netns;
+
+/// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
+/// ServiceAccounts under RBAC.
+pub mod kube;
+pub use kube::{minimal_etcd, KubeApiServer};

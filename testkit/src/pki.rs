@@ -113,6 +113,19 @@ impl TestPki {
         self.issue(params)
     }
 
+    /// A client certificate with common name `cn` and organization `group` (Kubernetes reads
+    /// CN as the user name and O as a group: `system:masters` makes an admin). rcgen keeps one
+    /// value per attribute type, hence one group.
+    pub fn client_cert_in_group(&self, cn: &str, group: &str) -> CertKey {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = dn(cn);
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, group);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params)
+    }
+
     fn issue(&self, params: CertificateParams) -> CertKey {
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.ca).unwrap();

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Fetches the pinned upstream CRDs the controller is tested against into target/upstream-crds/:
+#   - etcd-druid's `Etcd` CRD (with its CEL rules) from the Go module github.com/gardener/etcd-druid/api
+#   - Gardener's `DNSRecord` CRD from the Go module github.com/gardener/gardener
+# `go mod download` verifies each module zip against the checksum database (sum.golang.org), so
+# the files are exactly what the tags published. Idempotent: does nothing when both files exist.
+#
+# Pins: etcd-druid api v0.38.1 is the newest version of that module the Go proxy serves (v0.39+
+# are refused); it has additionalAdvertisePeerURLs, memberNamePrefix and
+# bootstrapWithExistingCluster with their CEL rules. Gardener v1.139.0.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+out="$root/target/upstream-crds"
+
+# module@version  file-in-module  name-in-target
+crds=(
+  "github.com/gardener/etcd-druid/api@v0.38.1 core/v1alpha1/crds/druid.gardener.cloud_etcds.yaml druid.gardener.cloud_etcds.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-extensions.gardener.cloud_dnsrecords.yaml extensions.gardener.cloud_dnsrecords.yaml"
+)
+
+have_all=1
+for c in "${crds[@]}"; do
+  read -r _ _ name <<<"$c"
+  [[ -s "$out/$name" ]] || have_all=0
+done
+((have_all)) && exit 0
+
+command -v go >/dev/null || { echo "upstream-crds: go is not installed" >&2; exit 1; }
+mkdir -p "$out"
+# Outside any module (a temp dir), module mode on, no inherited -mod flags.
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+for c in "${crds[@]}"; do
+  read -r mod file name <<<"$c"
+  dir="$(cd "$work" && GO111MODULE=on GOFLAGS= go mod download -json "$mod" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  [[ -n "$dir" && -f "$dir/$file" ]] || { echo "upstream-crds: $file not found in $mod (dir: '$dir')" >&2; exit 1; }
+  # The module cache is read-only; copy, then make the copy writable.
+  cp "$dir/$file" "$out/$name.tmp"
+  chmod u+w "$out/$name.tmp"
+  mv "$out/$name.tmp" "$out/$name"
+  echo "upstream-crds: $mod $file -> target/upstream-crds/$name"
+done

@@ -1,0 +1,607 @@
+//! A real kube-apiserver (and its etcd) for tests: the pinned Kubernetes v1.34.4 built from the
+//! published Go module by `scripts/build-kube-apiserver.sh`, on OS-chosen loopback ports, with
+//! rcgen certificates, `--authorization-mode=RBAC` and service-account signing keys (so
+//! TokenRequest works and a ServiceAccount's client is subject to RBAC exactly as in a cluster).
+//!
+//! Storage: Debian's etcd 3.4.23 (`/usr/bin/etcd`, from `scripts/install-deps.sh`), overridable
+//! with `ISTHMUS_ETCD`. Finding (kube-apiserver v1.34.4 against etcd 3.4.23): it runs -- ready in
+//! about 5 s, CRUD, CRDs with CEL rules, RBAC, TokenRequest, the watch cache initialises. Its
+//! etcd feature check logs `RequestWatchProgress feature is not supported` (etcd 3.4 before
+//! 3.4.31 has no progress requests), so the apiserver serves consistent lists from etcd rather
+//! than from its watch cache; nothing the tests observe depends on that.
+//!
+//! Binaries: `<workspace>/target/kube-apiserver/kube-apiserver-v1.34.4` (always under the
+//! workspace's own `target/`, whatever `CARGO_TARGET_DIR` is), overridable with
+//! `ISTHMUS_KUBE_APISERVER`. The upstream CRDs come from `target/upstream-crds/`
+//! (`scripts/upstream-crds.sh`). Logs and certificates live in a [`Scratch`] directory
+//! (`ISTHMUS_KEEP_SCRATCH=1` keeps it).
+
+use crate::{wait_until, CertKey, Scratch, TestPki};
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::{Client, Config};
+use serde_json::{json, Value};
+use std::fmt;
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::process::{Child, Command};
+
+/// The Kubernetes release the fixture runs (see `scripts/kube-apiserver/go.mod`).
+pub const KUBE_VERSION: &str = "v1.34.4";
+
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+const ATTEMPTS: usize = 5;
+
+/// A running etcd + kube-apiserver pair; both processes are killed on drop.
+pub struct KubeApiServer {
+    scratch: Scratch,
+    etcd: Child,
+    apiserver: Option<Child>,
+    port: u16,
+    etcd_url: String,
+    version: String,
+    startup: Duration,
+    admin_kubeconfig: PathBuf,
+    restarts: usize,
+}
+
+impl fmt::Debug for KubeApiServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeApiServer")
+            .field("url", &self.url())
+            .field("etcd", &self.etcd_url)
+            .field("version", &self.version)
+            .field("startup", &self.startup)
+            .field("dir", &self.scratch.path())
+            .finish()
+    }
+}
+
+impl Drop for KubeApiServer {
+    fn drop(&mut self) {
+        if let Some(a) = self.apiserver.as_mut() {
+            let _ = a.start_kill();
+        }
+        let _ = self.etcd.start_kill();
+    }
+}
+
+/// The workspace root: the nearest ancestor of testkit's manifest dir whose Cargo.toml has a
+/// `[workspace]` table.
+fn workspace_root() -> PathBuf {
+    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    loop {
+        let toml = dir.join("Cargo.toml");
+        if std::fs::read_to_string(&toml).is_ok_and(|t| t.contains("[workspace]")) {
+            return dir.to_path_buf();
+        }
+        dir = dir
+            .parent()
+            .unwrap_or_else(|| panic!("no workspace root above {}", env!("CARGO_MANIFEST_DIR")));
+    }
+}
+
+fn kube_apiserver_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("ISTHMUS_KUBE_APISERVER") {
+        return PathBuf::from(p);
+    }
+    let p = workspace_root()
+        .join("target/kube-apiserver")
+        .join(format!("kube-apiserver-{KUBE_VERSION}"));
+    assert!(
+        p.is_file(),
+        "{} is missing: run scripts/build-kube-apiserver.sh (or set ISTHMUS_KUBE_APISERVER)",
+        p.display()
+    );
+    p
+}
+
+fn etcd_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
+        return PathBuf::from(p);
+    }
+    let p = PathBuf::from("/usr/bin/etcd");
+    assert!(
+        p.is_file(),
+        "/usr/bin/etcd is missing: run scripts/install-deps.sh (or set ISTHMUS_ETCD)"
+    );
+    p
+}
+
+/// A loopback port that was free a moment ago (bind 127.0.0.1:0, read, release). The caller
+/// retries with a new one when the process it hands it to fails to bind.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap()
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+fn log_file(path: &Path) -> (Stdio, Stdio) {
+    let f = File::options()
+        .create(true)
+        .append(true)
+        .open(path)
+        .unwrap();
+    (f.try_clone().unwrap().into(), f.into())
+}
+
+fn bind_failed(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|t| t.contains("address already in use"))
+}
+
+/// Writes a kubeconfig (JSON, which is YAML) for `server` trusting `ca`, with `user` fields
+/// (`client-certificate`/`client-key` paths, or `token`).
+fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: Value) {
+    let kc = json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testkit", "cluster": {
+            "server": server,
+            "certificate-authority": ca,
+        }}],
+        "users": [{"name": "testkit", "user": user}],
+        "contexts": [{"name": "testkit", "context": {"cluster": "testkit", "user": "testkit"}}],
+        "current-context": "testkit",
+    });
+    std::fs::write(path, serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
+}
+
+async fn client_from_kubeconfig(path: &Path) -> Client {
+    // kube builds its rustls config with the process-default provider; make it ring's.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let kc = Kubeconfig::read_from(path)
+        .unwrap_or_else(|e| panic!("reading kubeconfig {}: {e}", path.display()));
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("kubeconfig {}: {e}", path.display()));
+    Client::try_from(config).unwrap()
+}
+
+async fn readyz(client: &Client) -> bool {
+    let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
+    client
+        .request_text(req)
+        .await
+        .is_ok_and(|t| t.trim() == "ok")
+}
+
+impl KubeApiServer {
+    /// etcd + kube-apiserver on OS-chosen loopback ports; ready (`GET /readyz` is `ok`) when it
+    /// returns. Panics with the tail of the apiserver log if not ready within 60 s.
+    pub async fn start() -> KubeApiServer {
+        let apiserver_bin = kube_apiserver_binary();
+        let etcd_bin = etcd_binary();
+        let scratch = Scratch::new("kube-apiserver");
+        let t0 = Instant::now();
+
+        // PKI: one CA for serving, client certificates and (as the apiserver's client CA) admin.
+        let pki = TestPki::new();
+        let ca = pki.write_ca(scratch.path());
+        let serving = pki.server_cert(&[
+            "127.0.0.1",
+            "localhost",
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "10.0.0.1",
+        ]);
+        serving.write(scratch.path(), "apiserver");
+        let admin: CertKey = pki.client_cert_in_group("testkit-admin", "system:masters");
+        let (admin_crt, admin_key) = admin.write(scratch.path(), "admin");
+        let sa_key = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(scratch.join("sa.key"), sa_key.serialize_pem()).unwrap();
+        std::fs::write(scratch.join("sa.pub"), sa_key.public_key_pem()).unwrap();
+
+        let (etcd, etcd_url) = start_etcd(&etcd_bin, &scratch).await;
+
+        let admin_kubeconfig = scratch.join("admin.kubeconfig");
+        let mut server = KubeApiServer {
+            scratch,
+            etcd,
+            apiserver: None,
+            port: 0,
+            etcd_url,
+            version: String::new(),
+            startup: Duration::ZERO,
+            admin_kubeconfig,
+            restarts: 0,
+        };
+        for attempt in 1..=ATTEMPTS {
+            server.port = free_port();
+            write_kubeconfig(
+                &server.admin_kubeconfig,
+                &server.url(),
+                &ca,
+                json!({"client-certificate": admin_crt, "client-key": admin_key}),
+            );
+            match server.spawn_apiserver(&apiserver_bin).await {
+                Ok(()) => break,
+                Err(log) if attempt < ATTEMPTS && bind_failed(&log) => continue,
+                Err(log) => panic!(
+                    "kube-apiserver exited before it was ready; {}:\n{}",
+                    log.display(),
+                    tail(&log, 40)
+                ),
+            }
+        }
+        server.startup = t0.elapsed();
+        let info = server.admin().await.apiserver_version().await.unwrap();
+        server.version = info.git_version;
+        server
+    }
+
+    fn apiserver_log(&self) -> PathBuf {
+        self.scratch
+            .join(&format!("kube-apiserver.{}.log", self.restarts))
+    }
+
+    fn apiserver_args(&self) -> Vec<String> {
+        let d = |f: &str| self.scratch.join(f).display().to_string();
+        [
+            format!("--etcd-servers={}", self.etcd_url),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={}", self.port),
+            format!("--cert-dir={}", d("certs")),
+            format!("--tls-cert-file={}", d("apiserver.crt")),
+            format!("--tls-private-key-file={}", d("apiserver.key")),
+            format!("--client-ca-file={}", d("ca.crt")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // The default reconciler writes the `kubernetes` Endpoints, which reject a loopback
+            // address; nothing in the tests needs them.
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ]
+        .into()
+    }
+
+    /// Spawns kube-apiserver on `self.port` and waits until it is ready. Err(log path) if the
+    /// process exits first.
+    async fn spawn_apiserver(&mut self, bin: &Path) -> Result<(), PathBuf> {
+        self.restarts += 1;
+        let log = self.apiserver_log();
+        let (out, err) = log_file(&log);
+        let child = Command::new(bin)
+            .args(self.apiserver_args())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", bin.display()));
+        self.apiserver = Some(child);
+        let client = self.admin().await;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if readyz(&client).await {
+                return Ok(());
+            }
+            if let Some(a) = self.apiserver.as_mut() {
+                if a.try_wait().unwrap().is_some() {
+                    self.apiserver = None;
+                    return Err(log);
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kube-apiserver not ready after {READY_TIMEOUT:?}; {}:\n{}",
+                log.display(),
+                tail(&log, 40)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `https://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.port)
+    }
+
+    /// The server's `gitVersion` from `/version` (`v1.34.4`).
+    pub fn version(&self) -> String {
+        self.version.clone()
+    }
+
+    /// From spawning etcd to kube-apiserver's `/readyz` answering `ok`.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    /// The scratch directory (certificates, kubeconfigs, logs).
+    pub fn dir(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    /// A client authenticated with the admin certificate (`O=system:masters`).
+    pub async fn admin(&self) -> Client {
+        client_from_kubeconfig(&self.admin_kubeconfig).await
+    }
+
+    /// A kubeconfig file for the admin (for spawning binaries).
+    pub fn admin_kubeconfig(&self) -> PathBuf {
+        self.admin_kubeconfig.clone()
+    }
+
+    /// Creates the namespace and ServiceAccount if missing, returns a client authenticated with
+    /// a TokenRequest token for it (so RBAC applies exactly as in a cluster).
+    pub async fn service_account(&self, namespace: &str, name: &str) -> Client {
+        let path = self.service_account_kubeconfig(namespace, name).await;
+        client_from_kubeconfig(&path).await
+    }
+
+    /// Like [`service_account`](Self::service_account), but returns a kubeconfig file (with the
+    /// token) for spawning binaries.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> PathBuf {
+        let admin = self.admin().await;
+        self.apply_values(
+            &admin,
+            vec![
+                json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+                json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                       "metadata": {"name": name, "namespace": namespace}}),
+            ],
+        )
+        .await;
+        let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        let tr = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(24 * 3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let token = sas
+            .create_token_request(name, &PostParams::default(), &tr)
+            .await
+            .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
+            .status
+            .unwrap_or_else(|| panic!("TokenRequest for {namespace}/{name} has no status"))
+            .token;
+        let path = self
+            .scratch
+            .join(&format!("sa-{namespace}-{name}.kubeconfig"));
+        write_kubeconfig(
+            &path,
+            &self.url(),
+            &self.scratch.join("ca.crt"),
+            json!({ "token": token }),
+        );
+        path
+    }
+
+    /// Applies every document of a (multi-document) YAML file with server-side apply (field
+    /// manager "testkit", force, `fieldValidation=Strict`), as admin; for
+    /// CustomResourceDefinitions waits until Established. Returns the applied objects as
+    /// `Kind/namespace/name` (`Kind/name` for cluster-scoped ones).
+    pub async fn apply_yaml(&self, path: &Path) -> Vec<String> {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
+        self.apply_yaml_str(&text).await
+    }
+
+    /// [`apply_yaml`](Self::apply_yaml) on a string.
+    pub async fn apply_yaml_str(&self, yaml: &str) -> Vec<String> {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(yaml).unwrap_or_else(|e| panic!("parsing YAML: {e}"));
+        let docs = docs
+            .into_iter()
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
+            .collect();
+        self.apply_values(&self.admin().await, docs).await
+    }
+
+    async fn apply_values(&self, client: &Client, docs: Vec<Value>) -> Vec<String> {
+        let mut applied = Vec::new();
+        for doc in docs {
+            applied.push(apply_one(client, doc).await);
+        }
+        applied
+    }
+
+    /// The pinned upstream CRDs from `target/upstream-crds/`: etcd-druid's `Etcd` and
+    /// Gardener's `DNSRecord`.
+    pub fn upstream_crd_paths() -> Vec<PathBuf> {
+        let dir = workspace_root().join("target/upstream-crds");
+        let paths: Vec<PathBuf> = [
+            "druid.gardener.cloud_etcds.yaml",
+            "extensions.gardener.cloud_dnsrecords.yaml",
+        ]
+        .iter()
+        .map(|f| dir.join(f))
+        .collect();
+        for p in &paths {
+            assert!(
+                p.is_file(),
+                "{} is missing: run scripts/upstream-crds.sh",
+                p.display()
+            );
+        }
+        paths
+    }
+
+    /// Stops (SIGKILL) and restarts kube-apiserver on the same port and etcd data (for "API
+    /// server restarted mid-step" tests); waits until it is ready again.
+    pub async fn restart(&mut self) {
+        if let Some(mut a) = self.apiserver.take() {
+            let _ = a.kill().await;
+        }
+        let bin = kube_apiserver_binary();
+        if let Err(log) = self.spawn_apiserver(&bin).await {
+            panic!(
+                "kube-apiserver exited after restart; {}:\n{}",
+                log.display(),
+                tail(&log, 40)
+            );
+        }
+    }
+}
+
+/// etcd on free loopback ports (client and peer), data in the scratch dir; retried with new
+/// ports when a port was taken in between.
+async fn start_etcd(bin: &Path, scratch: &Scratch) -> (Child, String) {
+    for attempt in 1..=ATTEMPTS {
+        let (client_port, peer_port) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client_port}");
+        let peer = format!("http://127.0.0.1:{peer_port}");
+        let log = scratch.join(&format!("etcd.{attempt}.log"));
+        let data = scratch.join(&format!("etcd.{attempt}"));
+        let (out, err) = log_file(&log);
+        let mut child = Command::new(bin)
+            .arg("--name=testkit")
+            .arg(format!("--data-dir={}", data.display()))
+            .arg(format!("--listen-client-urls={url}"))
+            .arg(format!("--advertise-client-urls={url}"))
+            .arg(format!("--listen-peer-urls={peer}"))
+            .arg(format!("--initial-advertise-peer-urls={peer}"))
+            .arg(format!("--initial-cluster=testkit={peer}"))
+            .arg("--listen-metrics-urls=")
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", bin.display()));
+        let addr = format!("127.0.0.1:{client_port}").parse().unwrap();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        let exited = loop {
+            if let Ok((200, body)) = crate::http_get(addr, "/health").await {
+                if body.contains("true") {
+                    break false;
+                }
+            }
+            if child.try_wait().unwrap().is_some() {
+                break true;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "etcd not healthy after {READY_TIMEOUT:?}; {}:\n{}",
+                log.display(),
+                tail(&log, 40)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        if !exited {
+            return (child, url);
+        }
+        if attempt == ATTEMPTS || !bind_failed(&log) {
+            panic!("etcd exited; {}:\n{}", log.display(), tail(&log, 40));
+        }
+    }
+    unreachable!()
+}
+
+/// Server-side applies one object; for a CRD, waits until it is Established. Returns
+/// `Kind/namespace/name` or `Kind/name`.
+async fn apply_one(client: &Client, doc: Value) -> String {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default().to_owned();
+    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
+    let name = doc["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        !api_version.is_empty() && !kind.is_empty() && !name.is_empty(),
+        "document without apiVersion, kind or metadata.name: {doc}"
+    );
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &kind);
+    // A kind whose CRD was applied a moment ago may take a moment to be discoverable.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let found = loop {
+        match kube::discovery::pinned_kind(client, &gvk).await {
+            Ok(found) => break found,
+            Err(e) => assert!(
+                Instant::now() < deadline,
+                "discovery of {api_version} {kind}: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let (ar, caps) = found;
+    let pp = PatchParams::apply("testkit").force().validation_strict();
+    let (api, id): (Api<DynamicObject>, String) = if caps.scope == Scope::Namespaced {
+        let ns = doc["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned();
+        (
+            Api::namespaced_with(client.clone(), &ns, &ar),
+            format!("{kind}/{ns}/{name}"),
+        )
+    } else {
+        (Api::all_with(client.clone(), &ar), format!("{kind}/{name}"))
+    };
+    api.patch(&name, &pp, &Patch::Apply(&doc))
+        .await
+        .unwrap_or_else(|e| panic!("applying {id}: {e}"));
+    if kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io" {
+        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+        wait_until(
+            &format!("{id} Established"),
+            Duration::from_secs(30),
+            || {
+                let crds = crds.clone();
+                let name = name.clone();
+                async move {
+                    crds.get(&name).await.ok().is_some_and(|c| {
+                        c.status
+                            .and_then(|s| s.conditions)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|c| c.type_ == "Established" && c.status == "True")
+                    })
+                }
+            },
+        )
+        .await;
+    }
+    id
+}
+
+/// A minimal valid etcd-druid `Etcd` (druid.gardener.cloud/v1alpha1) under the pinned CRD:
+/// the required `labels`, `backup`, `etcd`, `replicas`, with TLS for peer and client URLs (so
+/// `https://` peer URLs pass the CEL rules).
+pub fn minimal_etcd(name: &str, namespace: &str, replicas: i32) -> Value {
+    json!({
+        "apiVersion": "druid.gardener.cloud/v1alpha1",
+        "kind": "Etcd",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "labels": {"app": "etcd-statefulset", "name": name},
+            "replicas": replicas,
+            "backup": {},
+            "etcd": {
+                "peerUrlTls": {
+                    "tlsCASecretRef": {"name": format!("{name}-peer-ca"), "dataKey": "bundle.crt"},
+                    "serverTLSSecretRef": {"name": format!("{name}-peer-server")},
+                },
+                "clientUrlTls": {
+                    "tlsCASecretRef": {"name": format!("{name}-ca"), "dataKey": "bundle.crt"},
+                    "serverTLSSecretRef": {"name": format!("{name}-server")},
+                    "clientTLSSecretRef": {"name": format!("{name}-client")},
+                },
+            },
+        },
+    })
+}
