@@ -141,6 +141,7 @@ async fn run() {
     let (agents_addr, connect_addr) = (agents.local_addr().unwrap(), connect.local_addr().unwrap());
     let server = Server::new(
         ServerOptions {
+            limits: Default::default(),
             agents_tls: pki.server_config(&server_cert, true, &["h2"]),
             connect_tls: Some(pki.server_config(&server_cert, true, &[])),
             http2: Http2Config::default(),

@@ -3,7 +3,7 @@
 
 pub use crate::allow::AllowRule;
 use crate::load::{Lists, Schema};
-use crate::{nullable, AdminConfig, ConfigError, Duration};
+use crate::{nullable, AdminConfig, ConfigError, Duration, HttpLimits};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,6 +44,19 @@ pub struct AgentsListenerConfig {
     pub address: SocketAddr,
     /// Server certificate and the CA that agents' client certificates must chain to.
     pub tls: ServerTlsConfig,
+    /// Time a connection has for its TLS handshake; then it is closed and counted
+    /// (`isthmus_tunnel_handshakes_total{outcome="failed"}`). Default `10s`.
+    #[serde(default = "defaults::handshake_timeout")]
+    pub handshake_timeout: Duration,
+    /// Most TLS handshakes in progress at once; a connection beyond it is closed at once and
+    /// counted (`isthmus_tunnel_refused_total{reason="too_many_handshakes"}`). Default `64`.
+    #[serde(default = "defaults::max_handshakes")]
+    pub max_handshakes: usize,
+    /// Most agent sessions at once (a shoot has one regular agent, one temporary one and
+    /// their replacements during a rotation); one more is closed after its handshake and
+    /// counted (`reason="too_many_sessions"`). Default `16`.
+    #[serde(default = "defaults::max_sessions")]
+    pub max_sessions: usize,
 }
 
 /// The CONNECT listener: exactly one of `address` (TCP, optionally TLS) or `unix`.
@@ -57,9 +70,14 @@ pub struct ConnectListenerConfig {
     #[serde(default)]
     pub unix: Option<PathBuf>,
     /// TLS with mandatory client certificates for the TCP endpoint. Without it the endpoint
-    /// speaks plain HTTP: only for a socket reachable by kube-apiserver alone.
+    /// speaks plain HTTP, which is refused unless `address` is a loopback address (or `unix`
+    /// is used): an unauthenticated door into the shoot's networks must not face a network.
     #[serde(default)]
     pub tls: Option<ServerTlsConfig>,
+    /// Limits of the HTTP/1 server (header timeout, which also bounds the TLS handshake;
+    /// head size; connections not yet upgraded to a tunnel, the oldest closed first).
+    #[serde(default)]
+    pub limits: HttpLimits,
 }
 
 /// Server-side TLS files (PEM).
@@ -72,6 +90,12 @@ pub struct ServerTlsConfig {
     pub key: PathBuf,
     /// CA certificates that peers' client certificates must chain to.
     pub client_ca: PathBuf,
+    /// DNS names (subject alternative names) a client certificate must be valid for, one
+    /// of them; a certificate of the right CA for another name is refused during the
+    /// handshake and counted (`isthmus_tunnel_refused_total{reason="client_name"}`).
+    /// Default: empty, meaning any certificate of `client_ca`; set it.
+    #[serde(default)]
+    pub allowed_client_names: Vec<String>,
 }
 
 /// HTTP/2 settings of an agent session; both ends use the same defaults.
@@ -204,6 +228,43 @@ impl Schema for TunnelServerConfig {
             )),
             _ => {}
         }
+        if let (Some(a), None) = (self.connect.address, &self.connect.tls) {
+            if !a.ip().is_loopback() {
+                p.push((
+                    "connect.tls".into(),
+                    format!(
+                        "required: {a} is not a loopback address, and a CONNECT front without \
+                         TLS lets anyone who reaches it into the shoot's networks (use tls, a \
+                         loopback address or unix)"
+                    ),
+                ));
+            }
+        }
+        for (at, tls) in [
+            ("agents.tls", Some(&self.agents.tls)),
+            ("connect.tls", self.connect.tls.as_ref()),
+        ] {
+            for (i, n) in tls
+                .map_or(&[][..], |t| &t.allowed_client_names[..])
+                .iter()
+                .enumerate()
+            {
+                if n.is_empty() || n.contains(|c: char| c.is_whitespace() || c == '/') {
+                    p.push((
+                        format!("{at}.allowed_client_names[{i}]"),
+                        format!("{n:?} is not a DNS name"),
+                    ));
+                }
+            }
+        }
+        p.extend(self.connect.limits.problems("connect.limits"));
+        p.extend(self.admin.limits.problems("admin.limits"));
+        if self.agents.max_handshakes == 0 || self.agents.max_sessions == 0 {
+            p.push((
+                "agents".into(),
+                "max_handshakes and max_sessions must be at least 1".into(),
+            ));
+        }
         if self.connect.address.is_some() && self.connect.address == Some(self.agents.address) {
             p.push((
                 "connect.address".into(),
@@ -219,6 +280,7 @@ impl Schema for TunnelServerConfig {
         check_http2(&mut p, &self.http2);
         for (at, d) in [
             ("connect_timeout", self.connect_timeout),
+            ("agents.handshake_timeout", self.agents.handshake_timeout),
             ("drain_timeout", self.drain_timeout),
         ] {
             if d.get().is_zero() {
@@ -343,6 +405,15 @@ mod defaults {
     }
     pub fn connect_timeout() -> Duration {
         Duration::from_secs(15)
+    }
+    pub fn handshake_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn max_handshakes() -> usize {
+        64
+    }
+    pub fn max_sessions() -> usize {
+        16
     }
     pub fn session_wait() -> Duration {
         Duration::from_secs(3)

@@ -46,23 +46,9 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
         let agents = tokio::net::TcpListener::bind(config.agents.address)
             .await
             .with_context(|| format!("bind agents {}", config.agents.address))?;
-        let connect = match (&config.connect.address, &config.connect.unix) {
-            (Some(a), _) => ConnectListener::Tcp(
-                tokio::net::TcpListener::bind(a)
-                    .await
-                    .with_context(|| format!("bind connect {a}"))?,
-            ),
-            (None, Some(p)) => {
-                let _ = std::fs::remove_file(p);
-                ConnectListener::Unix(
-                    tokio::net::UnixListener::bind(p)
-                        .with_context(|| format!("bind {}", p.display()))?,
-                )
-            }
-            (None, None) => anyhow::bail!("connect: set address or unix"),
-        };
+        let connect = ConnectListener::bind(&config.connect).await?;
         let ready_server = server.clone();
-        let shutdown = serve_admin(config.admin.address, registry, move || {
+        let shutdown = serve_admin(&config.admin, registry, move || {
             ready_server.live_sessions() > 0
         })
         .await?;
@@ -79,7 +65,7 @@ pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
         let mut registry = Registry::default();
         let agent = Agent::new(opts, &mut registry);
         let ready_agent = agent.clone();
-        let shutdown = serve_admin(config.admin.address, registry, move || {
+        let shutdown = serve_admin(&config.admin, registry, move || {
             ready_agent.live_sessions() > 0
         })
         .await?;
@@ -92,18 +78,20 @@ pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
 /// Binds the admin endpoint (ready while `ready` says so), installs the signal handlers, and
 /// returns the token that SIGTERM/SIGINT cancel.
 async fn serve_admin(
-    address: std::net::SocketAddr,
+    config: &isthmus_config::AdminConfig,
     registry: Registry,
     ready: impl Fn() -> bool + Send + Sync + 'static,
 ) -> anyhow::Result<CancellationToken> {
+    let address = config.address;
     let admin = tokio::net::TcpListener::bind(address)
         .await
         .with_context(|| format!("bind admin {address}"))?;
     let shutdown = CancellationToken::new();
-    tokio::spawn(isthmus_tunnel::admin::serve(
+    tokio::spawn(isthmus_tunnel::admin::serve_with_limits(
         admin,
         Arc::new(registry),
         Arc::new(ready),
+        config.limits,
         shutdown.child_token(),
     ));
     tokio::spawn(signals(shutdown.clone()));

@@ -3,7 +3,8 @@
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use isthmus_config::HttpLimits;
+use isthmus_proxy::http1::Gate;
 use prometheus_client::registry::Registry;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -13,37 +14,33 @@ use tokio_util::sync::CancellationToken;
 /// Whether the component is ready (server: ≥ 1 live agent session).
 pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
 
-/// Serves admin HTTP on `listener` until `shutdown`.
+/// Serves admin HTTP on `listener` until `shutdown`, with the default [`HttpLimits`].
 pub async fn serve(
     listener: TcpListener,
     registry: Arc<Registry>,
     ready: ReadyFn,
     shutdown: CancellationToken,
 ) {
-    loop {
-        let stream = tokio::select! {
-            _ = shutdown.cancelled() => return,
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "admin accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
+    serve_with_limits(listener, registry, ready, HttpLimits::default(), shutdown).await;
+}
+
+/// Serves admin HTTP on `listener` until `shutdown`: header timeout, head size cap and a
+/// connection cap that closes the oldest connection, so `/readyz` answers under any load.
+pub async fn serve_with_limits(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    ready: ReadyFn,
+    limits: HttpLimits,
+    shutdown: CancellationToken,
+) {
+    let make = move || {
         let (registry, ready) = (registry.clone(), ready.clone());
-        let service = hyper::service::service_fn(move |req| {
+        hyper::service::service_fn(move |req| {
             let r = answer(&req, &registry, &ready);
             async move { Ok::<_, Infallible>(r) }
-        });
-        tokio::spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-        });
-    }
+        })
+    };
+    isthmus_proxy::http1::serve(listener, Gate::new(limits), make, shutdown).await;
 }
 
 fn answer(

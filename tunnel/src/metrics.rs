@@ -10,6 +10,7 @@
 //! | `isthmus_tunnel_handshakes_total{outcome}` | both | session TLS handshakes: `ok`/`failed` |
 //! | `isthmus_tunnel_bytes_total{direction}` | both | bytes carried, `to_target`/`from_target` |
 //! | `isthmus_tunnel_ping_rtt_seconds` | server | round trip of a request/answer on each session |
+//! | `isthmus_tunnel_refused_total{listener,reason}` | server | connections refused: `client_name`, `too_many_handshakes`, `too_many_sessions`, `evicted` |
 //! | `isthmus_tunnel_session_rotations_total{reason}` | agent | sessions drained after their verified replacement: `max_age`, `address_changed` |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -47,6 +48,17 @@ pub struct CodeLabel {
 pub struct OutcomeLabel {
     /// `ok` or `failed`.
     pub outcome: &'static str,
+}
+
+/// Labels of `isthmus_tunnel_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    /// `agents` or `connect`.
+    pub listener: &'static str,
+    /// `client_name` (a certificate of the right CA for a name not in
+    /// `allowed_client_names`), `too_many_handshakes`, `too_many_sessions`, `evicted` (a
+    /// CONNECT connection closed to make room: `connect.limits.max_connections`).
+    pub reason: &'static str,
 }
 
 /// `direction` label.

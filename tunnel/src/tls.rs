@@ -1,10 +1,17 @@
 //! rustls configurations from PEM files: TLS 1.3 only, mutual authentication everywhere.
 
 use crate::Error;
+use prometheus_client::metrics::counter::Counter;
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::client::verify_server_name;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
-use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::{
+    CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
+    ServerConfig, SignatureScheme,
+};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -52,15 +59,115 @@ pub fn server_config(
     client_ca: &Path,
     alpn: &[&[u8]],
 ) -> Result<Arc<ServerConfig>, Error> {
-    let verifier =
+    server_config_for_names(cert, key_path, client_ca, alpn, &[], Counter::default())
+}
+
+/// Like [`server_config`], and when `names` is not empty the client certificate must also be
+/// valid for one of those DNS names (subject alternative names): a certificate of the right
+/// CA for another name fails the handshake and counts in `refused`.
+pub fn server_config_for_names(
+    cert: &Path,
+    key_path: &Path,
+    client_ca: &Path,
+    alpn: &[&[u8]],
+    names: &[String],
+    refused: Counter,
+) -> Result<Arc<ServerConfig>, Error> {
+    let webpki =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots(client_ca)?), provider())
             .build()?;
+    let verifier: Arc<dyn ClientCertVerifier> = if names.is_empty() {
+        webpki
+    } else {
+        let names = names
+            .iter()
+            .map(|n| {
+                ServerName::try_from(n.clone()).map_err(|e| Error::TlsFile {
+                    path: client_ca.to_owned(),
+                    message: format!("allowed client name {n:?}: {e}"),
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Arc::new(NameCheck {
+            inner: webpki,
+            names,
+            refused,
+        })
+    };
     let mut c = ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
         .with_single_cert(certs(cert)?, key(key_path)?)?;
     c.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
     Ok(Arc::new(c))
+}
+
+/// The CA's verdict, then the name: the client certificate must be valid for one of `names`
+/// (the same check a TLS client makes of a server's name).
+#[derive(Debug)]
+struct NameCheck {
+    inner: Arc<dyn ClientCertVerifier>,
+    names: Vec<ServerName<'static>>,
+    refused: Counter,
+}
+
+impl ClientCertVerifier for NameCheck {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        let verified = self
+            .inner
+            .verify_client_cert(end_entity, intermediates, now)?;
+        let cert = ParsedCertificate::try_from(end_entity)?;
+        if self
+            .names
+            .iter()
+            .any(|n| verify_server_name(&cert, n).is_ok())
+        {
+            return Ok(verified);
+        }
+        self.refused.inc();
+        Err(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
 }
 
 /// The agent's TLS 1.3 client config: trusts `ca`, presents `cert`/`key`, offers ALPN `h2`.

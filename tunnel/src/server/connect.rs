@@ -18,12 +18,13 @@ pub(crate) async fn serve<I>(shared: Arc<Shared>, io: I)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let builder = shared.connect_gate.builder();
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
         async move { Ok::<_, Infallible>(handle(shared, req).await) }
     });
     // Malformed requests get hyper's own `400 Bad Request`; CONNECT needs `with_upgrades`.
-    let r = hyper::server::conn::http1::Builder::new()
+    let r = builder
         .serve_connection(TokioIo::new(io), service)
         .with_upgrades()
         .await;

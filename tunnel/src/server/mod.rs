@@ -5,11 +5,17 @@ mod connect;
 mod session;
 mod sessions;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, RefusedLabels};
 use crate::{tls, Error};
 use hyper_util::rt::TokioExecutor;
-use isthmus_config::{Http2Config, TunnelServerConfig};
+use isthmus_config::HttpLimits;
+use isthmus_config::{ConnectListenerConfig, Http2Config, TunnelServerConfig};
+use isthmus_proxy::http1::Gate;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
@@ -33,17 +39,82 @@ pub struct ServerOptions {
     pub drain_timeout: Duration,
     /// Interval of the round-trip probe on each session (`ping_rtt_seconds`).
     pub probe_interval: Duration,
+    /// Caps and timeouts against floods, and where refusals are counted.
+    pub limits: ServerLimits,
+}
+
+/// The server's caps and timeouts (see `agents` and `connect.limits` in the configuration).
+#[derive(Debug, Clone)]
+pub struct ServerLimits {
+    /// Time an agent connection has for its TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Agent TLS handshakes in progress at once; more are closed at once.
+    pub max_handshakes: usize,
+    /// Agent sessions at once; more are closed after their handshake.
+    pub max_sessions: usize,
+    /// The CONNECT front's HTTP limits (its header timeout also bounds its TLS handshake).
+    pub connect: HttpLimits,
+    /// `isthmus_tunnel_refused_total{listener, reason}`; the TLS configs built by
+    /// [`ServerOptions::from_config`] count refused client names into it.
+    pub refused: Family<RefusedLabels, Counter>,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        Self {
+            handshake_timeout: Duration::from_secs(10),
+            max_handshakes: 64,
+            max_sessions: 16,
+            connect: HttpLimits::default(),
+            refused: Family::default(),
+        }
+    }
+}
+
+impl ServerLimits {
+    pub(crate) fn refuse(&self, listener: &'static str, reason: &'static str) {
+        self.refused
+            .get_or_create(&RefusedLabels { listener, reason })
+            .inc();
+    }
 }
 
 impl ServerOptions {
     /// Reads the TLS files named in `c`.
     pub fn from_config(c: &TunnelServerConfig) -> Result<Self, Error> {
+        let limits = ServerLimits {
+            handshake_timeout: c.agents.handshake_timeout.get(),
+            max_handshakes: c.agents.max_handshakes,
+            max_sessions: c.agents.max_sessions,
+            connect: c.connect.limits,
+            refused: Family::default(),
+        };
+        let names = |listener| {
+            limits.refused.get_or_create_owned(&RefusedLabels {
+                listener,
+                reason: "client_name",
+            })
+        };
         let t = &c.agents.tls;
-        let agents_tls = tls::server_config(&t.cert, &t.key, &t.client_ca, &[tls::ALPN_H2])?;
+        let agents_tls = tls::server_config_for_names(
+            &t.cert,
+            &t.key,
+            &t.client_ca,
+            &[tls::ALPN_H2],
+            &t.allowed_client_names,
+            names("agents"),
+        )?;
         // No ALPN on the CONNECT endpoint: a client offering none, or only `h2`, must still get
         // in (rustls refuses a handshake whose offered protocols do not overlap ours).
         let connect_tls = match &c.connect.tls {
-            Some(t) => Some(tls::server_config(&t.cert, &t.key, &t.client_ca, &[])?),
+            Some(t) => Some(tls::server_config_for_names(
+                &t.cert,
+                &t.key,
+                &t.client_ca,
+                &[],
+                &t.allowed_client_names,
+                names("connect"),
+            )?),
             None => None,
         };
         Ok(Self {
@@ -54,6 +125,7 @@ impl ServerOptions {
             session_wait: c.session_wait.get(),
             drain_timeout: c.drain_timeout.get(),
             probe_interval: c.http2.keepalive_interval.get(),
+            limits,
         })
     }
 }
@@ -67,6 +139,39 @@ pub enum ConnectListener {
     Unix(UnixListener),
 }
 
+impl ConnectListener {
+    /// Binds what `c` names: its TCP `address`, or its `unix` socket, re-created with mode
+    /// 0600 (bound under a temporary name, restricted, then renamed into place, so that it is
+    /// never reachable with wider permissions). Validation has refused plain TCP beyond
+    /// loopback.
+    pub async fn bind(c: &ConnectListenerConfig) -> Result<Self, Error> {
+        match (&c.address, &c.unix) {
+            (Some(a), _) => TcpListener::bind(a)
+                .await
+                .map(ConnectListener::Tcp)
+                .map_err(|e| Error::io(format!("bind CONNECT {a}"), e)),
+            (None, Some(path)) => bind_unix(path).map(ConnectListener::Unix),
+            (None, None) => Err(Error::io(
+                "CONNECT listener",
+                std::io::Error::other("set address or unix"),
+            )),
+        }
+    }
+}
+
+fn bind_unix(path: &Path) -> Result<UnixListener, Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let what = |e| Error::io(format!("bind CONNECT {}", path.display()), e);
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = std::path::PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    let listener = UnixListener::bind(&tmp).map_err(what)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).map_err(what)?;
+    std::fs::rename(&tmp, path).map_err(what)?;
+    Ok(listener)
+}
+
 /// State shared by the server's tasks.
 pub(crate) struct Shared {
     pub(crate) sessions: sessions::Sessions,
@@ -78,6 +183,32 @@ pub(crate) struct Shared {
     pub(crate) probe_interval: Duration,
     /// Cancelled when the server stops for good: sessions and streams are dropped.
     pub(crate) shutdown: CancellationToken,
+    pub(crate) limits: ServerLimits,
+    /// Agent TLS handshakes in progress, and sessions past their handshake.
+    pub(crate) handshaking: Arc<AtomicUsize>,
+    pub(crate) sessions_open: Arc<AtomicUsize>,
+    /// The CONNECT front's HTTP/1 limits.
+    pub(crate) connect_gate: Arc<Gate>,
+}
+
+/// Counts one in an `AtomicUsize` while alive.
+pub(crate) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    /// Counts one more unless `max` are counted already.
+    pub(crate) fn try_new(n: &Arc<AtomicUsize>, max: usize) -> Option<Self> {
+        n.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            (v < max).then_some(v + 1)
+        })
+        .ok()
+        .map(|_| Counted(n.clone()))
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A tunnel server. Cheap to clone; all clones are the same server.
@@ -107,7 +238,18 @@ impl Server {
             session_wait: opts.session_wait,
             probe_interval: opts.probe_interval,
             shutdown: CancellationToken::new(),
+            limits: opts.limits.clone(),
+            handshaking: Arc::default(),
+            sessions_open: Arc::default(),
+            connect_gate: Gate::new(opts.limits.connect),
         });
+        let r = registry.sub_registry_with_prefix("isthmus_tunnel");
+        r.register(
+            "refused",
+            "Connections refused by listener (agents, connect) and reason (client_name, \
+             too_many_handshakes, too_many_sessions, evicted)",
+            opts.limits.refused.clone(),
+        );
         Self { shared, opts }
     }
 
@@ -171,7 +313,12 @@ async fn accept_agents(shared: Arc<Shared>, listener: TcpListener, stop: Cancell
         tokio::select! {
             _ = stop.cancelled() => return,
             r = listener.accept() => match r {
-                Ok((tcp, peer)) => { tokio::spawn(session::run(shared.clone(), tcp, peer)); }
+                Ok((tcp, peer)) => {
+                    match Counted::try_new(&shared.handshaking, shared.limits.max_handshakes) {
+                        Some(h) => { tokio::spawn(session::run(shared.clone(), tcp, peer, h)); }
+                        None => shared.limits.refuse("agents", "too_many_handshakes"),
+                    }
+                }
                 Err(e) => backoff(&e).await,
             },
         }
@@ -191,9 +338,18 @@ async fn accept_connect(
             r = accept_one(&listener, acceptor.clone()) => match r {
                 Ok(conn) => {
                     let shared = shared.clone();
+                    // The slot covers the TLS handshake and the request; an upgraded tunnel
+                    // runs in its own task and no longer holds it.
+                    let admission = shared.connect_gate.admit();
                     tokio::spawn(async move {
                         let kill = shared.shutdown.clone();
-                        tokio::select! { _ = kill.cancelled() => {}, _ = conn.serve(shared) => {} }
+                        let evicted = shared.clone();
+                        tokio::select! {
+                            _ = kill.cancelled() => {},
+                            done = admission.run(conn.serve(shared)) => if done.is_none() {
+                                evicted.limits.refuse("connect", "evicted");
+                            },
+                        }
                     });
                 }
                 Err(e) => backoff(&e).await,
@@ -225,7 +381,8 @@ impl Accepted {
             Accepted::Unix(s) => connect::serve(shared, s).await,
             Accepted::Tcp(s, None) => connect::serve(shared, s).await,
             Accepted::Tcp(s, Some(acceptor)) => {
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(s)).await {
+                let timeout = shared.limits.connect.header_read_timeout.get();
+                match tokio::time::timeout(timeout, acceptor.accept(s)).await {
                     Ok(Ok(tls)) => connect::serve(shared, TlsStream::from(tls)).await,
                     Ok(Err(e)) => tracing::info!(error = %e, "CONNECT client TLS handshake failed"),
                     Err(_) => tracing::info!("CONNECT client TLS handshake timed out"),

@@ -1,7 +1,7 @@
 //! One agent session on the server: TLS accept, HTTP/2 client handshake, a verifying request,
 //! then periodic round-trip probes until the connection ends.
 
-use super::Shared;
+use super::{Counted, Shared};
 use crate::Error;
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -16,13 +16,18 @@ use tokio::net::TcpStream;
 /// The path of the probe request; the agent answers it without dialing anything.
 const PING_URI: &str = "http://isthmus-agent/ping";
 
-/// A TLS handshake that takes longer than this is abandoned (slowloris protection).
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Runs one session until it ends or the server stops.
-pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
+/// Runs one session until it ends or the server stops. `handshaking` counts this connection
+/// among the handshakes in progress until the handshake is over.
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    handshaking: Counted,
+) {
     let _ = tcp.set_nodelay(true);
-    let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, shared.acceptor.accept(tcp)).await {
+    // A TLS handshake that takes longer is abandoned (slowloris protection).
+    let timeout = shared.limits.handshake_timeout;
+    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             shared.metrics.handshake(false);
@@ -36,6 +41,12 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         }
     };
     shared.metrics.handshake(true);
+    drop(handshaking);
+    let Some(_open) = Counted::try_new(&shared.sessions_open, shared.limits.max_sessions) else {
+        shared.limits.refuse("agents", "too_many_sessions");
+        tracing::warn!(%peer, max = shared.limits.max_sessions, "too many agent sessions, closing");
+        return;
+    };
     let mut connecting = shared.metrics.session_state("connecting");
     let (send, conn) = match shared.http2.handshake(TokioIo::new(tls)).await {
         Ok(x) => x,

@@ -67,6 +67,7 @@ impl World {
             session_wait: Duration::from_secs(3),
             drain_timeout: Duration::from_secs(10),
             probe_interval: Duration::from_millis(200),
+            limits: Default::default(),
         }
     }
 

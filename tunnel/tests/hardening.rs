@@ -1,0 +1,177 @@
+//! The tunnel server tried as an attacker would: a certificate of the right CA for the wrong
+//! name, a plain-TCP CONNECT front facing a network, handshake floods, slow CONNECT clients.
+
+mod common;
+
+use common::*;
+use isthmus_config::{parse, TunnelServerConfig};
+use isthmus_testkit::wait_until;
+use isthmus_tunnel::metrics::RefusedLabels;
+use isthmus_tunnel::server::ConnectListener;
+use isthmus_tunnel::tls;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Reads until the peer closes (or resets); panics if it does not within the deadline.
+async fn closed(s: &mut TcpStream) {
+    let mut buf = [0u8; 1024];
+    loop {
+        match tokio::time::timeout(DEADLINE, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(_)) => {}
+            Err(_) => panic!("the server did not close the connection"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_the_wrong_name_is_refused_at_the_handshake() {
+    let world = World::new();
+    let dir = world.dir.path();
+    let (crt, key) = world.server_cert.write(dir, "server");
+    let ca = world.pki.write_ca(dir);
+    let mut opts = world.server_options(false);
+    let refused = opts.limits.refused.get_or_create_owned(&RefusedLabels {
+        listener: "agents",
+        reason: "client_name",
+    });
+    let allowed = vec!["agent.vpn.test".to_string()];
+    opts.agents_tls =
+        tls::server_config_for_names(&crt, &key, &ca, &[tls::ALPN_H2], &allowed, refused).unwrap();
+    let server = TestServer::start(opts, None, None).await;
+    let resolver = SwitchResolver::new(vec![server.agents]);
+
+    // Same CA, another name.
+    let intruder = world.pki.peer_cert(&["intruder.vpn.test"]);
+    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
+    o.tls = world.pki.client_config(Some(&intruder), &["h2"]);
+    let bad = TestAgent::start(o);
+    wait_until("the wrong name is refused", DEADLINE, || async {
+        metric(
+            &server.metrics(),
+            "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"client_name\"}",
+        ) >= 1.0
+    })
+    .await;
+    assert_eq!(server.server.live_sessions(), 0);
+    bad.stop().await;
+
+    let agent = world.pki.peer_cert(&["agent.vpn.test"]);
+    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver, &[]);
+    o.tls = world.pki.client_config(Some(&agent), &["h2"]);
+    let good = TestAgent::start(o);
+    let s = server.server.clone();
+    wait_until("the right name gets a session", DEADLINE, || {
+        let s = s.clone();
+        async move { s.live_sessions() == 1 }
+    })
+    .await;
+    good.stop().await;
+    server.stop().await;
+}
+
+fn server_yaml(connect: &str) -> String {
+    format!(
+        "agents: {{ address: \"0.0.0.0:9443\", tls: {{ cert: a.crt, key: a.key, client_ca: ca.crt, \
+         allowed_client_names: [agent.vpn.test] }} }}\nconnect: {connect}\n"
+    )
+}
+
+#[test]
+fn a_plain_tcp_connect_front_beyond_loopback_is_refused_at_start() {
+    let e = parse::<TunnelServerConfig>("s.yaml", &server_yaml("{ address: \"0.0.0.0:9444\" }"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("connect.tls: required: 0.0.0.0:9444 is not a loopback address"),
+        "{e}"
+    );
+    let e = parse::<TunnelServerConfig>("s.yaml", &server_yaml("{ address: \"10.1.2.3:9444\" }"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("connect.tls: required"), "{e}");
+    for ok in [
+        "{ address: \"127.0.0.1:9444\" }",
+        "{ address: \"[::1]:9444\" }",
+        "{ unix: /run/connect.sock }",
+        "{ address: \"0.0.0.0:9444\", tls: { cert: c.crt, key: c.key, client_ca: ca.crt } }",
+    ] {
+        let c = parse::<TunnelServerConfig>("s.yaml", &server_yaml(ok));
+        assert!(c.is_ok(), "{ok}: {}", c.unwrap_err());
+    }
+}
+
+#[tokio::test]
+async fn the_unix_connect_socket_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let world = World::new();
+    let path = world.dir.join("connect.sock");
+    std::fs::write(&path, "stale").unwrap();
+    let config = parse::<TunnelServerConfig>(
+        "s.yaml",
+        &server_yaml(&format!("{{ unix: {} }}", path.display())),
+    )
+    .unwrap();
+    let _l = ConnectListener::bind(&config.connect).await.unwrap();
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "mode {mode:o}");
+    tokio::net::UnixStream::connect(&path).await.unwrap();
+}
+
+#[tokio::test]
+async fn handshakes_beyond_the_cap_are_closed_at_once() {
+    let world = World::new();
+    let mut opts = world.server_options(false);
+    opts.limits.max_handshakes = 2;
+    let server = TestServer::start(opts, None, None).await;
+    // Two connections that never start their handshake hold both slots (10 s timeout).
+    let _a = TcpStream::connect(server.agents).await.unwrap();
+    let _b = TcpStream::connect(server.agents).await.unwrap();
+    let series = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"too_many_handshakes\"}";
+    // The accept loop may not have taken both yet: retry until one is refused.
+    wait_until("a third handshake is refused", DEADLINE, || async {
+        let mut c = TcpStream::connect(server.agents).await.unwrap();
+        closed(&mut c).await;
+        metric(&server.metrics(), series) >= 1.0
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn slow_connect_clients_make_room_for_new_ones() {
+    let world = World::new();
+    let mut opts = world.server_options(false);
+    opts.limits.connect.max_connections = 2;
+    let server = TestServer::start(opts, None, None).await;
+    let mut slow = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(server.connect).await.unwrap();
+        s.write_all(b"CONNECT 10.0.0.1:443 HTTP/1.1\r\n")
+            .await
+            .unwrap();
+        slow.push(s);
+    }
+    // The oldest went to make room.
+    closed(&mut slow[0]).await;
+    wait_until("the eviction is counted", DEADLINE, || async {
+        metric(
+            &server.metrics(),
+            "isthmus_tunnel_refused_total{listener=\"connect\",reason=\"evicted\"}",
+        ) >= 1.0
+    })
+    .await;
+    // An oversized head is refused (431) rather than buffered.
+    let mut big = TcpStream::connect(server.connect).await.unwrap();
+    let mut head = b"CONNECT 10.0.0.1:443 HTTP/1.1\r\nX-Pad: ".to_vec();
+    head.resize(64 * 1024, b'a');
+    let _ = big.write_all(&head).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(DEADLINE, big.read_to_end(&mut answer)).await;
+    assert!(
+        answer.is_empty() || answer.starts_with(b"HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    server.stop().await;
+}
