@@ -18,6 +18,7 @@ mod admin;
 pub mod client_hello;
 mod conn;
 mod dns;
+pub mod fds;
 mod hello;
 pub mod http1;
 pub mod http_connect;

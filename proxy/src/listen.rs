@@ -114,6 +114,9 @@ pub struct Shared {
     /// Every connection: intake tasks and, through tokens, spliced connections, so that a
     /// drain can wait for them and the global cap can count them.
     pub connections: TaskTracker,
+    /// Connections that fit into the descriptor limit (see `fds`); the global cap is the
+    /// smaller of this and `max_connections`.
+    pub fd_ceiling: usize,
 }
 
 impl Shared {
@@ -185,7 +188,8 @@ pub async fn accept_loop(
         }
         // The global cap counts open connections; the one over it is closed (and counted)
         // by its own task so that the accept loop never waits on it.
-        let over = shared.connections.len() >= snapshot.config.max_connections;
+        let cap = snapshot.config.max_connections.min(shared.fd_ceiling);
+        let over = shared.connections.len() >= cap;
         drop(snapshot);
         shared
             .connections

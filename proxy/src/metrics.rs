@@ -115,6 +115,11 @@ pub struct Metrics {
     pub dns_resolutions: Family<DnsResultLabels, Counter>,
     pub dns_addresses: Family<DnsLabels, Gauge>,
     pub closed_by_limit: Family<LimitLabels, Counter>,
+    /// The soft `RLIMIT_NOFILE` in effect.
+    pub fd_limit: Gauge,
+    /// The global connection cap in effect: `max_connections`, or less when that many
+    /// connections would not fit into the descriptor limit.
+    pub max_connections_effective: Gauge,
 }
 
 fn connect_histogram() -> Histogram {
@@ -145,6 +150,8 @@ impl Metrics {
             dns_resolutions: Family::default(),
             dns_addresses: Family::default(),
             closed_by_limit: Family::default(),
+            fd_limit: Gauge::default(),
+            max_connections_effective: Gauge::default(),
         };
         let r = registry.sub_registry_with_prefix("isthmus");
         r.register(
@@ -228,7 +235,35 @@ impl Metrics {
             "Spliced connections closed by idle_timeout or max_connection_duration",
             m.closed_by_limit.clone(),
         );
+        r.register(
+            "proxy_fd_limit",
+            "The soft limit on open files (RLIMIT_NOFILE), raised to the hard limit at start",
+            m.fd_limit.clone(),
+        );
+        r.register(
+            "proxy_max_connections_effective",
+            "The global connection cap in effect: max_connections, or what fits into the \
+             descriptor limit (2 per connection after a reserve for the admin and the rest)",
+            m.max_connections_effective.clone(),
+        );
         m
+    }
+
+    /// Publishes the cap in effect and warns when `max_connections` does not fit.
+    pub fn connection_cap(&self, configured: usize, ceiling: usize) {
+        let effective = configured.min(ceiling);
+        self.max_connections_effective
+            .set(i64::try_from(effective).unwrap_or(i64::MAX));
+        if effective < configured {
+            tracing::warn!(
+                max_connections = configured,
+                effective,
+                fd_limit = self.fd_limit.get(),
+                "max_connections does not fit into the open-files limit (2 per connection plus \
+                 a reserve); connections beyond the effective cap are refused; raise the \
+                 container's nofile limit"
+            );
+        }
     }
 
     pub fn dns_result(&self, labels: &DnsLabels, result: &'static str) {

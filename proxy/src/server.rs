@@ -148,6 +148,19 @@ impl Proxy {
     ) -> Result<Self, StartError> {
         let loaded = load_proxy_file(path)?;
         let metrics = Arc::new(Metrics::register(&mut registry));
+        let fd_limit = match crate::fds::raise_nofile_limit() {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "cannot read or raise the open-files limit; assuming 1024");
+                1024
+            }
+        };
+        metrics
+            .fd_limit
+            .set(i64::try_from(fd_limit).unwrap_or(i64::MAX));
+        let admin_conns = loaded.config.admin.limits.max_connections;
+        let fd_ceiling = crate::fds::connections_that_fit(fd_limit, admin_conns);
+        metrics.connection_cap(loaded.config.max_connections, fd_ceiling);
         metrics.set_config_hash(None, &loaded.hash);
         let admin_address = loaded.config.admin.address;
         let admin_gate = Gate::new(loaded.config.admin.limits);
@@ -200,6 +213,7 @@ impl Proxy {
                 snapshot: RwLock::new(Arc::new(snapshot)),
                 metrics,
                 connections: TaskTracker::new(),
+                fd_ceiling,
             }),
             ready: AtomicBool::new(true),
             accepting: CancellationToken::new(),
@@ -379,6 +393,10 @@ impl Proxy {
             Err(poisoned) => *poisoned.into_inner() = snapshot,
         }
         metrics.set_config_hash(Some(&old.hash), &hash);
+        metrics.connection_cap(
+            self.inner.shared.current().config.max_connections,
+            self.inner.shared.fd_ceiling,
+        );
         let mut added = Vec::new();
         for (name, configured, listener) in fresh {
             let r = self.spawn_accept(name.clone(), configured, listener);
