@@ -354,8 +354,14 @@ async fn forward(
                 Failure::Unavailable { .. } => counters.unavailable.inc(),
             };
             let source = client.map_or(peer, |c| c.source);
-            warn!(listener = %spec.name, client = %source, upstream = %up_spec.name,
-                error = %e, "no upstream connection, closing");
+            if let Some(count) = metrics
+                .warnings
+                .event(&up_spec.name, "no_upstream_connection")
+            {
+                warn!(listener = %spec.name, client = %source, upstream = %up_spec.name,
+                    error = %e, count, "no upstream connection, closing (at most one line per \
+                    upstream every 10s; isthmus_proxy_connections_total counts each)");
+            }
             if connect {
                 let _ = down.write_all(&http_connect::response(503)).await;
             }

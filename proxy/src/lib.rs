@@ -25,6 +25,7 @@ pub mod http_connect;
 mod listen;
 pub mod metrics;
 mod pool;
+mod ratelog;
 pub mod proxy_protocol;
 pub mod routes;
 mod server;

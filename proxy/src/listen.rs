@@ -162,7 +162,9 @@ pub async fn accept_loop(
                 if !is_per_connection(&e) {
                     // EMFILE/ENFILE/ENOBUFS: accepting again at once would spin at 100% CPU
                     // while nothing frees up; back off briefly instead.
-                    warn!(listener = %name, error = %e, "accept failed, backing off");
+                    if let Some(count) = shared.metrics.warnings.event(&name, "accept_error") {
+                        warn!(listener = %name, error = %e, count, "accept failed, backing off");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
                 continue;

@@ -120,6 +120,8 @@ pub struct Metrics {
     /// The global connection cap in effect: `max_connections`, or less when that many
     /// connections would not fit into the descriptor limit.
     pub max_connections_effective: Gauge,
+    /// Budgets of the warnings logged under attack (one line per key every 10 s).
+    pub warnings: std::sync::Arc<crate::ratelog::RateLog>,
 }
 
 fn connect_histogram() -> Histogram {
@@ -152,6 +154,7 @@ impl Metrics {
             closed_by_limit: Family::default(),
             fd_limit: Gauge::default(),
             max_connections_effective: Gauge::default(),
+            warnings: Default::default(),
         };
         let r = registry.sub_registry_with_prefix("isthmus");
         r.register(
@@ -279,6 +282,8 @@ impl Metrics {
         self.reloads.get_or_create(&ReloadLabels { result }).inc();
     }
 
+    /// Counts a connection closed before routing, and logs a warning for it at most once
+    /// per listener and reason every 10 s (with how many it stands for).
     pub fn reject(&self, listener: &str, reason: &'static str) {
         self.hello_rejections
             .get_or_create(&RejectLabels {
@@ -286,6 +291,15 @@ impl Metrics {
                 reason,
             })
             .inc();
+        if let Some(count) = self.warnings.event(listener, reason) {
+            tracing::warn!(
+                listener,
+                reason,
+                count,
+                "connections closed before routing (at most one line per listener and reason \
+                 every 10s; isthmus_proxy_hello_rejections_total counts each)"
+            );
+        }
     }
 
     pub fn set_config_hash(&self, old: Option<&str>, new: &str) {
