@@ -32,6 +32,7 @@ mod server;
 mod snapshot;
 mod sources;
 mod splice;
+pub mod supervise;
 mod upstream;
 #[cfg(target_os = "linux")]
 mod zero_copy;

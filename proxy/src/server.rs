@@ -230,13 +230,17 @@ impl Proxy {
                 running.insert(name, r);
             }
         }
-        tokio::spawn(admin::serve(
-            admin_listener,
-            Arc::new(proxy.clone()),
-            Arc::new(registry),
-            admin_gate,
-            proxy.inner.admin_stop.clone(),
-        ));
+        crate::supervise::spawn_critical(
+            &Handle::current(),
+            "admin",
+            admin::serve(
+                admin_listener,
+                Arc::new(proxy.clone()),
+                Arc::new(registry),
+                admin_gate,
+                proxy.inner.admin_stop.clone(),
+            ),
+        );
         tokio::spawn(watch(proxy.clone()));
         info!(config = %path.display(), admin = %admin_addr, "proxy started");
         Ok(proxy)
@@ -265,7 +269,7 @@ impl Proxy {
             };
             let stop = stop.clone();
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
-            worker.runtime.spawn(async move {
+            crate::supervise::spawn_critical(&worker.runtime, "accept loop", async move {
                 match tokio::net::TcpListener::from_std(socket) {
                     Ok(l) => listen::accept_loop(l, name, shared, ctx, stop).await,
                     Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),

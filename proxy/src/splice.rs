@@ -129,7 +129,9 @@ impl Splicer {
             rearm: Notify::new(),
         });
         let task = inner.clone();
-        runtime.spawn(async move {
+        // A panic here aborts the process (see `supervise`): connections nobody serves must
+        // not stay open.
+        crate::supervise::spawn_critical(runtime, "splicer", async move {
             if let Err(e) = task.run(poll, busy_poll).await {
                 // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                 // holding connections nobody serves.
