@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the live-migration lab once: installs what it needs (etcd 3.4, protoc, iproute2), then
-# `isthmus demo`, which moves a real 3-member etcd between two seeds (network namespaces) through
-# isthmus proxies while a client writes and reads. Needs root (network namespaces).
-# Extra arguments go to `isthmus demo` (e.g. `--rtt 150ms`, `--scenario link-cut`).
+# Runs the live-migration lab once: installs what it needs (etcd 3.4, protoc, iproute2), builds
+# `isthmus` (the binary under test: each seed's proxy and tunnel server) and `isthmus-lab`, then
+# runs `isthmus-lab demo`, which moves a real 3-member etcd between two seeds (network namespaces)
+# through isthmus proxies while a client writes and reads. Needs root (network namespaces).
+# Extra arguments go to `isthmus-lab demo` (e.g. `--rtt 150ms`, `--scenario link-cut`; `--help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then
@@ -10,5 +11,8 @@ if [[ $(id -u) -ne 0 ]]; then
   exit 1
 fi
 scripts/install-deps.sh
+cargo build --release -p isthmus -p isthmus-lab
+bin="${CARGO_TARGET_DIR:-target}/release"
 mkdir -p target/demo
-exec cargo run --release -- demo --report target/demo/report.json --picture target/demo/timeline.svg "$@"
+exec "$bin/isthmus-lab" demo --isthmus "$bin/isthmus" \
+  --report target/demo/report.json --picture target/demo/timeline.svg "$@"

@@ -29,10 +29,8 @@ enum Command {
     /// Validate a proxy configuration file and print every error with file:line:col.
     CheckConfig(cmd::check_config::Args),
     /// Run the live-migration controller (DNS records, proxy routes, Etcd fields) on this seed.
-    /// Boxed: its many flags would make every other variant as large.
+    // Boxed: its many flags would make every other variant as large.
     Controller(Box<cmd::controller::Args>),
-    /// Run the live-migration lab: real etcd moves between two seeds through isthmus.
-    Demo(cmd::demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,7 +42,6 @@ fn main() -> ExitCode {
         Command::Controller(args) => cmd::controller::run(*args),
         Command::TunnelServer(args) => cmd::tunnel::run_server(args),
         Command::TunnelAgent(args) => cmd::tunnel::run_agent(args),
-        Command::Demo(args) => cmd::demo::run(args),
     };
     match result {
         Ok(code) => code,

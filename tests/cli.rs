@@ -1,4 +1,5 @@
-//! The `isthmus` binary as an operator runs it: `check-config`, and `proxy` with real signals.
+//! The `isthmus` binary as an operator runs it: `check-config`, and `proxy` with real signals;
+//! its subcommands and `--help`; what it links (the image's binary carries no lab).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -63,6 +64,73 @@ fn check_config_prints_every_error_and_exits_non_zero() {
         .unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}
+
+#[test]
+fn subcommands_are_the_production_ones_and_help_shows_no_implementation_notes() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for sub in [
+        "proxy",
+        "tunnel-server",
+        "tunnel-agent",
+        "check-config",
+        "controller",
+    ] {
+        assert!(
+            help.contains(&format!("  {sub} ")),
+            "{sub} missing:\n{help}"
+        );
+    }
+    // The lab is its own binary (`isthmus-lab demo`).
+    assert!(!help.contains("demo"), "{help}");
+    let out = Command::new(BIN).arg("demo").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+
+    let out = Command::new(BIN)
+        .args(["controller", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        help.starts_with("Run the live-migration controller"),
+        "{help}"
+    );
+    assert!(!help.contains("Boxed"), "{help}");
+}
+
+/// The image's binary must not link the lab or its etcd client (tonic, prost), and must build
+/// without protoc: `cargo tree -p isthmus` over normal and build dependencies names none of them.
+#[test]
+fn isthmus_links_no_lab_etcd_client_tonic_or_prost() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").into());
+    let out = Command::new(cargo)
+        .args(["tree", "--offline", "-p", "isthmus", "-e", "normal,build"])
+        .args(["--prefix", "none", "--format", "{p}", "--manifest-path"])
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .output()
+        .unwrap();
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let names: Vec<&str> = tree.lines().filter_map(|l| l.split(' ').next()).collect();
+    // Not vacuous: the tree is the binary's.
+    assert!(names.contains(&"isthmus-proxy"), "{tree}");
+    let banned: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| {
+            ["isthmus-lab", "etcd-client", "tonic", "prost", "protoc"]
+                .iter()
+                .any(|b| n == b || n.starts_with(&format!("{b}-")))
+        })
+        .collect();
+    assert!(banned.is_empty(), "isthmus depends on {banned:?}:\n{tree}");
 }
 
 struct Running {

@@ -3,7 +3,7 @@
 //! cluster migrated from one to the other (3 → 5 → 6 → 3) while a kube-apiserver-like client
 //! writes and reads, and a report (JSON + SVG) of what the client saw.
 //!
-//! What it is for: `isthmus demo` and the end-to-end tests in `tests/lab.rs`.
+//! What it is for: `isthmus-lab demo` (`src/main.rs`) and the end-to-end tests in `tests/lab.rs`.
 //! What it must never do: touch anything outside the namespaces, veth pairs, `/etc/netns/`
 //! entries and scratch directory it creates (all removed on drop), or hide a failed invariant.
 

@@ -1,4 +1,4 @@
-//! The run's report: JSON (the contract of `isthmus demo --report`) and a hand-written SVG
+//! The run's report: JSON (the contract of `isthmus-lab demo --report`) and a hand-written SVG
 //! timeline of latency with phase boundaries.
 
 use crate::client::{Kind, Recording, Sample};

@@ -2,7 +2,7 @@
 
 pub mod check_config;
 pub mod controller;
-pub mod demo;
+pub mod duration;
 pub mod proxy;
 pub mod tunnel;
 

@@ -1,7 +1,7 @@
 //! `isthmus proxy --config FILE`: run the SNI router until SIGTERM/SIGINT.
 
+use super::duration;
 use anyhow::Context;
-use isthmus_lab::duration;
 use isthmus_proxy::{Proxy, Workers};
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
