@@ -23,5 +23,5 @@ fi
 for s in nginx haproxy sniproxy openvpn; do
   (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
 done
-# The pinned upstream CRDs and kube-apiserver (Go modules; cached in target/, built once per machine).
-"$(dirname "${BASH_SOURCE[0]}")/upstream-crds.sh" && "$(dirname "${BASH_SOURCE[0]}")/build-kube-apiserver.sh"
+# The pinned upstream CRDs, kube-apiserver and its etcd (Go modules; cached in target/, built once per machine).
+d="$(dirname "${BASH_SOURCE[0]}")" && "$d/upstream-crds.sh" && "$d/build-etcd.sh" && "$d/build-kube-apiserver.sh"

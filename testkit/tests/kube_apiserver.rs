@@ -4,10 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use futures::StreamExt;
+use isthmus_testkit::kube::client_from_kubeconfig;
 use isthmus_testkit::{minimal_etcd, wait_until, KubeApiServer};
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams,
 };
+use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -205,4 +209,153 @@ subjects:
             .unwrap_err(),
     );
     assert_eq!(err.code, 403, "{err:?}");
+}
+
+/// Waits (deadline, not sleep) for the next watcher event that `pick` accepts; errors are
+/// returned to `on_error`, which decides whether they are fatal.
+async fn next_event<S, T>(
+    events: &mut S,
+    what: &str,
+    mut on_error: impl FnMut(&watcher::Error),
+    mut pick: impl FnMut(watcher::Event<ConfigMap>) -> Option<T>,
+) -> T
+where
+    S: futures::Stream<Item = Result<watcher::Event<ConfigMap>, watcher::Error>> + Unpin,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout_at(deadline, events.next()).await {
+            Err(_) => panic!("timed out waiting for {what}"),
+            Ok(None) => panic!("watch stream ended while waiting for {what}"),
+            Ok(Some(Err(e))) => on_error(&e),
+            Ok(Some(Ok(ev))) => {
+                if let Some(t) = pick(ev) {
+                    return t;
+                }
+            }
+        }
+    }
+}
+
+fn name(cm: &ConfigMap) -> String {
+    cm.metadata.name.clone().unwrap_or_default()
+}
+
+/// Watches of both initial-list strategies (list+watch, and the streaming list kube-apiserver
+/// 1.34 serves only on an etcd with progress requests), clients from the kubeconfig files, and
+/// a watch that carries on across a kube-apiserver restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watches_and_kubeconfigs_across_an_apiserver_restart() {
+    let mut server = KubeApiServer::start().await;
+    let url = server.url();
+    let admin = client_from_kubeconfig(&server.admin_kubeconfig()).await;
+    server
+        .apply_yaml_str(&format!(
+            r#"
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {NS}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: before, namespace: {NS}}}
+data: {{a: "1"}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: configmap-watcher, namespace: {NS}}}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: watcher, namespace: {NS}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: configmap-watcher}}
+subjects:
+- {{kind: ServiceAccount, name: watcher, namespace: {NS}}}
+"#
+        ))
+        .await;
+    let sa = client_from_kubeconfig(&server.service_account_kubeconfig(NS, "watcher").await).await;
+    let cms: Api<ConfigMap> = Api::namespaced(sa, NS);
+    wait_until(
+        "the RoleBinding to take effect",
+        Duration::from_secs(30),
+        || {
+            let cms = cms.clone();
+            async move { cms.list(&ListParams::default()).await.is_ok() }
+        },
+    )
+    .await;
+
+    let mut streams = Vec::new();
+    for (label, config) in [
+        ("list+watch", watcher::Config::default()),
+        (
+            "streaming list",
+            watcher::Config::default().streaming_lists(),
+        ),
+    ] {
+        let mut events = watcher(cms.clone(), config).default_backoff().boxed();
+        let mut listed = Vec::new();
+        next_event(
+            &mut events,
+            &format!("the initial {label}"),
+            |e| panic!("{label}: {e}"),
+            |ev| match ev {
+                watcher::Event::InitApply(cm) => {
+                    listed.push(name(&cm));
+                    None
+                }
+                watcher::Event::InitDone => Some(()),
+                _ => None,
+            },
+        )
+        .await;
+        assert_eq!(listed, ["before"], "{label}");
+        streams.push((label, events));
+    }
+
+    server.restart().await;
+    assert_eq!(server.url(), url);
+    // The client made before the restart still works (it reconnects).
+    let admin_cms: Api<ConfigMap> = Api::namespaced(admin, NS);
+    wait_until(
+        "a create through the old admin client",
+        Duration::from_secs(30),
+        || {
+            let admin_cms = admin_cms.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(json!({
+                    "metadata": {"name": "after", "namespace": NS}, "data": {"b": "2"}
+                }))
+                .unwrap();
+                match admin_cms.create(&PostParams::default(), &cm).await {
+                    Ok(_) => true,
+                    Err(kube::Error::Api(s)) if s.code == 409 => true,
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
+    // Both watches carry on (resumed, or re-listed after a 410) and see the new object.
+    for (label, mut events) in streams {
+        next_event(
+            &mut events,
+            &format!("{label}: `after` once the apiserver is back"),
+            |_| {}, // connection errors while it was down
+            |ev| match ev {
+                watcher::Event::Apply(cm) | watcher::Event::InitApply(cm)
+                    if name(&cm) == "after" =>
+                {
+                    Some(())
+                }
+                _ => None,
+            },
+        )
+        .await;
+    }
 }
