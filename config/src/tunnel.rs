@@ -297,6 +297,7 @@ impl Schema for TunnelAgentConfig {
         if self.servers.is_empty() {
             p.push(("servers".into(), "needs at least one server".into()));
         }
+        p.extend(self.admin.limits.problems("admin.limits"));
         for (i, s) in self.servers.iter().enumerate() {
             if split_host_port(&s.address).is_none() {
                 p.push((
