@@ -60,7 +60,7 @@ pub struct KubeApiServer {
     version: String,
     startup: Duration,
     admin_kubeconfig: PathBuf,
-    restarts: usize,
+    spawns: usize,
 }
 
 impl fmt::Debug for KubeApiServer {
@@ -188,10 +188,10 @@ pub async fn client_from_kubeconfig(path: &Path) -> Client {
 
 async fn readyz(client: &Client) -> bool {
     let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
-    client
-        .request_text(req)
+    // Bounded: a half-started server may accept a connection and answer late.
+    tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
         .await
-        .is_ok_and(|t| t.trim() == "ok")
+        .is_ok_and(|r| r.is_ok_and(|t| t.trim() == "ok"))
 }
 
 impl KubeApiServer {
@@ -201,7 +201,6 @@ impl KubeApiServer {
         let apiserver_bin = kube_apiserver_binary();
         let etcd_bin = etcd_binary();
         let scratch = Scratch::new("kube-apiserver");
-        let t0 = Instant::now();
 
         // PKI: one CA for serving, client certificates and (as the apiserver's client CA) admin.
         let pki = TestPki::new();
@@ -222,6 +221,7 @@ impl KubeApiServer {
         std::fs::write(scratch.join("sa.key"), sa_key.serialize_pem()).unwrap();
         std::fs::write(scratch.join("sa.pub"), sa_key.public_key_pem()).unwrap();
 
+        let t0 = Instant::now();
         let (etcd, etcd_url) = start_etcd(&etcd_bin, &scratch).await;
 
         let admin_kubeconfig = scratch.join("admin.kubeconfig");
@@ -234,7 +234,7 @@ impl KubeApiServer {
             version: String::new(),
             startup: Duration::ZERO,
             admin_kubeconfig,
-            restarts: 0,
+            spawns: 0,
         };
         for attempt in 1..=ATTEMPTS {
             server.port = free_port();
@@ -262,7 +262,7 @@ impl KubeApiServer {
 
     fn apiserver_log(&self) -> PathBuf {
         self.scratch
-            .join(&format!("kube-apiserver.{}.log", self.restarts))
+            .join(&format!("kube-apiserver.{}.log", self.spawns))
     }
 
     fn apiserver_args(&self) -> Vec<String> {
@@ -293,7 +293,7 @@ impl KubeApiServer {
     /// Spawns kube-apiserver on `self.port` and waits until it is ready. Err(log path) if the
     /// process exits first.
     async fn spawn_apiserver(&mut self, bin: &Path) -> Result<(), PathBuf> {
-        self.restarts += 1;
+        self.spawns += 1;
         let log = self.apiserver_log();
         let (out, err) = log_file(&log);
         let child = Command::new(bin)
