@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod etcd;
 
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls,
