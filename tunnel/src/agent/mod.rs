@@ -10,6 +10,7 @@ mod target;
 mod transport;
 
 pub use options::{AgentOptions, DnsResolver, Resolve};
+pub use transport::{proxy_answer, ProxyAnswer};
 
 use crate::metrics::Metrics;
 use crate::Error;

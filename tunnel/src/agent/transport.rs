@@ -61,9 +61,13 @@ async fn proxy_connect(tcp: &mut TcpStream, target: &str, header: &str) -> Resul
     // blank line can be lost, and the answer is tiny.
     let mut answer = Vec::with_capacity(256);
     let mut byte = [0u8; 1];
-    while !answer.ends_with(b"\r\n\r\n") {
-        if answer.len() >= MAX_PROXY_ANSWER {
-            return Err(Error::ProxyRefused("answer too long".into()));
+    loop {
+        if answer.is_empty() || answer.ends_with(b"\n") || answer.len() >= MAX_PROXY_ANSWER {
+            match proxy_answer(&answer) {
+                ProxyAnswer::NeedMore => {}
+                ProxyAnswer::Connected => return Ok(()),
+                ProxyAnswer::Refused(why) => return Err(Error::ProxyRefused(why)),
+            }
         }
         let n = tcp
             .read(&mut byte)
@@ -74,12 +78,58 @@ async fn proxy_connect(tcp: &mut TcpStream, target: &str, header: &str) -> Resul
         }
         answer.push(byte[0]);
     }
-    let text = String::from_utf8_lossy(&answer);
+}
+
+/// The verdict on what an HTTP CONNECT proxy has answered so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProxyAnswer {
+    /// The answer's head is not complete yet.
+    NeedMore,
+    /// `200`: the tunnel is open.
+    Connected,
+    /// Anything else (the status line, or why the answer is unusable).
+    Refused(String),
+}
+
+/// Reads a proxy's answer head (status line, headers, blank line; at most
+/// `MAX_PROXY_ANSWER` bytes). Pure and total, so that it can be fuzzed: a verdict other than
+/// `NeedMore` on a prefix is the verdict on any longer input.
+pub fn proxy_answer(answer: &[u8]) -> ProxyAnswer {
+    let end = answer.windows(4).position(|w| w == b"\r\n\r\n");
+    let head = match end {
+        Some(end) if end + 4 <= MAX_PROXY_ANSWER => &answer[..end],
+        _ if answer.len() < MAX_PROXY_ANSWER => return ProxyAnswer::NeedMore,
+        _ => return ProxyAnswer::Refused("answer too long".into()),
+    };
+    let text = String::from_utf8_lossy(head);
     let status = text.lines().next().unwrap_or_default().to_owned();
-    let ok = status.split_whitespace().nth(1) == Some("200");
-    if ok {
-        Ok(())
+    if status.split_whitespace().nth(1) == Some("200") {
+        ProxyAnswer::Connected
     } else {
-        Err(Error::ProxyRefused(status))
+        ProxyAnswer::Refused(status)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proxy_answers() {
+        assert_eq!(proxy_answer(b""), ProxyAnswer::NeedMore);
+        assert_eq!(proxy_answer(b"HTTP/1.1 200 OK\r\n"), ProxyAnswer::NeedMore);
+        assert_eq!(
+            proxy_answer(b"HTTP/1.1 200 Connection established\r\n\r\n"),
+            ProxyAnswer::Connected
+        );
+        assert_eq!(
+            proxy_answer(b"HTTP/1.1 403 Forbidden\r\nX: y\r\n\r\n"),
+            ProxyAnswer::Refused("HTTP/1.1 403 Forbidden".into())
+        );
+        let long = vec![b'a'; MAX_PROXY_ANSWER];
+        assert_eq!(
+            proxy_answer(&long),
+            ProxyAnswer::Refused("answer too long".into())
+        );
     }
 }
