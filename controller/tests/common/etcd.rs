@@ -40,6 +40,8 @@ pub struct TestEtcd {
     pub client: CertKey,
     defs: Vec<MemberDef>,
     procs: BTreeMap<String, Child>,
+    /// Learners refuse most RPCs: `etcdctl` talks to the other members only.
+    learners: std::collections::BTreeSet<String>,
 }
 
 impl std::fmt::Debug for TestEtcd {
@@ -91,6 +93,7 @@ impl TestEtcd {
             client,
             defs,
             procs: BTreeMap::new(),
+            learners: Default::default(),
         }
     }
 
@@ -164,6 +167,7 @@ impl TestEtcd {
 
     /// Stops `name` (kill -9: a member cut off, as a removed or scaled-down pod is).
     pub fn stop(&mut self, name: &str) {
+        self.learners.remove(name);
         if let Some(mut c) = self.procs.remove(name) {
             let _ = c.kill();
             let _ = c.wait();
@@ -179,6 +183,7 @@ impl TestEtcd {
         let endpoints: Vec<String> = self
             .procs
             .keys()
+            .filter(|n| !self.learners.contains(*n))
             .map(|n| self.def(n).local_client())
             .collect();
         let p = |f: &str| self.dir.join(f).display().to_string();
@@ -264,15 +269,17 @@ impl TestEtcd {
             .collect();
         cluster.sort();
         let refs: Vec<&str> = cluster.iter().map(String::as_str).collect();
+        self.learners.insert(name.to_string());
         self.start(name, &refs, "existing");
     }
 
     /// Promotes a learner once it caught up.
-    pub fn promote(&self, name: &str) {
+    pub fn promote(&mut self, name: &str) {
         let id = self.id_of(name).unwrap_or_else(|| panic!("{name} is not a member"));
         self.retry(&format!("member promote {name}"), || {
             self.etcdctl(&["member", "promote", &format!("{id:x}")])
         });
+        self.learners.remove(name);
     }
 
     /// `member remove` and stop the process.

@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod druid_standin;
 pub mod etcd;
+pub mod seed;
 
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls,

@@ -1,0 +1,407 @@
+//! The controller end to end against real parts: two seeds, each a real kube-apiserver
+//! (v1.34.4) with the pinned etcd-druid and Gardener CRDs and `deploy/`'s RBAC, the controller
+//! running as its ServiceAccount under Lease leader election, and one real etcd cluster
+//! (Debian's etcd 3.4) whose members advertise the exposed names the planner spells. The
+//! orchestrator (gardenlet) is the test body; etcd-druid and the DNS provider are the small
+//! stand-ins of `common/` (they act only through the API and etcd's own API).
+//!
+//! Needs root (`unshare -m` for the members' private `/etc/hosts`), the kube-apiserver build
+//! and the upstream CRDs (`scripts/install-deps.sh`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::druid_standin::{DruidStandIn, Side};
+use common::etcd::{free_run, MemberDef, TestEtcd};
+use common::seed::Seed;
+use common::{spec, NS};
+use isthmus_controller::crd::{
+    EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
+};
+use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
+use isthmus_controller::plan;
+use isthmus_testkit::kube::minimal_etcd;
+use isthmus_testkit::wait_until;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::Client;
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+const STEP_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// The two specs with ports on free loopback ports (the exposure's ports are the etcd
+/// members' real ports here: no proxy in between), the source with one member.
+fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
+    let pa = free_run(1);
+    let pb = loop {
+        let p = free_run(3);
+        if p.abs_diff(pa) > 300 {
+            break p;
+        }
+    };
+    let mut src = spec(Role::Source, Step::Expose);
+    src.members = 1;
+    src.ports = PortScheme {
+        peer_base: pa,
+        client_base: pa - 100,
+    };
+    let mut dst = spec(Role::Destination, Step::Expose);
+    dst.ports = PortScheme {
+        peer_base: pb,
+        client_base: pb - 100,
+    };
+    let tmpl = minimal_etcd("etcd-main", NS, 2);
+    let mut tspec = tmpl["spec"].clone();
+    tspec.as_object_mut().unwrap().remove("replicas");
+    if let Some(d) = dst.destination.as_mut() {
+        d.source_members = Vec::new();
+        d.etcd_template = Some(EtcdTemplate {
+            labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
+            annotations: Default::default(),
+            spec: tspec,
+        });
+    }
+    (src, dst)
+}
+
+/// Every member either seed may have, with the planner's names and URLs.
+fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> TestEtcd {
+    let defs = plan::members(src, NS)
+        .into_iter()
+        .chain(plan::members(dst, NS))
+        .map(|m| MemberDef {
+            name: m.member.clone(),
+            dns: m.dns_name.clone(),
+            peer_port: m.peer_port,
+            client_port: m.client_port,
+        })
+        .collect();
+    TestEtcd::new(defs)
+}
+
+fn migrations(c: &Client) -> Api<EtcdMigration> {
+    Api::namespaced(c.clone(), NS)
+}
+
+async fn set_step(c: &Client, step: Step) {
+    let patch = json!({"spec": {"step": step}});
+    migrations(c)
+        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+async fn status(c: &Client) -> Value {
+    let m = migrations(c).get("shoot").await.unwrap();
+    serde_json::to_value(m.status.unwrap_or_default()).unwrap()
+}
+
+fn condition(status: &Value, t: &str) -> Option<(String, String)> {
+    status["conditions"].as_array()?.iter().find(|c| c["type"] == t).map(|c| {
+        (
+            c["status"].as_str().unwrap_or_default().to_string(),
+            c["reason"].as_str().unwrap_or_default().to_string(),
+        )
+    })
+}
+
+/// Waits until `step` is planned and ready.
+async fn reach(c: &Client, step: Step, what: &str) -> Value {
+    let mut last = Value::Null;
+    let step_json = serde_json::to_value(step).unwrap();
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    loop {
+        let s = status(c).await;
+        if s["step"] == step_json && s["stepReady"] == true {
+            return s;
+        }
+        if s != last {
+            last = s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {step:?} not ready after {STEP_TIMEOUT:?}: {last:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    loop {
+        let s = status(c).await;
+        if condition(&s, t).as_ref().map(|(a, b)| (a.as_str(), b.as_str())) == Some(want) {
+            return s;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{t} never {want:?}: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
+    let mut m: Vec<(String, bool)> = etcd
+        .lock()
+        .unwrap()
+        .members()
+        .into_iter()
+        .map(|m| (m.1, m.3))
+        .collect();
+    m.sort();
+    m
+}
+
+struct World {
+    a: Seed,
+    b: Seed,
+    etcd: Arc<Mutex<TestEtcd>>,
+    src: EtcdMigrationSpec,
+    dst: EtcdMigrationSpec,
+    _druid_a: DruidStandIn,
+    druid_b: DruidStandIn,
+}
+
+async fn world() -> World {
+    // The controller's logs in the test output (shown on failure).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "isthmus_controller=info".into()),
+        )
+        .with_test_writer()
+        .try_init();
+    let (src, dst) = specs();
+    let mut etcd = etcd_for(&src, &dst);
+    etcd.start("etcd-main-0", &["etcd-main-0"], "new");
+    etcd.wait_healthy();
+    let (ca, cert, key) = (
+        etcd.ca_pem(),
+        etcd.client.cert_pem.clone(),
+        etcd.client.key_pem.clone(),
+    );
+    let etcd = Arc::new(Mutex::new(etcd));
+    let (mut a, mut b) = tokio::join!(
+        Seed::start("seed-a", "203.0.113.7", NS),
+        Seed::start("seed-b", "198.51.100.9", NS)
+    );
+    for s in [&mut a, &mut b] {
+        s.etcd_client_secret(NS, &ca, &cert, &key).await;
+        s.dns_provider(NS);
+    }
+    // gardenlet's source Etcd: the running member (one replica here).
+    let gardenlet_etcd: DynamicObject =
+        serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();
+    Api::<DynamicObject>::namespaced_with(a.admin.clone(), NS, &etcd_resource())
+        .create(&PostParams::default(), &gardenlet_etcd)
+        .await
+        .unwrap();
+    let sources = vec!["etcd-main-0".to_string()];
+    let druid_a = DruidStandIn::start(a.admin.clone(), NS, Side::Source, etcd.clone(), sources.clone());
+    let druid_b = DruidStandIn::start(b.admin.clone(), NS, Side::Destination, etcd.clone(), sources);
+    World {
+        a,
+        b,
+        etcd,
+        src,
+        dst,
+        _druid_a: druid_a,
+        druid_b,
+    }
+}
+
+async fn create(c: &Client, spec: &EtcdMigrationSpec) {
+    migrations(c)
+        .create(&PostParams::default(), &EtcdMigration::new("shoot", spec.clone()))
+        .await
+        .unwrap();
+}
+
+/// Exposes both seeds and hands the source's exposed members to the destination.
+async fn expose_both(w: &World) {
+    create(&w.a.admin, &w.src).await;
+    create(&w.b.admin, &w.dst).await;
+    let s = reach(&w.a.admin, Step::Expose, "source").await;
+    assert_eq!(
+        condition(&s, "SourceEtcdPreparedForPeerJoin"),
+        Some(("True".into(), "EtcdExposedViaPeerURLs".into()))
+    );
+    reach(&w.b.admin, Step::Expose, "destination").await;
+    let exposed: Vec<MemberUrls> = serde_json::from_value(s["exposedMembers"].clone()).unwrap();
+    let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
+    migrations(&w.b.admin)
+        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_migration_runs_through_every_step_under_deploys_rbac() {
+    let w = world().await;
+    let connect = w.etcd.lock().unwrap().connect_to();
+    let (_ctl_a, leader_a) = w.a.controller("controller-a-0", connect.clone()).await;
+    let (ctl_b0, leader_b0) = w.b.controller("controller-b-0", connect.clone()).await;
+    wait_until("destination replica 0 leads", STEP_TIMEOUT, || {
+        let g = leader_b0.clone();
+        async move { g.get() == 1 }
+    })
+    .await;
+    let (_ctl_b1, leader_b1) = w.b.controller("controller-b-1", connect.clone()).await;
+    assert_eq!(leader_a.get(), 1);
+
+    expose_both(&w).await;
+    // Exposure on the source: one DNSRecord per member, pointing at the seed's LB.
+    let records: Api<DynamicObject> =
+        Api::namespaced_with(w.a.admin.clone(), NS, &dnsrecord_resource());
+    let list = records.list(&Default::default()).await.unwrap().items;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].data["spec"]["values"][0], "203.0.113.7");
+
+    // gardenlet merge-patches spec.etcd with fields of its own: both converge.
+    let etcds_a: Api<DynamicObject> = Api::namespaced_with(w.a.admin.clone(), NS, &etcd_resource());
+    let gardenlet = PatchParams {
+        field_manager: Some("gardenlet".into()),
+        ..PatchParams::default()
+    };
+    etcds_a
+        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"metrics": "extensive"}}})))
+        .await
+        .unwrap();
+    // ... and one of ours with another value: a conflict, reported, never forced over.
+    etcds_a
+        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": false}}}})))
+        .await
+        .unwrap();
+    let s = wait_condition(&w.a.admin, "ObjectsApplied", ("False", "FieldConflict")).await;
+    assert_eq!(s["stepReady"], false);
+    let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
+    assert_eq!(e["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"], false, "not forced");
+    assert_eq!(e["spec"]["etcd"]["metrics"], "extensive");
+    assert_eq!(e["spec"]["etcd"]["additionalAdvertisePeerURLs"][0]["memberName"], "etcd-main-0");
+    // gardenlet agrees again (same value as ours): shared ownership, no conflict.
+    etcds_a
+        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": true}}}})))
+        .await
+        .unwrap();
+    wait_condition(&w.a.admin, "ObjectsApplied", ("True", "Applied")).await;
+    reach(&w.a.admin, Step::Expose, "source after gardenlet's patches").await;
+
+    // Join: the destination Etcd is created whole; two learners join and are promoted.
+    set_step(&w.b.admin, Step::Join).await;
+    let s = reach(&w.b.admin, Step::Join, "join").await;
+    assert_eq!(
+        condition(&s, "DestinationEtcdPeersJoined"),
+        Some(("True".into(), "PeersJoinedSuccessfully".into()))
+    );
+    assert_eq!(
+        members_of(&w.etcd),
+        vec![
+            ("dest-etcd-main-0".into(), false),
+            ("dest-etcd-main-1".into(), false),
+            ("etcd-main-0".into(), false)
+        ]
+    );
+    // An abort is refused now: a joined member votes.
+    set_step(&w.b.admin, Step::Abort).await;
+    let s = wait_condition(&w.b.admin, "LiveMigrationAborted", ("False", "AbortRefused")).await;
+    assert_eq!(s["step"], "Join");
+
+    // The leading replica dies mid-migration (no clean hand-over): the other takes the Lease.
+    let leader_was_0 = leader_b0.get() == 1;
+    assert!(leader_was_0 && leader_b1.get() == 0, "exactly one leader");
+    ctl_b0.abort();
+    wait_until("replica 1 takes over the Lease", STEP_TIMEOUT, || {
+        let g = leader_b1.clone();
+        async move { g.get() == 1 }
+    })
+    .await;
+
+    set_step(&w.b.admin, Step::Grow).await;
+    reach(&w.b.admin, Step::Grow, "grow").await;
+    assert_eq!(members_of(&w.etcd).len(), 4);
+
+    // Shrink: leadership moves to a destination member first; druid removes the source.
+    set_step(&w.b.admin, Step::Shrink).await;
+    let s = reach(&w.b.admin, Step::Shrink, "shrink").await;
+    assert_eq!(
+        condition(&s, "EtcdMigrationComplete"),
+        Some(("True".into(), "SourceMembersRemoved".into()))
+    );
+    assert_eq!(
+        members_of(&w.etcd),
+        vec![
+            ("dest-etcd-main-0".into(), false),
+            ("dest-etcd-main-1".into(), false),
+            ("dest-etcd-main-2".into(), false)
+        ]
+    );
+    let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
+    let e = serde_json::to_value(etcds_b.get("etcd-main").await.unwrap()).unwrap();
+    assert!(e["spec"]["etcd"].get("bootstrapWithExistingCluster").is_none());
+
+    set_step(&w.a.admin, Step::Complete).await;
+    let s = reach(&w.a.admin, Step::Complete, "source cleanup").await;
+    assert_eq!(
+        condition(&s, "SourceSeedCleanup"),
+        Some(("True".into(), "CleanedUp".into()))
+    );
+    assert!(records.list(&Default::default()).await.unwrap().items.is_empty());
+    let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
+    assert!(e["spec"]["etcd"].get("additionalAdvertisePeerURLs").is_none(), "released: {e:#}");
+    assert_eq!(e["spec"]["etcd"]["metrics"], "extensive", "gardenlet's field stays");
+
+    set_step(&w.b.admin, Step::Complete).await;
+    let s = reach(&w.b.admin, Step::Complete, "destination complete").await;
+    assert_eq!(
+        condition(&s, "MigrationCompleted"),
+        Some(("True".into(), "MigrationCompleted".into()))
+    );
+    let e = serde_json::to_value(etcds_b.get("etcd-main").await.unwrap()).unwrap();
+    assert_eq!(e["spec"]["replicas"], 3);
+    assert!(e["spec"]["etcd"].get("additionalAdvertisePeerURLs").is_none());
+    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
+    let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.yaml"].clone();
+    assert!(!text.contains("shoot--foo--bar"), "routes released:\n{text}");
+    drop(w.druid_b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_join_that_times_out_is_aborted_learners_first() {
+    let mut w = world().await;
+    if let Some(d) = w.dst.destination.as_mut() {
+        d.join_timeout = Some("3s".into());
+    }
+    w.druid_b.promote.store(false, Ordering::SeqCst);
+    let connect = w.etcd.lock().unwrap().connect_to();
+    let _ctl_a = w.a.controller("controller-a-0", connect.clone()).await;
+    let _ctl_b = w.b.controller("controller-b-0", connect.clone()).await;
+    expose_both(&w).await;
+
+    set_step(&w.b.admin, Step::Join).await;
+    // The learners never catch up (the stand-in holds their promotion): the GEP's abort
+    // precondition is reported.
+    wait_condition(&w.b.admin, "DestinationEtcdPeersJoined", ("False", "JoinTimedOut")).await;
+    let learners: Vec<(String, bool)> = members_of(&w.etcd).into_iter().filter(|m| m.1).collect();
+    assert!(!learners.is_empty(), "a learner joined");
+
+    set_step(&w.b.admin, Step::Abort).await;
+    set_step(&w.a.admin, Step::Abort).await;
+    let s = reach(&w.b.admin, Step::Abort, "destination abort").await;
+    assert_eq!(
+        condition(&s, "LiveMigrationAborted"),
+        Some(("True".into(), "CleanedUp".into()))
+    );
+    assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
+    let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
+    assert!(etcds_b.get_opt("etcd-main").await.unwrap().is_none(), "destination Etcd deleted");
+    let records: Api<DynamicObject> =
+        Api::namespaced_with(w.b.admin.clone(), NS, &dnsrecord_resource());
+    assert!(records.list(&Default::default()).await.unwrap().items.is_empty());
+    reach(&w.a.admin, Step::Abort, "source abort").await;
+    // The source cluster serves on.
+    w.etcd.lock().unwrap().wait_healthy();
+}
