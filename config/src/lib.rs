@@ -50,8 +50,9 @@ pub use duration::Duration;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
 pub use proxy::{
-    AdminConfig, HttpLimits, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing, OutlierDetection,
-    ProxyConfig, ProxyProtocolMode, ResolverConfig, RouteConfig, SendProxyProtocol, UpstreamConfig,
+    AdminConfig, HttpLimits, KeepaliveConfig, ListenerConfig, ListenerKind, LoadBalancing,
+    OutlierDetection, ProxyConfig, ProxyProtocolMode, ResolverConfig, RouteConfig,
+    SendProxyProtocol, UpstreamConfig,
 };
 pub use tunnel::{
     AgentTlsConfig, AgentsListenerConfig, AllowRule, ConnectListenerConfig, Http2Config,

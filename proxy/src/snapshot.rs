@@ -9,7 +9,8 @@ use crate::pool::{Endpoint, Pool, Target};
 use crate::routes::{HeaderTable, RouteTable};
 use isthmus_config::validate::normalize_sni_pattern;
 use isthmus_config::{
-    Cidr, KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode, UpstreamConfig,
+    Cidr, KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode,
+    UpstreamConfig,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
