@@ -83,7 +83,32 @@ pub struct EtcdMigrationSpec {
     /// removal) through the client exposure.
     #[serde(default)]
     pub etcd_client: EtcdClientSpec,
+    /// Expose the members under the seed's wildcard ingress record instead of a `DNSRecord`
+    /// per member (the scheme of Gardener's work in progress): SNI
+    /// `<seedName>-<etcdName>-<i>-<namespace>.<ingressDomain>`, proxy listeners `12380+i`
+    /// (peer) and `12379` (client, all members), while etcd keeps advertising `2380+i` and
+    /// `2379` (the load balancer maps those ports onto the listeners). Unset: the GEP's
+    /// scheme (`ports`, one `DNSRecord` per member).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed_ingress: Option<SeedIngress>,
 }
+
+/// The seed-ingress exposure scheme (see [`EtcdMigrationSpec::seed_ingress`]).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SeedIngress {
+    /// The seed's ingress domain (its wildcard DNS record `*.<domain>` points at the proxy).
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"),
+        length(max = 200)
+    )]
+    pub domain: String,
+}
+
+/// Listener ports of the seed-ingress scheme: peer `12380 + i`, client `12379`.
+pub const SEED_INGRESS_PEER_BASE: u16 = 12380;
+/// See [`SEED_INGRESS_PEER_BASE`].
+pub const SEED_INGRESS_CLIENT: u16 = 12379;
 
 /// etcd's client API as the controller uses it: TLS material from a Secret in the migration's
 /// namespace (`ca.crt`, `tls.crt`, `tls.key`).

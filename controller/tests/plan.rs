@@ -537,3 +537,56 @@ fn missing_destination_spec_is_refused() {
     );
     assert_eq!(p.etcd, EtcdAction::Keep);
 }
+
+#[test]
+fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
+    let mut s = spec(Role::Source, Step::Expose);
+    s.seed_ingress = Some(isthmus_controller::crd::SeedIngress {
+        domain: "ingress.seed-a.example.com".into(),
+    });
+    let mut obs = lb_only();
+    let p = plan::plan(&s, &obs);
+    // No member records: the seed's `*.ingress.<seed>` record already points at the proxy.
+    assert!(p.dns_records.is_empty());
+    let peer: Vec<(u16, &str)> = p
+        .routes
+        .iter()
+        .filter(|r| r.listener.starts_with("peer-"))
+        .map(|r| (r.port, r.sni.as_str()))
+        .collect();
+    assert_eq!(
+        peer,
+        [
+            (12380, "seed-a-etcd-main-0-shoot--foo--bar.ingress.seed-a.example.com"),
+            (12381, "seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com"),
+            (12382, "seed-a-etcd-main-2-shoot--foo--bar.ingress.seed-a.example.com"),
+        ]
+    );
+    assert!(p
+        .routes
+        .iter()
+        .filter(|r| r.listener.starts_with("client-"))
+        .all(|r| r.port == 12379));
+    // etcd keeps advertising 2380+i (the load balancer maps it onto 12380+i).
+    assert_eq!(
+        p.status.exposed_members[1].peer_urls,
+        ["https://seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com:2381"]
+    );
+    assert_eq!(
+        p.status.exposed_members[1].client_urls,
+        ["https://seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com:2379"]
+    );
+    // The rendered file is one the proxy loads: SNI tells the members apart on 12379.
+    let layout = isthmus_controller::proxy_config::Layout::standard(
+        isthmus_controller::crd::PortScheme::default(),
+        3,
+        8443,
+        "0.0.0.0:9901".parse().unwrap(),
+    );
+    let file = isthmus_controller::proxy_config::render(&layout, &p.routes).unwrap();
+    isthmus_config::parse_proxy("proxy.yaml", &file.text).unwrap_or_else(|e| panic!("{e}"));
+    // And the step converges without any DNSRecord.
+    let done = converge(&s, &mut obs, 10);
+    assert!(done.status.step_ready, "{:?}", done.status);
+    assert!(obs.dns_records.is_empty());
+}

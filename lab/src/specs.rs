@@ -72,6 +72,7 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         druid_api: DruidApi::default(),
         override_default_url: false,
         etcd_client: Default::default(),
+        seed_ingress: None,
     }
 }
 

@@ -31,6 +31,9 @@
 //!     destination: None,
 //!     vpn: None,
 //!     druid_api: DruidApi::default(),
+//!     override_default_url: false,
+//!     etcd_client: EtcdClientSpec::default(),
+//!     seed_ingress: None,
 //! };
 //! let mut obs = Observed {
 //!     namespace: "shoot".into(),
@@ -43,7 +46,7 @@
 //! //    `p.dns_deletions`, then report them in `obs.dns_records` (ready once written).
 //! assert_eq!(p.dns_records[0].spec.name, "etcd-main-0.shoot.seed-a.lab.internal");
 //! // 2. Proxy: write the rendered file where the proxy watches it; once its `/config` hash
-//! //    equals `file.hash`, set `obs.proxy_rolled_out = true`.
+//! //    equals `file.hash`, set `obs.served_routes = Some(p.routes.clone())`.
 //! let file = render(&Layout::standard(spec.ports, 3, 8443, "127.0.0.1:9901".parse().unwrap()), &p.routes).unwrap();
 //! assert!(file.text.contains("peer-2381"));
 //! // 3. etcd: act on `p.etcd` (restart members with the extra peer URLs, `member add` with

@@ -1,7 +1,9 @@
 //! Names, URLs and proxy routes derived from a spec: the one place that decides how an exposed
 //! member is spelled, so the DNS records, the routes and the advertised URLs always agree.
 
-use crate::crd::{EtcdMigrationSpec, MemberUrls, Role};
+use crate::crd::{
+    EtcdMigrationSpec, MemberUrls, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE,
+};
 
 /// One exposed etcd member of this seed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,14 +16,19 @@ pub struct Member {
     /// on the destination (etcd-druid's `spec.memberNamePrefix` rule: pod names clash across
     /// seeds, member names must not).
     pub member: String,
-    /// `<pod>.<namespace>.<seed>.<internalDomain>`: the DNS name and the SNI.
+    /// The DNS name and the SNI: `<pod>.<namespace>.<seed>.<internalDomain>`, or with
+    /// `seedIngress` `<seed>-<pod>-<namespace>.<ingressDomain>`.
     pub dns_name: String,
-    /// The `DNSRecord` object name.
-    pub record_name: String,
-    /// Proxy peer port.
+    /// The `DNSRecord` object name; `None` under the seed's wildcard ingress record.
+    pub record: Option<String>,
+    /// Advertised peer port (the load balancer's).
     pub peer_port: u16,
-    /// Proxy client port.
+    /// Advertised client port.
     pub client_port: u16,
+    /// The proxy's peer listener port (= `peer_port` unless the LB maps ports).
+    pub peer_listener: u16,
+    /// The proxy's client listener port.
+    pub client_listener: u16,
 }
 
 impl Member {
@@ -68,17 +75,36 @@ pub fn members_named(spec: &EtcdMigrationSpec, namespace: &str, prefix: Option<&
                 Some(p) => format!("{p}-{pod}"),
                 None => pod.clone(),
             };
-            Member {
-                index,
-                dns_name: format!(
-                    "{pod}.{namespace}.{}.{}",
-                    spec.seed_name, spec.internal_domain
-                ),
-                record_name: format!("isthmus-{pod}"),
-                peer_port: spec.ports.peer(index),
-                client_port: spec.ports.client(index),
-                member,
-                pod,
+            match &spec.seed_ingress {
+                None => Member {
+                    index,
+                    dns_name: format!(
+                        "{pod}.{namespace}.{}.{}",
+                        spec.seed_name, spec.internal_domain
+                    ),
+                    record: Some(format!("isthmus-{pod}")),
+                    peer_port: spec.ports.peer(index),
+                    client_port: spec.ports.client(index),
+                    peer_listener: spec.ports.peer(index),
+                    client_listener: spec.ports.client(index),
+                    member,
+                    pod,
+                },
+                // Gardener's work in progress: the seed's wildcard record, one client port.
+                Some(ingress) => Member {
+                    index,
+                    dns_name: format!(
+                        "{}-{pod}-{namespace}.{}",
+                        spec.seed_name, ingress.domain
+                    ),
+                    record: None,
+                    peer_port: 2380 + u16::from(index),
+                    client_port: 2379,
+                    peer_listener: SEED_INGRESS_PEER_BASE + u16::from(index),
+                    client_listener: SEED_INGRESS_CLIENT,
+                    member,
+                    pod,
+                },
             }
         })
         .collect()
@@ -110,15 +136,15 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             m.pod, spec.etcd_name
         );
         out.push(MemberRoute {
-            listener: format!("peer-{}", m.peer_port),
-            port: m.peer_port,
+            listener: format!("peer-{}", m.peer_listener),
+            port: m.peer_listener,
             sni: m.dns_name.clone(),
             upstream: format!("{namespace}.{}.peer", m.pod),
             endpoint: format!("{host}:2380"),
         });
         out.push(MemberRoute {
-            listener: format!("client-{}", m.client_port),
-            port: m.client_port,
+            listener: format!("client-{}", m.client_listener),
+            port: m.client_listener,
             sni: m.dns_name.clone(),
             upstream: format!("{namespace}.{}.client", m.pod),
             endpoint: format!("{host}:2379"),

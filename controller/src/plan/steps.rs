@@ -194,9 +194,10 @@ fn desired_records(
         Ok(IpAddr::V6(_)) => "AAAA",
         Err(_) => "CNAME",
     };
+    // Under the seed's wildcard ingress record the members need no records of their own.
     let mut names: Vec<(String, String)> = members
         .iter()
-        .map(|m| (m.record_name.clone(), m.dns_name.clone()))
+        .filter_map(|m| Some((m.record.clone()?, m.dns_name.clone())))
         .collect();
     if let (true, Some(vpn)) = (with_vpn, &spec.vpn) {
         names.push((VPN_RECORD.to_string(), vpn.dns_name.clone()));
@@ -272,8 +273,9 @@ fn exposure_state(
     // Only the members' records gate etcd; the VPN record is checked on its own.
     let member_records: Vec<&DnsRecordDesired> = wanted
         .iter()
-        .filter(|w| members.iter().any(|m| m.record_name == w.object_name))
+        .filter(|w| members.iter().any(|m| m.record.as_ref() == Some(&w.object_name)))
         .collect();
+    let with_records = members.iter().filter(|m| m.record.is_some()).count();
     let pending: Vec<&str> = member_records
         .iter()
         .filter(|w| {
@@ -283,7 +285,7 @@ fn exposure_state(
         })
         .map(|w| w.object_name.as_str())
         .collect();
-    if member_records.len() != members.len() || !pending.is_empty() {
+    if member_records.len() != with_records || !pending.is_empty() {
         return Some((
             "WaitingForDNSRecords",
             format!("DNSRecords not ready: {}", pending.join(", ")),

@@ -64,6 +64,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
         druid_api: DruidApi::default(),
         override_default_url: false,
         etcd_client: Default::default(),
+        seed_ingress: None,
     }
 }
 
