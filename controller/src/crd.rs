@@ -91,6 +91,14 @@ pub struct EtcdMigrationSpec {
     /// scheme (`ports`, one `DNSRecord` per member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_ingress: Option<SeedIngress>,
+    /// Source networks (CIDR or address) allowed on this migration's etcd peer and client
+    /// listeners: the other seed's egress addresses. Rendered as the proxy listeners'
+    /// `allowed_sources`; a listener shared by several migrations allows the union, and any
+    /// migration on it without this field leaves the listener open to every source. Empty:
+    /// any source.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(regex(pattern = r"^[0-9a-fA-F:.]+(/[0-9]{1,3})?$")))]
+    pub allowed_sources: Vec<String>,
 }
 
 /// The seed-ingress exposure scheme (see [`EtcdMigrationSpec::seed_ingress`]).

@@ -25,6 +25,12 @@ struct Admin {
 struct Listener {
     name: String,
     address: SocketAddr,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    proxy_protocol: Option<&'static str>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    trusted_proxies: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    allowed_sources: Vec<String>,
     routes: Vec<Route>,
 }
 #[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,6 +56,10 @@ pub struct Layout {
     pub admin: SocketAddr,
     /// `(listener name, port)`.
     pub listeners: Vec<(String, u16)>,
+    /// The load balancer's addresses when it sends PROXY protocol headers: every listener
+    /// then accepts a header from these peers only (`proxy_protocol: accept`,
+    /// `trusted_proxies`). Empty: no PROXY protocol.
+    pub trusted_proxies: Vec<String>,
 }
 
 impl Layout {
@@ -66,7 +76,11 @@ impl Layout {
             listeners.push((format!("client-{}", ports.client(i)), ports.client(i)));
         }
         listeners.push((format!("vpn-{vpn_port}"), vpn_port));
-        Self { admin, listeners }
+        Self {
+            admin,
+            listeners,
+            trusted_proxies: Vec::new(),
+        }
     }
 }
 
@@ -92,6 +106,8 @@ pub struct Rendered {
 /// give byte-identical files (and so identical hashes).
 pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, RenderError> {
     let mut listeners: BTreeMap<(u16, String), Vec<Route>> = BTreeMap::new();
+    // Per listener: the union of its routes' allowed sources, `None` once a route allows any.
+    let mut sources: BTreeMap<(u16, String), Option<Vec<String>>> = BTreeMap::new();
     for (name, port) in &layout.listeners {
         listeners.entry((*port, name.clone())).or_default();
     }
@@ -104,6 +120,13 @@ pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, Rende
                 sni: r.sni.clone(),
                 upstream: r.upstream.clone(),
             });
+        let key = (r.port, r.listener.clone());
+        let entry = sources.entry(key).or_insert_with(|| Some(Vec::new()));
+        match (entry.as_mut(), r.allowed_sources.is_empty()) {
+            (Some(_), true) => *entry = None,
+            (Some(list), false) => list.extend(r.allowed_sources.iter().cloned()),
+            (None, _) => {}
+        }
         let eps = upstreams.entry(r.upstream.clone()).or_default();
         if !eps.contains(&r.endpoint) {
             eps.push(r.endpoint.clone());
@@ -118,9 +141,19 @@ pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, Rende
             .map(|((port, name), mut routes)| {
                 routes.sort();
                 routes.dedup();
+                let mut allowed = sources
+                    .get(&(port, name.clone()))
+                    .cloned()
+                    .flatten()
+                    .unwrap_or_default();
+                allowed.sort();
+                allowed.dedup();
                 Listener {
                     name,
                     address: SocketAddr::from(([0, 0, 0, 0], port)),
+                    proxy_protocol: (!layout.trusted_proxies.is_empty()).then_some("accept"),
+                    trusted_proxies: layout.trusted_proxies.clone(),
+                    allowed_sources: allowed,
                     routes,
                 }
             })

@@ -67,3 +67,33 @@ fn rollout_needs_every_pod_on_the_new_hash() {
     assert!(!rolled_out("h1", &[ok("h1"), Err(())]));
     assert!(!rolled_out::<()>("h1", &[]));
 }
+
+#[test]
+fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
+    let mut a = spec(Role::Source, Step::Expose);
+    a.allowed_sources = vec!["198.51.100.0/24".into()];
+    let mut b = spec(Role::Source, Step::Expose);
+    b.etcd_name = "etcd-events".into();
+    b.allowed_sources = vec!["192.0.2.7".into()];
+    let mut all = routes(&a, NS, false);
+    all.extend(routes(&b, NS, false));
+    let mut l = layout();
+    l.trusted_proxies = vec!["10.250.0.0/16".into()];
+    let r = render(&l, &all).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
+        .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
+    let peer = parsed.listeners.iter().find(|l| l.name == "peer-2380").unwrap();
+    let allowed: Vec<String> = peer.allowed_sources.iter().map(|c| c.to_string()).collect();
+    assert_eq!(allowed.len(), 2, "the union of both migrations: {allowed:?}");
+    assert_eq!(peer.trusted_proxies.len(), 1);
+    assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::Accept);
+    // A migration without allowedSources on the same listener opens it to any source.
+    let mut c = spec(Role::Source, Step::Expose);
+    c.etcd_name = "etcd-other".into();
+    all.extend(routes(&c, NS, false));
+    let r = render(&layout(), &all).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text).unwrap();
+    let peer = parsed.listeners.iter().find(|l| l.name == "peer-2380").unwrap();
+    assert!(peer.allowed_sources.is_empty());
+    assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::None);
+}

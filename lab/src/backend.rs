@@ -425,7 +425,11 @@ impl Lab {
     /// Returns whether it did anything.
     async fn remove_planned(&mut self, name: &str, leaving: &[String], tag: &str) -> Result<bool> {
         let all = [topology::source(), topology::destination()].concat();
-        let Some(m) = all.into_iter().find(|m| m.name() == name) else {
+        // A learner that has not started yet is listed by its peer URL only.
+        let Some(m) = all
+            .into_iter()
+            .find(|m| m.name() == name || m.peer_url() == name)
+        else {
             return Err(Error::State(format!(
                 "the plan removes unknown member {name}"
             )));

@@ -72,6 +72,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
         sni: TUNNEL_SNI.into(),
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
+        allowed_sources: Vec::new(),
     });
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);

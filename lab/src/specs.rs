@@ -73,6 +73,7 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         override_default_url: false,
         etcd_client: Default::default(),
         seed_ingress: None,
+        allowed_sources: Vec::new(),
     }
 }
 

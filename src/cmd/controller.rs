@@ -54,6 +54,11 @@ pub struct Args {
     /// Proxy port of the temporary VPN.
     #[arg(long, default_value = "8443")]
     pub vpn_port: u16,
+    /// Addresses (CIDRs) of the load balancer when it sends PROXY protocol headers: the
+    /// rendered listeners then honour a header from these peers only. Comma-separated or
+    /// repeated. Default: none (no PROXY protocol).
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub trusted_proxies: Vec<String>,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -80,8 +85,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tokio::spawn(serve_metrics(listener, Arc::new(registry)));
 
     let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
+    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
+    layout.trusted_proxies = args.trusted_proxies;
     let settings = Settings {
-        layout: Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin),
+        layout,
         proxy_namespace: args.proxy_namespace,
         proxy_configmap: args.proxy_configmap,
         proxy_selector: args.proxy_selector,

@@ -34,6 +34,7 @@
 //!     override_default_url: false,
 //!     etcd_client: EtcdClientSpec::default(),
 //!     seed_ingress: None,
+//!     allowed_sources: Vec::new(),
 //! };
 //! let mut obs = Observed {
 //!     namespace: "shoot".into(),

@@ -124,6 +124,8 @@ pub struct MemberRoute {
     pub upstream: String,
     /// `host:port` inside the seed.
     pub endpoint: String,
+    /// Sources this migration allows on the listener (empty: any).
+    pub allowed_sources: Vec<String>,
 }
 
 /// Routes of the members (and the VPN, if `with_vpn`) of one migration.
@@ -141,6 +143,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             sni: m.dns_name.clone(),
             upstream: format!("{namespace}.{}.peer", m.pod),
             endpoint: format!("{host}:2380"),
+            allowed_sources: spec.allowed_sources.clone(),
         });
         out.push(MemberRoute {
             listener: format!("client-{}", m.client_listener),
@@ -148,6 +151,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             sni: m.dns_name.clone(),
             upstream: format!("{namespace}.{}.client", m.pod),
             endpoint: format!("{host}:2379"),
+            allowed_sources: spec.allowed_sources.clone(),
         });
     }
     if let (true, Some(vpn)) = (with_vpn, &spec.vpn) {
@@ -157,6 +161,8 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             sni: vpn.dns_name.clone(),
             upstream: format!("{namespace}.vpn"),
             endpoint: vpn.target.clone(),
+            // The shoot's nodes dial the VPN from wherever they are.
+            allowed_sources: Vec::new(),
         });
     }
     out

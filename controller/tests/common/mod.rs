@@ -65,6 +65,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
         override_default_url: false,
         etcd_client: Default::default(),
         seed_ingress: None,
+        allowed_sources: Vec::new(),
     }
 }
 
