@@ -42,10 +42,16 @@ pub struct EtcdMigrationSpec {
     pub step: Step,
     /// Name of the `Etcd` resource in this namespace (source: the running one; destination:
     /// the one that joins). Member pods are named `<etcdName>-<index>`.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 50))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 50)
+    )]
     pub etcd_name: String,
     /// This seed's name; part of every exposed DNS name.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 63)
+    )]
     pub seed_name: String,
     /// The internal domain; exposed names are `<pod>.<namespace>.<seedName>.<internalDomain>`.
     #[schemars(
@@ -97,7 +103,10 @@ pub struct EtcdMigrationSpec {
     /// migration on it without this field leaves the listener open to every source. Empty:
     /// any source.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64), inner(regex(pattern = r"^[0-9a-fA-F:.]+(/[0-9]{1,3})?$")))]
+    #[schemars(
+        length(max = 64),
+        inner(regex(pattern = r"^[0-9a-fA-F:.]+(/[0-9]{1,3})?$"))
+    )]
     pub allowed_sources: Vec<String>,
 }
 
@@ -125,7 +134,10 @@ pub const SEED_INGRESS_CLIENT: u16 = 12379;
 pub struct EtcdClientSpec {
     /// The Secret's name. Default `etcd-client-tls` (the name `deploy/`'s RBAC grants).
     #[serde(default = "default_client_secret")]
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"), length(min = 1, max = 253))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
+        length(min = 1, max = 253)
+    )]
     pub secret_name: String,
 }
 
@@ -243,7 +255,10 @@ impl PortScheme {
 pub struct DestinationSpec {
     /// etcd-druid `spec.memberNamePrefix` of the destination: member `i` is
     /// `<prefix>-<etcdName>-<i>`, so it cannot clash with the source member of the same pod name.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 63))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 63)
+    )]
     pub member_name_prefix: String,
     /// The source members to join: copied from the source's `status.exposedMembers` (their
     /// client URLs become `bootstrapWithExistingCluster.clientEndpoints`).
@@ -291,14 +306,23 @@ fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 #[serde(rename_all = "camelCase")]
 pub struct MemberUrls {
     /// etcd member name.
-    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(min = 1, max = 253))]
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        length(min = 1, max = 253)
+    )]
     pub name: String,
     /// Peer URLs (`https://<dns>:<port>`).
-    #[schemars(length(min = 1, max = 5), inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$")))]
+    #[schemars(
+        length(min = 1, max = 5),
+        inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$"))
+    )]
     pub peer_urls: Vec<String>,
     /// Client URLs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 5), inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$")))]
+    #[schemars(
+        length(max = 5),
+        inner(regex(pattern = r"^https://[a-z0-9.-]+(:[0-9]{1,5})?$"))
+    )]
     pub client_urls: Vec<String>,
 }
 

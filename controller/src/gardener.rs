@@ -252,16 +252,17 @@ fn read_members(v: Option<&Value>, name_key: &str) -> Vec<(String, Vec<String>)>
 /// The advertised members as applied, whichever API generation wrote them.
 fn read_advertised(obj: &Value, api: DruidApi) -> Vec<MemberUrls> {
     match api {
-        DruidApi::AdditionalAdvertisePeerUrls => {
-            read_members(obj.pointer("/spec/etcd/additionalAdvertisePeerURLs"), "memberName")
-                .into_iter()
-                .map(|(name, peer_urls)| MemberUrls {
-                    name,
-                    peer_urls,
-                    client_urls: Vec::new(),
-                })
-                .collect()
-        }
+        DruidApi::AdditionalAdvertisePeerUrls => read_members(
+            obj.pointer("/spec/etcd/additionalAdvertisePeerURLs"),
+            "memberName",
+        )
+        .into_iter()
+        .map(|(name, peer_urls)| MemberUrls {
+            name,
+            peer_urls,
+            client_urls: Vec::new(),
+        })
+        .collect(),
         DruidApi::AdditionalAdvertisedUrls => {
             let base = "/spec/etcd/additionalAdvertisedURLs";
             let peers = read_members(obj.pointer(&format!("{base}/peerURLs/members")), "name");

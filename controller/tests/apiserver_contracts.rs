@@ -3,7 +3,11 @@
 //! `DNSRecord`) and our `EtcdMigration` CRD, with `fieldValidation=Strict` as the controller
 //! sends them. Each test names the upstream rule it proves the controller keeps.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // helpers outside #[test]: a panic is a failure
+
 mod common;
+
+type Mutation = Box<dyn Fn(&mut Value)>;
 
 use common::{spec, NS};
 use isthmus_controller::crd::{DruidApi, Role, Step};
@@ -22,7 +26,8 @@ async fn world() -> (KubeApiServer, Client) {
         k.apply_yaml(&crd).await;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    k.apply_yaml(&root.join("deploy/crd-etcdmigration.yaml")).await;
+    k.apply_yaml(&root.join("deploy/crd-etcdmigration.yaml"))
+        .await;
     k.apply_yaml_str(&format!(
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NS}\n"
     ))
@@ -60,7 +65,10 @@ fn status_of(e: &kube::Error) -> (u16, String) {
 fn source_expose_body(observed: &Value) -> Value {
     let s = spec(Role::Source, Step::Expose);
     let mut obs = common::observed("2026-01-01T00:00:00Z");
-    obs.etcd = Some(isthmus_controller::gardener::etcd_observe(observed, s.druid_api));
+    obs.etcd = Some(isthmus_controller::gardener::etcd_observe(
+        observed,
+        s.druid_api,
+    ));
     let p = plan::plan(&s, &obs);
     let EtcdAction::Apply {
         fields,
@@ -95,7 +103,10 @@ async fn source_fields_are_accepted_by_etcd_druids_crd() {
     // typed patch object ... field not declared in schema".)
     let (code, msg) = status_of(&err);
     assert!(code >= 400, "{code}: {msg}");
-    assert!(msg.contains("additionalAdvertisePeerUrls: field not declared"), "{msg}");
+    assert!(
+        msg.contains("additionalAdvertisePeerUrls: field not declared"),
+        "{msg}"
+    );
 
     let applied = etcds(&admin)
         .patch("etcd-main", &ssa(), &Patch::Apply(body))
@@ -105,10 +116,16 @@ async fn source_fields_are_accepted_by_etcd_druids_crd() {
     let urls = &v["spec"]["etcd"]["additionalAdvertisePeerURLs"];
     assert_eq!(urls.as_array().map(Vec::len), Some(3), "{v}");
     assert_eq!(urls[2]["memberName"], "etcd-main-2");
-    assert_eq!(v["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"], true);
+    assert_eq!(
+        v["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"],
+        true
+    );
     // gardenlet's fields are untouched.
     assert_eq!(v["spec"]["replicas"], 3);
-    assert_eq!(v["spec"]["etcd"]["peerUrlTls"]["serverTLSSecretRef"]["name"], "etcd-main-peer-server");
+    assert_eq!(
+        v["spec"]["etcd"]["peerUrlTls"]["serverTLSSecretRef"]["name"],
+        "etcd-main-peer-server"
+    );
 }
 
 #[tokio::test]
@@ -155,7 +172,10 @@ fn join_apply() -> (Value, EtcdFields) {
         annotations,
     } = &p.etcd
     else {
-        panic!("expected the destination Etcd to be created, got {:?}", p.etcd)
+        panic!(
+            "expected the destination Etcd to be created, got {:?}",
+            p.etcd
+        )
     };
     (etcd_body(&s, NS, fields, annotations), fields.clone())
 }
@@ -229,7 +249,11 @@ async fn the_destination_etcd_is_created_whole_and_grows_within_druids_rules() {
         .await
         .unwrap_or_else(|e| panic!("Shrink refused: {e}"));
     let v = serde_json::to_value(v).unwrap();
-    assert_eq!(v["spec"]["etcd"].get("bootstrapWithExistingCluster"), None, "released field is gone");
+    assert_eq!(
+        v["spec"]["etcd"].get("bootstrapWithExistingCluster"),
+        None,
+        "released field is gone"
+    );
 }
 
 #[tokio::test]
@@ -239,7 +263,10 @@ async fn bootstrap_cannot_be_added_to_an_existing_etcd() {
     // adding bootstrapWithExistingCluster later, which is why the planner reports
     // EtcdCreatedWithoutBootstrap instead of applying.
     let obj: DynamicObject = serde_json::from_value(minimal_etcd("etcd-main", NS, 2)).unwrap();
-    etcds(&admin).create(&PostParams::default(), &obj).await.unwrap();
+    etcds(&admin)
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap();
     let late = json!({
         "apiVersion": "druid.gardener.cloud/v1alpha1",
         "kind": "Etcd",
@@ -262,7 +289,10 @@ async fn bootstrap_cannot_be_added_to_an_existing_etcd() {
     obs.lb_address = Some("198.51.100.9".into());
     let p = plan::plan(&s, &obs);
     common::apply(&mut obs, &p, common::ALL, Role::Destination);
-    obs.etcd = Some(isthmus_controller::gardener::etcd_observe(&current, DruidApi::default()));
+    obs.etcd = Some(isthmus_controller::gardener::etcd_observe(
+        &current,
+        DruidApi::default(),
+    ));
     let p = plan::plan(&s, &obs);
     assert_eq!(p.etcd, EtcdAction::Keep);
     assert_eq!(
@@ -277,12 +307,19 @@ async fn dns_records_are_accepted_by_gardeners_crd() {
     let mut obs = common::observed("2026-01-01T00:00:00Z");
     obs.lb_address = Some("198.51.100.9".into());
     let p = plan::plan(&spec(Role::Destination, Step::Join), &obs);
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(admin.clone(), NS, &isthmus_controller::gardener::dnsrecord_resource());
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        NS,
+        &isthmus_controller::gardener::dnsrecord_resource(),
+    );
     for d in &p.dns_records {
-        api.patch(&d.object_name, &ssa(), &Patch::Apply(dnsrecord_body(NS, "m", d)))
-            .await
-            .unwrap_or_else(|e| panic!("Gardener's CRD refused {}: {e}", d.object_name));
+        api.patch(
+            &d.object_name,
+            &ssa(),
+            &Patch::Apply(dnsrecord_body(NS, "m", d)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("Gardener's CRD refused {}: {e}", d.object_name));
     }
     assert_eq!(api.list(&Default::default()).await.unwrap().items.len(), 4);
 }
@@ -291,30 +328,64 @@ async fn dns_records_are_accepted_by_gardeners_crd() {
 async fn invalid_etcdmigrations_are_refused_by_the_crd() {
     let (_k, admin) = world().await;
     let api: Api<isthmus_controller::crd::EtcdMigration> = Api::namespaced(admin.clone(), NS);
-    let good = isthmus_controller::crd::EtcdMigration::new("good", spec(Role::Destination, Step::Expose));
+    let good =
+        isthmus_controller::crd::EtcdMigration::new("good", spec(Role::Destination, Step::Expose));
     api.create(&PostParams::default(), &good).await.unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut Value)>)> = vec![
-        ("etcdName", Box::new(|v| v["spec"]["etcdName"] = json!("Etcd_Main"))),
-        ("internalDomain", Box::new(|v| v["spec"]["internalDomain"] = json!("bad domain"))),
-        ("peerBase", Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 80, "clientBase": 79}))),
-        ("clientBase", Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 2380, "clientBase": 2400}))),
-        ("dnsName", Box::new(|v| v["spec"]["vpn"]["dnsName"] = json!("no_dots"))),
-        ("peerUrls", Box::new(|v| v["spec"]["destination"]["sourceMembers"][0]["peerUrls"] = json!(["http://plain:2380"]))),
-        ("destination", Box::new(|v| { v["spec"]["role"] = json!("source"); })),
-        ("overrideDefaultUrl", Box::new(|v| v["spec"]["overrideDefaultUrl"] = json!(true))),
-        ("unknown field", Box::new(|v| v["spec"]["etcdNmae"] = json!("x"))),
+    let cases: Vec<(&str, Mutation)> = vec![
+        (
+            "etcdName",
+            Box::new(|v| v["spec"]["etcdName"] = json!("Etcd_Main")),
+        ),
+        (
+            "internalDomain",
+            Box::new(|v| v["spec"]["internalDomain"] = json!("bad domain")),
+        ),
+        (
+            "peerBase",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 80, "clientBase": 79})),
+        ),
+        (
+            "clientBase",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 2380, "clientBase": 2400})),
+        ),
+        (
+            "dnsName",
+            Box::new(|v| v["spec"]["vpn"]["dnsName"] = json!("no_dots")),
+        ),
+        (
+            "peerUrls",
+            Box::new(|v| {
+                v["spec"]["destination"]["sourceMembers"][0]["peerUrls"] =
+                    json!(["http://plain:2380"])
+            }),
+        ),
+        (
+            "destination",
+            Box::new(|v| {
+                v["spec"]["role"] = json!("source");
+            }),
+        ),
+        (
+            "overrideDefaultUrl",
+            Box::new(|v| v["spec"]["overrideDefaultUrl"] = json!(true)),
+        ),
+        (
+            "unknown field",
+            Box::new(|v| v["spec"]["etcdNmae"] = json!("x")),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();
         v["metadata"] = json!({"name": "bad", "namespace": NS});
         mutate(&mut v);
-        let r = api
-            .patch("bad", &ssa(), &Patch::Apply(v))
-            .await;
+        let r = api.patch("bad", &ssa(), &Patch::Apply(v)).await;
         let err = r.err().unwrap_or_else(|| panic!("{what}: accepted"));
         let (code, msg) = status_of(&err);
         let undeclared = code == 500 && msg.contains("not declared in schema");
-        assert!(code == 422 || code == 400 || undeclared, "{what}: {code} {msg}");
+        assert!(
+            code == 422 || code == 400 || undeclared,
+            "{what}: {code} {msg}"
+        );
     }
     // The valid one is untouched.
     assert!(api.get("good").await.is_ok());

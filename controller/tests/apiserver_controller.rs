@@ -100,12 +100,16 @@ async fn status(c: &Client) -> Value {
 }
 
 fn condition(status: &Value, t: &str) -> Option<(String, String)> {
-    status["conditions"].as_array()?.iter().find(|c| c["type"] == t).map(|c| {
-        (
-            c["status"].as_str().unwrap_or_default().to_string(),
-            c["reason"].as_str().unwrap_or_default().to_string(),
-        )
-    })
+    status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == t)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
 }
 
 /// Waits until `step` is planned and ready.
@@ -133,7 +137,11 @@ async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
     let deadline = std::time::Instant::now() + STEP_TIMEOUT;
     loop {
         let s = status(c).await;
-        if condition(&s, t).as_ref().map(|(a, b)| (a.as_str(), b.as_str())) == Some(want) {
+        if condition(&s, t)
+            .as_ref()
+            .map(|(a, b)| (a.as_str(), b.as_str()))
+            == Some(want)
+        {
             return s;
         }
         assert!(
@@ -200,8 +208,20 @@ async fn world() -> World {
         .await
         .unwrap();
     let sources = vec!["etcd-main-0".to_string()];
-    let druid_a = DruidStandIn::start(a.admin.clone(), NS, Side::Source, etcd.clone(), sources.clone());
-    let druid_b = DruidStandIn::start(b.admin.clone(), NS, Side::Destination, etcd.clone(), sources);
+    let druid_a = DruidStandIn::start(
+        a.admin.clone(),
+        NS,
+        Side::Source,
+        etcd.clone(),
+        sources.clone(),
+    );
+    let druid_b = DruidStandIn::start(
+        b.admin.clone(),
+        NS,
+        Side::Destination,
+        etcd.clone(),
+        sources,
+    );
     World {
         a,
         b,
@@ -215,7 +235,10 @@ async fn world() -> World {
 
 async fn create(c: &Client, spec: &EtcdMigrationSpec) {
     migrations(c)
-        .create(&PostParams::default(), &EtcdMigration::new("shoot", spec.clone()))
+        .create(
+            &PostParams::default(),
+            &EtcdMigration::new("shoot", spec.clone()),
+        )
         .await
         .unwrap();
 }
@@ -267,23 +290,45 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         ..PatchParams::default()
     };
     etcds_a
-        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"metrics": "extensive"}}})))
+        .patch(
+            "etcd-main",
+            &gardenlet,
+            &Patch::Merge(json!({"spec": {"etcd": {"metrics": "extensive"}}})),
+        )
         .await
         .unwrap();
     // ... and one of ours with another value: a conflict, reported, never forced over.
     etcds_a
-        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": false}}}})))
+        .patch(
+            "etcd-main",
+            &gardenlet,
+            &Patch::Merge(
+                json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": false}}}}),
+            ),
+        )
         .await
         .unwrap();
     let s = wait_condition(&w.a.admin, "ObjectsApplied", ("False", "FieldConflict")).await;
     assert_eq!(s["stepReady"], false);
     let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
-    assert_eq!(e["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"], false, "not forced");
+    assert_eq!(
+        e["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"], false,
+        "not forced"
+    );
     assert_eq!(e["spec"]["etcd"]["metrics"], "extensive");
-    assert_eq!(e["spec"]["etcd"]["additionalAdvertisePeerURLs"][0]["memberName"], "etcd-main-0");
+    assert_eq!(
+        e["spec"]["etcd"]["additionalAdvertisePeerURLs"][0]["memberName"],
+        "etcd-main-0"
+    );
     // gardenlet agrees again (same value as ours): shared ownership, no conflict.
     etcds_a
-        .patch("etcd-main", &gardenlet, &Patch::Merge(json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": true}}}})))
+        .patch(
+            "etcd-main",
+            &gardenlet,
+            &Patch::Merge(
+                json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": true}}}}),
+            ),
+        )
         .await
         .unwrap();
     wait_condition(&w.a.admin, "ObjectsApplied", ("True", "Applied")).await;
@@ -306,7 +351,12 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     );
     // An abort is refused now: a joined member votes.
     set_step(&w.b.admin, Step::Abort).await;
-    let s = wait_condition(&w.b.admin, "LiveMigrationAborted", ("False", "AbortRefused")).await;
+    let s = wait_condition(
+        &w.b.admin,
+        "LiveMigrationAborted",
+        ("False", "AbortRefused"),
+    )
+    .await;
     assert_eq!(s["step"], "Join");
 
     // The leading replica dies mid-migration (no clean hand-over): the other takes the Lease.
@@ -340,7 +390,9 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     );
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
     let e = serde_json::to_value(etcds_b.get("etcd-main").await.unwrap()).unwrap();
-    assert!(e["spec"]["etcd"].get("bootstrapWithExistingCluster").is_none());
+    assert!(e["spec"]["etcd"]
+        .get("bootstrapWithExistingCluster")
+        .is_none());
 
     set_step(&w.a.admin, Step::Complete).await;
     let s = reach(&w.a.admin, Step::Complete, "source cleanup").await;
@@ -348,10 +400,23 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         condition(&s, "SourceSeedCleanup"),
         Some(("True".into(), "CleanedUp".into()))
     );
-    assert!(records.list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(records
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
     let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
-    assert!(e["spec"]["etcd"].get("additionalAdvertisePeerURLs").is_none(), "released: {e:#}");
-    assert_eq!(e["spec"]["etcd"]["metrics"], "extensive", "gardenlet's field stays");
+    assert!(
+        e["spec"]["etcd"]
+            .get("additionalAdvertisePeerURLs")
+            .is_none(),
+        "released: {e:#}"
+    );
+    assert_eq!(
+        e["spec"]["etcd"]["metrics"], "extensive",
+        "gardenlet's field stays"
+    );
 
     set_step(&w.b.admin, Step::Complete).await;
     let s = reach(&w.b.admin, Step::Complete, "destination complete").await;
@@ -361,11 +426,16 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     );
     let e = serde_json::to_value(etcds_b.get("etcd-main").await.unwrap()).unwrap();
     assert_eq!(e["spec"]["replicas"], 3);
-    assert!(e["spec"]["etcd"].get("additionalAdvertisePeerURLs").is_none());
+    assert!(e["spec"]["etcd"]
+        .get("additionalAdvertisePeerURLs")
+        .is_none());
     let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
     let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.yaml"].clone();
-    assert!(!text.contains("shoot--foo--bar"), "routes released:\n{text}");
+    assert!(
+        !text.contains("shoot--foo--bar"),
+        "routes released:\n{text}"
+    );
     drop(w.druid_b);
 }
 
@@ -384,7 +454,12 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     set_step(&w.b.admin, Step::Join).await;
     // The learners never catch up (the stand-in holds their promotion): the GEP's abort
     // precondition is reported.
-    wait_condition(&w.b.admin, "DestinationEtcdPeersJoined", ("False", "JoinTimedOut")).await;
+    wait_condition(
+        &w.b.admin,
+        "DestinationEtcdPeersJoined",
+        ("False", "JoinTimedOut"),
+    )
+    .await;
     let learners: Vec<(String, bool)> = members_of(&w.etcd).into_iter().filter(|m| m.1).collect();
     assert!(!learners.is_empty(), "a learner joined");
 
@@ -397,10 +472,18 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     );
     assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
-    assert!(etcds_b.get_opt("etcd-main").await.unwrap().is_none(), "destination Etcd deleted");
+    assert!(
+        etcds_b.get_opt("etcd-main").await.unwrap().is_none(),
+        "destination Etcd deleted"
+    );
     let records: Api<DynamicObject> =
         Api::namespaced_with(w.b.admin.clone(), NS, &dnsrecord_resource());
-    assert!(records.list(&Default::default()).await.unwrap().items.is_empty());
+    assert!(records
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
     w.etcd.lock().unwrap().wait_healthy();

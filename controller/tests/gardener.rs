@@ -74,7 +74,10 @@ fn etcd_round_trip_legacy_and_new_api() {
         legacy["spec"]["etcd"]["additionalAdvertisePeerURLs"][0]["memberName"],
         "dest-etcd-main-0"
     );
-    assert_eq!(legacy["spec"]["etcd"].get("additionalAdvertisePeerUrls"), None);
+    assert_eq!(
+        legacy["spec"]["etcd"].get("additionalAdvertisePeerUrls"),
+        None
+    );
     assert_eq!(
         legacy["spec"]["etcd"]["peerUrlTls"]["skipClientSANVerification"],
         true
@@ -94,7 +97,10 @@ fn etcd_round_trip_legacy_and_new_api() {
     let urls = &new["spec"]["etcd"]["additionalAdvertisedURLs"];
     assert_eq!(urls["peerURLs"]["members"][0]["name"], "dest-etcd-main-0");
     assert_eq!(urls["peerURLs"]["overrideDefaultURL"], true);
-    assert_eq!(urls["clientURLs"]["members"][0]["urls"][0], "https://x:2379");
+    assert_eq!(
+        urls["clientURLs"]["members"][0]["urls"][0],
+        "https://x:2379"
+    );
     assert_eq!(urls["clientURLs"]["overrideDefaultURL"], true);
 }
 
@@ -140,7 +146,10 @@ fn observe_reads_status_as_gardener_does() {
     ] {
         let mut bad = obj.clone();
         *bad.pointer_mut(path).unwrap_or_else(|| panic!("{path}")) = value;
-        assert!(!etcd_observe(&bad, DruidApi::default()).gardener_ready(), "{path}");
+        assert!(
+            !etcd_observe(&bad, DruidApi::default()).gardener_ready(),
+            "{path}"
+        );
     }
     // A plan over this observation applies our fields without touching replicas.
     let mut obs = common::observed("t0");

@@ -145,7 +145,11 @@ fn dst_shrinking() -> Observed {
     };
     // First pass: leadership moves to a destination member, the bootstrap stays.
     apply(&mut o, &p, partly, Role::Destination);
-    assert!(matches!(p.etcd_ops[..], [EtcdOp::MoveLeader { to: 200, .. }]), "{:?}", p.etcd_ops);
+    assert!(
+        matches!(p.etcd_ops[..], [EtcdOp::MoveLeader { to: 200, .. }]),
+        "{:?}",
+        p.etcd_ops
+    );
     let p = plan::plan(&spec(Role::Destination, Step::Shrink), &o);
     o.previous = p.status.clone();
     apply(&mut o, &p, partly, Role::Destination);
@@ -487,8 +491,15 @@ fn destination_abort_removes_joined_members_and_etcd() {
     let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
     assert_eq!(p.etcd, EtcdAction::Keep);
     assert_eq!(p.members_to_remove, vec![url]);
-    assert!(matches!(p.etcd_ops[..], [EtcdOp::Remove { id: 200, .. }]), "{:?}", p.etcd_ops);
-    assert!(p.dns_records.len() == 3 && !p.routes.is_empty(), "member exposure held");
+    assert!(
+        matches!(p.etcd_ops[..], [EtcdOp::Remove { id: 200, .. }]),
+        "{:?}",
+        p.etcd_ops
+    );
+    assert!(
+        p.dns_records.len() == 3 && !p.routes.is_empty(),
+        "member exposure held"
+    );
     apply(&mut obs, &p, ALL, Role::Destination);
     let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
     assert_eq!(p.etcd, EtcdAction::Delete);
@@ -557,9 +568,18 @@ fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
     assert_eq!(
         peer,
         [
-            (12380, "seed-a-etcd-main-0-shoot--foo--bar.ingress.seed-a.example.com"),
-            (12381, "seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com"),
-            (12382, "seed-a-etcd-main-2-shoot--foo--bar.ingress.seed-a.example.com"),
+            (
+                12380,
+                "seed-a-etcd-main-0-shoot--foo--bar.ingress.seed-a.example.com"
+            ),
+            (
+                12381,
+                "seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com"
+            ),
+            (
+                12382,
+                "seed-a-etcd-main-2-shoot--foo--bar.ingress.seed-a.example.com"
+            ),
         ]
     );
     assert!(p

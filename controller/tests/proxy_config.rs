@@ -82,18 +82,33 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
     let r = render(&l, &all).unwrap();
     let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
         .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
-    let peer = parsed.listeners.iter().find(|l| l.name == "peer-2380").unwrap();
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
     let allowed: Vec<String> = peer.allowed_sources.iter().map(|c| c.to_string()).collect();
-    assert_eq!(allowed.len(), 2, "the union of both migrations: {allowed:?}");
+    assert_eq!(
+        allowed.len(),
+        2,
+        "the union of both migrations: {allowed:?}"
+    );
     assert_eq!(peer.trusted_proxies.len(), 1);
-    assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::Accept);
+    assert_eq!(
+        peer.proxy_protocol,
+        isthmus_config::ProxyProtocolMode::Accept
+    );
     // A migration without allowedSources on the same listener opens it to any source.
     let mut c = spec(Role::Source, Step::Expose);
     c.etcd_name = "etcd-other".into();
     all.extend(routes(&c, NS, false));
     let r = render(&layout(), &all).unwrap();
     let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text).unwrap();
-    let peer = parsed.listeners.iter().find(|l| l.name == "peer-2380").unwrap();
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
     assert!(peer.allowed_sources.is_empty());
     assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::None);
 }

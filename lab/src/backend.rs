@@ -20,8 +20,8 @@ use crate::topology::{self, Topology};
 use crate::{drive, proxy};
 use isthmus_controller::crd::EtcdMigrationSpec;
 use isthmus_controller::plan::{
-    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp,
-    Observed, Plan, TIMESTAMP,
+    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp, Observed,
+    Plan, TIMESTAMP,
 };
 
 /// One seed's `EtcdMigration` as the lab keeps it: the spec the orchestrator sets and what the

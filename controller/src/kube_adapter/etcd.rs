@@ -101,8 +101,12 @@ impl EtcdClient {
     }
 
     async fn cluster_at(&self, endpoint: &str) -> Result<EtcdCluster, EtcdError> {
-        let list = self.call(endpoint, "/v3/cluster/member/list", json!({})).await?;
-        let status = self.call(endpoint, "/v3/maintenance/status", json!({})).await?;
+        let list = self
+            .call(endpoint, "/v3/cluster/member/list", json!({}))
+            .await?;
+        let status = self
+            .call(endpoint, "/v3/maintenance/status", json!({}))
+            .await?;
         let members = list
             .get("members")
             .and_then(Value::as_array)
@@ -134,7 +138,12 @@ impl EtcdClient {
         Err(EtcdError::Unreachable(errors.join("; ")))
     }
 
-    async fn call(&self, endpoint: &str, path: &'static str, body: Value) -> Result<Value, EtcdError> {
+    async fn call(
+        &self,
+        endpoint: &str,
+        path: &'static str,
+        body: Value,
+    ) -> Result<Value, EtcdError> {
         let answer = |message: String| EtcdError::Answer {
             endpoint: endpoint.to_string(),
             path,
@@ -194,17 +203,27 @@ impl EtcdClient {
 
 /// The gateway writes uint64 as a JSON string.
 fn as_u64(v: &Value) -> Option<u64> {
-    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
+    v.as_str()
+        .and_then(|s| s.parse().ok())
+        .or_else(|| v.as_u64())
 }
 
 fn member(v: &Value) -> Option<EtcdMember> {
     Some(EtcdMember {
         id: v.get("ID").and_then(as_u64)?,
-        name: v.get("name").and_then(Value::as_str).unwrap_or_default().into(),
+        name: v
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .into(),
         peer_urls: v
             .get("peerURLs")
             .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(|u| u.as_str().map(String::from)).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|u| u.as_str().map(String::from))
+                    .collect()
+            })
             .unwrap_or_default(),
         is_learner: v.get("isLearner").and_then(Value::as_bool).unwrap_or(false),
     })

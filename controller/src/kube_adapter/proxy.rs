@@ -19,7 +19,10 @@ use std::net::{IpAddr, SocketAddr};
 /// The file is checked with the proxy's own loader before it is written: a migration whose
 /// routes would make the proxies refuse the file is left out (and logged) so the others keep
 /// working; if it is `this` one, the reconciliation fails with the loader's errors.
-pub async fn sync(ctx: &Context, this: Option<(&str, &str, &[MemberRoute])>) -> Result<bool, Error> {
+pub async fn sync(
+    ctx: &Context,
+    this: Option<(&str, &str, &[MemberRoute])>,
+) -> Result<bool, Error> {
     let s = &ctx.settings;
     let migrations: Api<EtcdMigration> = match &s.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
@@ -52,7 +55,9 @@ pub async fn sync(ctx: &Context, this: Option<(&str, &str, &[MemberRoute])>) -> 
     });
     let cms: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &s.proxy_namespace);
     // The route ConfigMap is ours alone: force takes it back from a manual `kubectl apply`.
-    let pp = PatchParams::apply(FIELD_MANAGER).force().validation_strict();
+    let pp = PatchParams::apply(FIELD_MANAGER)
+        .force()
+        .validation_strict();
     cms.patch(&s.proxy_configmap, &pp, &Patch::Apply(cm))
         .await?;
 
@@ -97,7 +102,9 @@ fn render_valid(layout: &Layout, all: &[(String, Vec<MemberRoute>)]) -> Result<R
         candidate.extend(routes.iter().cloned());
         match render(layout, &candidate).map(|r| isthmus_config::parse_proxy(CONFIG_KEY, &r.text)) {
             Ok(Ok(_)) => kept = candidate,
-            Ok(Err(e)) => tracing::error!(migration = %key, error = %e, "routes left out: the proxy would refuse them"),
+            Ok(Err(e)) => {
+                tracing::error!(migration = %key, error = %e, "routes left out: the proxy would refuse them")
+            }
             Err(e) => tracing::error!(migration = %key, error = %e, "routes left out"),
         }
     }

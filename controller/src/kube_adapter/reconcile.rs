@@ -14,7 +14,9 @@ use crate::gardener::{
     MIGRATION_LABEL,
 };
 use crate::plan::conditions::{self as cond, Verdict};
-use crate::plan::{self, EtcdAction, EtcdCluster, EtcdFields, EtcdOp, Observed, Plan, CONFIRM_DELETION};
+use crate::plan::{
+    self, EtcdAction, EtcdCluster, EtcdFields, EtcdOp, Observed, Plan, CONFIRM_DELETION,
+};
 use k8s_openapi::api::core::v1::{Secret, Service};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -319,9 +321,12 @@ async fn etcd_client(
     let secret = secrets.get(&spec.etcd_client.secret_name).await?;
     let data = secret.data.unwrap_or_default();
     let get = |k: &str| {
-        data.get(k)
-            .map(|b| b.0.clone())
-            .ok_or_else(|| Error::EtcdTls(format!("Secret {ns}/{} has no key {k}", spec.etcd_client.secret_name)))
+        data.get(k).map(|b| b.0.clone()).ok_or_else(|| {
+            Error::EtcdTls(format!(
+                "Secret {ns}/{} has no key {k}",
+                spec.etcd_client.secret_name
+            ))
+        })
     };
     EtcdClient::new(
         &get("ca.crt")?,

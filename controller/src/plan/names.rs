@@ -67,7 +67,11 @@ pub fn members(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<Member> {
 /// Every member this seed exposes, with etcd member names `<prefix>-<pod>` (etcd-druid's
 /// `spec.memberNamePrefix` rule) or the pod name without a prefix. A source `Etcd` created by
 /// Gardener carries the seed's name as prefix, so a shoot migrated once keeps it.
-pub fn members_named(spec: &EtcdMigrationSpec, namespace: &str, prefix: Option<&str>) -> Vec<Member> {
+pub fn members_named(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    prefix: Option<&str>,
+) -> Vec<Member> {
     (0..spec.members)
         .map(|index| {
             let pod = format!("{}-{}", spec.etcd_name, index);
@@ -93,10 +97,7 @@ pub fn members_named(spec: &EtcdMigrationSpec, namespace: &str, prefix: Option<&
                 // Gardener's work in progress: the seed's wildcard record, one client port.
                 Some(ingress) => Member {
                     index,
-                    dns_name: format!(
-                        "{}-{pod}-{namespace}.{}",
-                        spec.seed_name, ingress.domain
-                    ),
+                    dns_name: format!("{}-{pod}-{namespace}.{}", spec.seed_name, ingress.domain),
                     record: None,
                     peer_port: 2380 + u16::from(index),
                     client_port: 2379,

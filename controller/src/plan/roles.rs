@@ -78,7 +78,11 @@ fn advertised(ctx: &Ctx<'_>, replicas: i32) -> Vec<MemberUrls> {
         .map(|m| MemberUrls {
             name: m.member.clone(),
             peer_urls: vec![m.peer_url()],
-            client_urls: if clients { vec![m.client_url()] } else { Vec::new() },
+            client_urls: if clients {
+                vec![m.client_url()]
+            } else {
+                Vec::new()
+            },
         })
         .collect()
 }
@@ -103,7 +107,10 @@ fn listed<'a>(cluster: &'a EtcdCluster, set: &[MemberUrls]) -> Vec<&'a EtcdMembe
 
 fn label(m: &EtcdMember) -> String {
     if m.name.is_empty() {
-        m.peer_urls.first().cloned().unwrap_or_else(|| m.id.to_string())
+        m.peer_urls
+            .first()
+            .cloned()
+            .unwrap_or_else(|| m.id.to_string())
     } else {
         m.name.clone()
     }
@@ -226,7 +233,11 @@ fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
     };
     let done = ctx.cleaned && (ctx.spec.role == Role::Source || ctx.obs.etcd.is_none());
     let v = if done {
-        Verdict::done(cond::ABORTED, "CleanedUp", "joined members removed, exposure removed")
+        Verdict::done(
+            cond::ABORTED,
+            "CleanedUp",
+            "joined members removed, exposure removed",
+        )
     } else {
         Verdict::waiting(
             cond::ABORTED,
@@ -375,10 +386,18 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
             // Shrink: leadership moves to a destination voter before the source members go.
             let leader_on_source = cluster.and_then(|c| {
                 let leader = c.leader?;
-                listed(c, sources).iter().any(|m| m.id == leader).then_some(())
+                listed(c, sources)
+                    .iter()
+                    .any(|m| m.id == leader)
+                    .then_some(())
             });
             let voters: Vec<&EtcdMember> = cluster
-                .map(|c| listed(c, &own).into_iter().filter(|m| !m.is_learner).collect())
+                .map(|c| {
+                    listed(c, &own)
+                        .into_iter()
+                        .filter(|m| !m.is_learner)
+                        .collect()
+                })
                 .unwrap_or_default();
             let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
             let fields = EtcdFields {
@@ -407,9 +426,10 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     return Outcome::new(EtcdAction::Keep, v, false);
                 }
                 // druid's CEL rule: bootstrapWithExistingCluster only at creation.
-                (Some(e), _) if step != Step::Shrink
-                    && e.fields.bootstrap_members.is_empty()
-                    && e.joined_at.is_none() =>
+                (Some(e), _)
+                    if step != Step::Shrink
+                        && e.fields.bootstrap_members.is_empty()
+                        && e.joined_at.is_none() =>
                 {
                     let v = Verdict::refused(
                         t,
@@ -421,10 +441,11 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 _ => {}
             }
             let joined = ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
-            let all_voters = own
-                .iter()
-                .take(replicas as usize)
-                .all(|m| voters.iter().any(|v| v.name == m.name || v.peer_urls == m.peer_urls));
+            let all_voters = own.iter().take(replicas as usize).all(|m| {
+                voters
+                    .iter()
+                    .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
+            });
             let etcd_done = etcd_ready(ctx, &fields, replicas) && joined && all_voters;
             let leftovers: Vec<String> = match (step, cluster) {
                 (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),

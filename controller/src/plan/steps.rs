@@ -50,13 +50,14 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         .is_some_and(|s| member_routes.iter().all(|r| s.contains(r)));
     let exposure = exposure_state(spec, obs, &members, &wanted, members_served);
     let vpn_ready = !with_vpn
-        || routes_served && wanted.iter().any(|w| {
-            w.object_name == VPN_RECORD
-                && obs
-                    .dns_records
-                    .get(VPN_RECORD)
-                    .is_some_and(|o| o.spec == w.spec && o.ready())
-        });
+        || routes_served
+            && wanted.iter().any(|w| {
+                w.object_name == VPN_RECORD
+                    && obs
+                        .dns_records
+                        .get(VPN_RECORD)
+                        .is_some_and(|o| o.spec == w.spec && o.ready())
+            });
     let cleaned = dns_deletions.is_empty() && !exposing && routes_served;
 
     let ctx = Ctx {
@@ -122,9 +123,7 @@ pub fn wanted_routes(
     if previous.exposed_members.is_empty() {
         return Vec::new();
     }
-    let with_vpn = previous
-        .step
-        .is_some_and(|s| exposure_wanted(spec, s).1);
+    let with_vpn = previous.step.is_some_and(|s| exposure_wanted(spec, s).1);
     routes(spec, namespace, with_vpn)
 }
 
@@ -151,7 +150,10 @@ fn effective_step(
     }
     let previous = &obs.previous;
     let refusal = if cond::is_true(&previous.conditions, cond::PEERS_JOINED) {
-        Some("DestinationEtcdPeersJoined is True: abort is allowed only before the peers joined".to_string())
+        Some(
+            "DestinationEtcdPeersJoined is True: abort is allowed only before the peers joined"
+                .to_string(),
+        )
     } else {
         roles::voter_blocking_abort(spec, obs, members)
             .map(|m| format!("etcd member {m} is a voter: abort is allowed only while the joining members are learners"))
@@ -273,7 +275,11 @@ fn exposure_state(
     // Only the members' records gate etcd; the VPN record is checked on its own.
     let member_records: Vec<&DnsRecordDesired> = wanted
         .iter()
-        .filter(|w| members.iter().any(|m| m.record.as_ref() == Some(&w.object_name)))
+        .filter(|w| {
+            members
+                .iter()
+                .any(|m| m.record.as_ref() == Some(&w.object_name))
+        })
         .collect();
     let with_records = members.iter().filter(|m| m.record.is_some()).count();
     let pending: Vec<&str> = member_records

@@ -143,7 +143,11 @@ async fn tick(
             .iter()
             .filter(|n| running.contains(n) && listed.iter().any(|m| &m.1 == *n && !m.3))
             .count();
-        let names: Vec<String> = listed.into_iter().map(|m| m.1).filter(|n| !n.is_empty()).collect();
+        let names: Vec<String> = listed
+            .into_iter()
+            .map(|m| m.1)
+            .filter(|n| !n.is_empty())
+            .collect();
         (voters as i64, names)
     });
 
@@ -160,16 +164,19 @@ async fn tick(
         })).collect::<Vec<Value>>(),
     });
     if joined_before {
-        status["bootstrapWithExistingCluster"] = v["status"]["bootstrapWithExistingCluster"].clone();
+        status["bootstrapWithExistingCluster"] =
+            v["status"]["bootstrapWithExistingCluster"].clone();
     } else if bootstrap.is_object() && replicas >= 2 && voters >= replicas {
-        let members: Vec<Value> = bootstrap["members"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
+        let members: Vec<Value> = bootstrap["members"].as_array().cloned().unwrap_or_default();
         status["bootstrapWithExistingCluster"] = json!({"joinedAt": NOW, "members": members});
     }
-    let body = json!({"apiVersion": "druid.gardener.cloud/v1alpha1", "kind": "Etcd", "status": status});
-    api.patch_status("etcd-main", &PatchParams::apply("etcd-druid").force(), &Patch::Apply(body))
-        .await?;
+    let body =
+        json!({"apiVersion": "druid.gardener.cloud/v1alpha1", "kind": "Etcd", "status": status});
+    api.patch_status(
+        "etcd-main",
+        &PatchParams::apply("etcd-druid").force(),
+        &Patch::Apply(body),
+    )
+    .await?;
     Ok(())
 }

@@ -46,7 +46,9 @@ pub struct TestEtcd {
 
 impl std::fmt::Debug for TestEtcd {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TestEtcd").field("running", &self.procs.keys()).finish()
+        f.debug_struct("TestEtcd")
+            .field("running", &self.procs.keys())
+            .finish()
     }
 }
 
@@ -222,7 +224,11 @@ impl TestEtcd {
                             m["name"].as_str().unwrap_or_default().to_string(),
                             m["peerURLs"]
                                 .as_array()
-                                .map(|u| u.iter().filter_map(|x| x.as_str().map(String::from)).collect())
+                                .map(|u| {
+                                    u.iter()
+                                        .filter_map(|x| x.as_str().map(String::from))
+                                        .collect()
+                                })
                                 .unwrap_or_default(),
                             m["isLearner"].as_bool().unwrap_or(false),
                         )
@@ -257,7 +263,13 @@ impl TestEtcd {
     pub fn add_learner(&mut self, name: &str) {
         let url = self.def(name).peer_url();
         self.retry(&format!("member add {name}"), || {
-            self.etcdctl(&["member", "add", name, &format!("--peer-urls={url}"), "--learner"])
+            self.etcdctl(&[
+                "member",
+                "add",
+                name,
+                &format!("--peer-urls={url}"),
+                "--learner",
+            ])
         });
         let mut cluster: Vec<String> = self
             .members()
@@ -275,7 +287,9 @@ impl TestEtcd {
 
     /// Promotes a learner once it caught up.
     pub fn promote(&mut self, name: &str) {
-        let id = self.id_of(name).unwrap_or_else(|| panic!("{name} is not a member"));
+        let id = self
+            .id_of(name)
+            .unwrap_or_else(|| panic!("{name} is not a member"));
         self.retry(&format!("member promote {name}"), || {
             self.etcdctl(&["member", "promote", &format!("{id:x}")])
         });

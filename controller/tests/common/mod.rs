@@ -10,12 +10,12 @@ pub mod etcd;
 pub mod seed;
 
 use isthmus_controller::crd::{
-    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls,
-    ObjectRef, PortScheme, Role, Step, VpnSpec,
+    DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls, ObjectRef,
+    PortScheme, Role, Step, VpnSpec,
 };
 use isthmus_controller::plan::{
-    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp,
-    Observed, Plan, OPERATION, TIMESTAMP,
+    self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp, Observed,
+    Plan, OPERATION, TIMESTAMP,
 };
 
 pub const NS: &str = "shoot--foo--bar";
@@ -243,7 +243,9 @@ pub fn druid(obs: &mut Observed, role: Role) {
     if e.joined_at.is_none() && want >= 2 {
         e.joined_at = Some(obs.now.clone());
     }
-    let Some(c) = &mut obs.etcd_cluster else { return };
+    let Some(c) = &mut obs.etcd_cluster else {
+        return;
+    };
     let spec = spec(Role::Destination, Step::Join);
     for m in plan::members(&spec, NS).into_iter().take(want as usize) {
         if !c.members.iter().any(|x| x.name == m.member) {
@@ -257,7 +259,8 @@ pub fn druid(obs: &mut Observed, role: Role) {
     }
     if e.fields.bootstrap_members.is_empty() {
         let sources = source_members();
-        c.members.retain(|m| !sources.iter().any(|s| s.name == m.name));
+        c.members
+            .retain(|m| !sources.iter().any(|s| s.name == m.name));
     }
 }
 

@@ -89,7 +89,8 @@ impl Seed {
             api.apply_yaml(&crd).await;
         }
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        api.apply_yaml(&root.join("deploy/crd-etcdmigration.yaml")).await;
+        api.apply_yaml(&root.join("deploy/crd-etcdmigration.yaml"))
+            .await;
         api.apply_yaml(&root.join("deploy/namespace.yaml")).await;
         api.apply_yaml_str(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
@@ -125,7 +126,9 @@ impl Seed {
             "spec": {"type": "LoadBalancer", "ports": [{"name": "peer", "port": 2380}],
                      "selector": {"app.kubernetes.io/name": "isthmus-proxy"}},
         });
-        svcs.patch("isthmus-proxy", &pp, &Patch::Apply(svc)).await.unwrap();
+        svcs.patch("isthmus-proxy", &pp, &Patch::Apply(svc))
+            .await
+            .unwrap();
         let status = json!({"apiVersion": "v1", "kind": "Service",
             "status": {"loadBalancer": {"ingress": [{"ip": self.lb}]}}});
         svcs.patch_status("isthmus-proxy", &pp, &Patch::Apply(status))
@@ -145,7 +148,9 @@ impl Seed {
                      "automountServiceAccountToken": false,
                      "containers": [{"name": "proxy", "image": "isthmus"}]},
         });
-        pods.patch("isthmus-proxy-a", &pp, &Patch::Apply(pod)).await.unwrap();
+        pods.patch("isthmus-proxy-a", &pp, &Patch::Apply(pod))
+            .await
+            .unwrap();
         let status = json!({"apiVersion": "v1", "kind": "Pod",
             "status": {"phase": "Running", "podIP": "127.0.0.1", "podIPs": [{"ip": "127.0.0.1"}]}});
         pods.patch_status("isthmus-proxy-a", &pp, &Patch::Apply(status))
@@ -188,10 +193,7 @@ impl Seed {
         identity: &str,
         connect_to: BTreeMap<String, SocketAddr>,
     ) -> (JoinHandle<()>, Gauge) {
-        let client = self
-            .api
-            .service_account(SYSTEM, "isthmus-controller")
-            .await;
+        let client = self.api.service_account(SYSTEM, "isthmus-controller").await;
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::new(&mut registry);
         let gauge = metrics.leader.clone();
