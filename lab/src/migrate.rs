@@ -8,7 +8,7 @@
 //! | `join` | `Join` (destination: 2 members as learners, promoted) | `DestinationEtcdPeersJoined` |
 //! | `five` | nothing: `Join` holds, 5 voters, the faults | |
 //! | `grow` | client + DNS move, then `Grow` (third member) | 3 destination members ready |
-//! | `shrink` | `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanUp` |
+//! | `shrink` | `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanup` |
 //! | `destination` | nothing: the destination stays at `Shrink` (see docs/lab.md) | |
 //!
 //! Scenarios inject one fault each: a link cut or a proxy restart in the 5-member phase, or an

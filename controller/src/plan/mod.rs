@@ -234,8 +234,8 @@ pub struct EtcdObs {
     pub observed_generation: Option<i64>,
     /// `status.readyReplicas`.
     pub ready_replicas: i32,
-    /// Member names druid reports: `status.members` plus the joined source members in
-    /// `status.bootstrapWithExistingClusterMembers` (until druid removed them after Shrink).
+    /// Member names druid reports for its own pods (`status.members`). Who is a member of
+    /// the etcd cluster is read from etcd itself ([`Observed::etcd_cluster`]).
     pub members: Vec<String>,
     /// Our fields as they are now.
     pub fields: EtcdFields,
