@@ -53,23 +53,26 @@ impl std::fmt::Debug for TestEtcd {
 }
 
 /// A spec port scheme's base with free loopback ports: peer ports `base..base+n` and client
-/// ports `base-100-i` for `i < n` (the scheme's `clientBase` is `base - 100`).
+/// ports `base-100-i` for `i < n` (the scheme's `clientBase` is `base - 100`). Searched below
+/// the kernel's ephemeral range (32768+), where no outgoing connection takes a port between
+/// the check and etcd's bind, starting at a per-process pseudo-random offset.
 pub fn free_run(n: u16) -> u16 {
-    for _ in 0..200 {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = probe.local_addr().unwrap().port();
-        drop(probe);
-        if base > 60000 || base < 1100 + n {
-            continue;
-        }
-        // Peer ports count up from base, client ports down from base - 1 - ... : check both.
-        let ok = (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok())
-            && (0..n).all(|i| std::net::TcpListener::bind(("127.0.0.1", base - 100 - i)).is_ok());
-        if ok {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id();
+    let start = 20_000 + (seed % 10_000) as u16;
+    for _ in 0..2_000 {
+        let step = NEXT.fetch_add(7, Ordering::Relaxed);
+        let base = 20_000 + (start - 20_000 + step) % 12_000;
+        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if (0..n).all(|i| free(base + i)) && (0..n).all(|i| free(base - 100 - i)) {
             return base;
         }
     }
-    panic!("no free run of {n} ports");
+    panic!("no free run of {n} loopback ports in 20000..32000");
 }
 
 impl TestEtcd {
