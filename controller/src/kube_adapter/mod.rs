@@ -20,7 +20,7 @@ pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;
 pub use metrics::{FailureLabels, Metrics, StepLabels};
 pub use reconcile::{error_policy, reconcile};
-pub use serve::{connect, serve_metrics, ConnectError};
+pub use serve::{connect, serve_metrics, serve_metrics_with, ConnectError};
 
 use crate::crd::EtcdMigration;
 use crate::gardener::{dnsrecord_resource, etcd_resource, MIGRATION_LABEL};

@@ -5,38 +5,36 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use isthmus_config::HttpLimits;
+use isthmus_proxy::http1::Gate;
 use prometheus_client::registry::Registry;
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 
-/// Serves `/metrics` and `/healthz` on `listener` until the task is dropped.
+/// Serves `/metrics` and `/healthz` on `listener` until the task is dropped, with the limits
+/// every isthmus HTTP endpoint has (`isthmus_proxy::http1`: header read timeout, head size
+/// cap, a connection cap that closes the oldest connection), so no client can hold it.
 pub async fn serve_metrics(listener: TcpListener, registry: Arc<Registry>) {
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(error = %e, "metrics accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                continue;
-            }
-        };
+    serve_metrics_with(listener, registry, HttpLimits::default()).await;
+}
+
+/// [`serve_metrics`] with explicit limits.
+pub async fn serve_metrics_with(
+    listener: TcpListener,
+    registry: Arc<Registry>,
+    limits: HttpLimits,
+) {
+    let make = move || {
         let registry = registry.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                let registry = registry.clone();
-                async move { Ok::<_, Infallible>(answer(req.uri().path(), &registry)) }
-            });
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), svc);
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "metrics connection");
-            }
-        });
-    }
+        service_fn(move |req: Request<hyper::body::Incoming>| {
+            let r = answer(req.uri().path(), &registry);
+            async move { Ok::<_, Infallible>(r) }
+        })
+    };
+    let never = tokio_util::sync::CancellationToken::new();
+    isthmus_proxy::http1::serve(listener, Gate::new(limits), make, never).await;
 }
 
 fn answer(path: &str, registry: &Registry) -> Response<Full<Bytes>> {
