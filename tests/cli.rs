@@ -288,10 +288,21 @@ async fn accept_backs_off_on_emfile_and_recovers() {
     // proxy's accept(2) fails with EMFILE once its table is full.
     let mut idle = Vec::new();
     for _ in 0..120 {
-        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        // One byte of a ClientHello: past TCP_DEFER_ACCEPT, the proxy must accept it.
+        let _ = s.write_all(&[0x16]).await;
+        idle.push(s);
     }
     // Stay saturated for a while: the condition under test, not a synchronisation.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    // The admin keeps answering while the listener's descriptors are exhausted (the proxy
+    // keeps descriptors in reserve for it by clamping max_connections).
+    wait_until(
+        "/readyz answers while the listener is saturated",
+        WAIT,
+        || async { matches!(http_get(admin, "/readyz").await, Ok((200, _))) },
+    )
+    .await;
     drop(idle);
     wait_until("proxy serves again", WAIT, || async {
         tls_connect(client_config(&pki), addr, "a.example.com")
