@@ -58,6 +58,7 @@
 //! assert!(!obs.previous.step_ready);
 //! ```
 
+mod abort;
 pub mod conditions;
 pub mod names;
 mod roles;

@@ -5,8 +5,8 @@
 use super::conditions::{self as cond, Verdict};
 use super::names::Member;
 use super::steps::{annotations, Ctx};
-use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
-use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, Role, Step};
+use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp};
+use crate::crd::{DruidApi, MemberUrls, Step};
 use k8s_openapi::jiff::Timestamp;
 
 /// What a role decided.
@@ -19,7 +19,7 @@ pub(super) struct Outcome {
 }
 
 impl Outcome {
-    fn new(etcd: EtcdAction, verdict: Verdict, ready: bool) -> Self {
+    pub(super) fn new(etcd: EtcdAction, verdict: Verdict, ready: bool) -> Self {
         Self {
             etcd,
             members_to_remove: Vec::new(),
@@ -43,7 +43,7 @@ fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
         && have.advertise == want.advertise
 }
 
-fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
+pub(super) fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
     let existing = ctx.obs.etcd.as_ref();
     let unchanged = existing.is_some_and(|e| covers(&e.fields, &fields));
     // The reconcile request stays ours until druid picked it up (it removes the annotation).
@@ -87,12 +87,12 @@ fn advertised(ctx: &Ctx<'_>, replicas: i32) -> Vec<MemberUrls> {
         .collect()
 }
 
-fn urls(members: &[Member]) -> Vec<MemberUrls> {
+pub(super) fn urls(members: &[Member]) -> Vec<MemberUrls> {
     members.iter().map(Member::urls).collect()
 }
 
 /// Members of `cluster` that are one of `set`.
-fn listed<'a>(cluster: &'a EtcdCluster, set: &[MemberUrls]) -> Vec<&'a EtcdMember> {
+pub(super) fn listed<'a>(cluster: &'a EtcdCluster, set: &[MemberUrls]) -> Vec<&'a EtcdMember> {
     cluster
         .members
         .iter()
@@ -105,7 +105,7 @@ fn listed<'a>(cluster: &'a EtcdCluster, set: &[MemberUrls]) -> Vec<&'a EtcdMembe
         .collect()
 }
 
-fn label(m: &EtcdMember) -> String {
+pub(super) fn label(m: &EtcdMember) -> String {
     if m.name.is_empty() {
         m.peer_urls
             .first()
@@ -114,138 +114,6 @@ fn label(m: &EtcdMember) -> String {
     } else {
         m.name.clone()
     }
-}
-
-/// Members this seed's abort must see leave etcd: the destination's own joining members, or
-/// on the source every member that is not its own.
-fn abort_targets<'a>(
-    spec: &EtcdMigrationSpec,
-    cluster: &'a EtcdCluster,
-    members: &[Member],
-) -> Vec<&'a EtcdMember> {
-    let own = urls(members);
-    match spec.role {
-        Role::Destination => listed(cluster, &own),
-        Role::Source => {
-            let mine = listed(cluster, &own);
-            cluster
-                .members
-                .iter()
-                .filter(|m| !mine.iter().any(|x| x.id == m.id))
-                .collect()
-        }
-    }
-}
-
-/// A joining member that is already a voter: an abort can no longer just remove learners.
-pub(super) fn voter_blocking_abort(
-    spec: &EtcdMigrationSpec,
-    obs: &Observed,
-    members: &[Member],
-) -> Option<String> {
-    let cluster = obs.etcd_cluster.as_ref()?;
-    abort_targets(spec, cluster, members)
-        .into_iter()
-        .find(|m| !m.is_learner)
-        .map(label)
-}
-
-/// The abort still needs the exposure: members it added are in etcd (or etcd cannot be
-/// asked while an `Etcd` exists).
-pub(super) fn abort_holds_exposure(
-    spec: &EtcdMigrationSpec,
-    obs: &Observed,
-    members: &[Member],
-) -> bool {
-    match &obs.etcd_cluster {
-        Some(c) => !abort_targets(spec, c, members).is_empty(),
-        None => obs.etcd.is_some(),
-    }
-}
-
-/// Destination abort, first step: `replicas: 0` (the only decrease druid's CEL rule allows),
-/// so druid stops the joining pods and cannot add them again once they are removed. The
-/// bootstrap members stay as they are (druid refuses changes while the join is in progress).
-fn scale_to_zero(ctx: &Ctx<'_>) -> Option<EtcdAction> {
-    let dest = ctx.spec.destination.as_ref()?;
-    let e = ctx.obs.etcd.as_ref()?;
-    let fields = EtcdFields {
-        replicas: Some(0),
-        member_name_prefix: Some(dest.member_name_prefix.clone()),
-        bootstrap_members: e.fields.bootstrap_members.clone(),
-        advertise: Vec::new(),
-        skip_client_san_verification: Some(true),
-    };
-    let stopped = e.synced() && e.fields.replicas == Some(0) && e.ready_replicas == 0;
-    (!stopped).then(|| apply(ctx, fields))
-}
-
-fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
-    let Some(cluster) = &ctx.obs.etcd_cluster else {
-        if ctx.obs.etcd.is_some() {
-            let v = Verdict::waiting(
-                cond::ABORTED,
-                "EtcdUnreachable",
-                "cannot read etcd's member list; nothing is removed before it can",
-            );
-            return Outcome::new(EtcdAction::Keep, v, false);
-        }
-        let v = cleanup_verdict(ctx, cond::ABORTED);
-        return Outcome::new(EtcdAction::Keep, v, ctx.cleaned);
-    };
-    let targets = abort_targets(ctx.spec, cluster, ctx.members);
-    if !targets.is_empty() {
-        let names: Vec<String> = targets.iter().map(|m| label(m)).collect();
-        if ctx.spec.role == Role::Destination {
-            if let Some(scale) = scale_to_zero(ctx) {
-                let v = Verdict::waiting(
-                    cond::ABORTED,
-                    "StoppingJoinedMembers",
-                    "replicas: 0 before the joined members are removed from etcd",
-                );
-                let mut out = Outcome::new(scale, v, false);
-                out.members_to_remove = names;
-                return out;
-            }
-        }
-        let v = Verdict::waiting(
-            cond::ABORTED,
-            "RemovingJoinedMembers",
-            format!("removing from etcd: {}", names.join(", ")),
-        );
-        let mut out = Outcome::new(EtcdAction::Keep, v, false);
-        // Learners only: a voter made the abort refused before we got here.
-        out.ops = targets
-            .iter()
-            .filter(|m| m.is_learner)
-            .map(|m| EtcdOp::Remove {
-                id: m.id,
-                name: label(m),
-            })
-            .collect();
-        out.members_to_remove = names;
-        return out;
-    }
-    let etcd = if ctx.obs.etcd.is_some() {
-        release
-    } else {
-        EtcdAction::Keep
-    };
-    let done = ctx.cleaned && (ctx.spec.role == Role::Source || ctx.obs.etcd.is_none());
-    let v = if done {
-        Verdict::done(
-            cond::ABORTED,
-            "CleanedUp",
-            "joined members removed, exposure removed",
-        )
-    } else {
-        Verdict::waiting(
-            cond::ABORTED,
-            "CleanUpInProgress",
-            "removing the exposure (and the destination Etcd)",
-        )
-    };
-    Outcome::new(etcd, v, done)
 }
 
 pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
@@ -258,7 +126,7 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
             let v = cleanup_verdict(ctx, cond::SOURCE_CLEANUP);
             Outcome::new(etcd, v, ctx.cleaned)
         }
-        Step::Abort => abort(ctx, EtcdAction::Release),
+        Step::Abort => super::abort::abort(ctx, EtcdAction::Release),
         _ => {
             let t = cond::SOURCE_PREPARED;
             let Some(e) = &ctx.obs.etcd else {
@@ -291,7 +159,7 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
     }
 }
 
-fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
+pub(super) fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
     if ctx.cleaned {
         Verdict::done(kind, "CleanedUp", "exposure removed")
     } else {
@@ -544,7 +412,7 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
             };
             Outcome::new(apply(ctx, fields), v, ready)
         }
-        Step::Abort => abort(ctx, EtcdAction::Delete),
+        Step::Abort => super::abort::abort(ctx, EtcdAction::Delete),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::conditions::{self as cond, Verdict};
 use super::names::{members_named, routes, Member, VPN_RECORD};
-use super::roles;
+use super::{abort, roles};
 use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, OPERATION, TIMESTAMP};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     // An accepted abort keeps the exposure until the members it added have left etcd: the
     // removal goes through the other seed's exposure, and a learner cut off mid-removal is
     // left behind in the member list.
-    let hold = step == Step::Abort && roles::abort_holds_exposure(spec, obs, &members);
+    let hold = step == Step::Abort && abort::abort_holds_exposure(spec, obs, &members);
     let exposing = wanted_exposure || hold;
 
     let wanted = if exposing {
@@ -155,7 +155,7 @@ fn effective_step(
                 .to_string(),
         )
     } else {
-        roles::voter_blocking_abort(spec, obs, members)
+        abort::voter_blocking_abort(spec, obs, members)
             .map(|m| format!("etcd member {m} is a voter: abort is allowed only while the joining members are learners"))
     };
     let Some(message) = refusal else {

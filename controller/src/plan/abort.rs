@@ -1,0 +1,142 @@
+//! The abort of a migration: when it is refused (a joining member votes), and the order of an
+//! accepted one — the joining members stop (`replicas: 0`), leave etcd (learners removed
+//! through etcd's API), and only then the `Etcd` and the exposure go.
+
+use super::conditions::{self as cond, Verdict};
+use super::names::Member;
+use super::roles::{apply, cleanup_verdict, label, listed, urls, Outcome};
+use super::steps::Ctx;
+use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
+use crate::crd::{EtcdMigrationSpec, Role};
+
+/// Members this seed's abort must see leave etcd: the destination's own joining members, or
+/// on the source every member that is not its own.
+fn abort_targets<'a>(
+    spec: &EtcdMigrationSpec,
+    cluster: &'a EtcdCluster,
+    members: &[Member],
+) -> Vec<&'a EtcdMember> {
+    let own = urls(members);
+    match spec.role {
+        Role::Destination => listed(cluster, &own),
+        Role::Source => {
+            let mine = listed(cluster, &own);
+            cluster
+                .members
+                .iter()
+                .filter(|m| !mine.iter().any(|x| x.id == m.id))
+                .collect()
+        }
+    }
+}
+
+/// A joining member that is already a voter: an abort can no longer just remove learners.
+pub(super) fn voter_blocking_abort(
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    members: &[Member],
+) -> Option<String> {
+    let cluster = obs.etcd_cluster.as_ref()?;
+    abort_targets(spec, cluster, members)
+        .into_iter()
+        .find(|m| !m.is_learner)
+        .map(label)
+}
+
+/// The abort still needs the exposure: members it added are in etcd (or etcd cannot be
+/// asked while an `Etcd` exists).
+pub(super) fn abort_holds_exposure(
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    members: &[Member],
+) -> bool {
+    match &obs.etcd_cluster {
+        Some(c) => !abort_targets(spec, c, members).is_empty(),
+        None => obs.etcd.is_some(),
+    }
+}
+
+/// Destination abort, first step: `replicas: 0` (the only decrease druid's CEL rule allows),
+/// so druid stops the joining pods and cannot add them again once they are removed. The
+/// bootstrap members stay as they are (druid refuses changes while the join is in progress).
+fn scale_to_zero(ctx: &Ctx<'_>) -> Option<EtcdAction> {
+    let dest = ctx.spec.destination.as_ref()?;
+    let e = ctx.obs.etcd.as_ref()?;
+    let fields = EtcdFields {
+        replicas: Some(0),
+        member_name_prefix: Some(dest.member_name_prefix.clone()),
+        bootstrap_members: e.fields.bootstrap_members.clone(),
+        advertise: Vec::new(),
+        skip_client_san_verification: Some(true),
+    };
+    let stopped = e.synced() && e.fields.replicas == Some(0) && e.ready_replicas == 0;
+    (!stopped).then(|| apply(ctx, fields))
+}
+
+pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
+    let Some(cluster) = &ctx.obs.etcd_cluster else {
+        if ctx.obs.etcd.is_some() {
+            let v = Verdict::waiting(
+                cond::ABORTED,
+                "EtcdUnreachable",
+                "cannot read etcd's member list; nothing is removed before it can",
+            );
+            return Outcome::new(EtcdAction::Keep, v, false);
+        }
+        let v = cleanup_verdict(ctx, cond::ABORTED);
+        return Outcome::new(EtcdAction::Keep, v, ctx.cleaned);
+    };
+    let targets = abort_targets(ctx.spec, cluster, ctx.members);
+    if !targets.is_empty() {
+        let names: Vec<String> = targets.iter().map(|m| label(m)).collect();
+        if ctx.spec.role == Role::Destination {
+            if let Some(scale) = scale_to_zero(ctx) {
+                let v = Verdict::waiting(
+                    cond::ABORTED,
+                    "StoppingJoinedMembers",
+                    "replicas: 0 before the joined members are removed from etcd",
+                );
+                let mut out = Outcome::new(scale, v, false);
+                out.members_to_remove = names;
+                return out;
+            }
+        }
+        let v = Verdict::waiting(
+            cond::ABORTED,
+            "RemovingJoinedMembers",
+            format!("removing from etcd: {}", names.join(", ")),
+        );
+        let mut out = Outcome::new(EtcdAction::Keep, v, false);
+        // Learners only: a voter made the abort refused before we got here.
+        out.ops = targets
+            .iter()
+            .filter(|m| m.is_learner)
+            .map(|m| EtcdOp::Remove {
+                id: m.id,
+                name: label(m),
+            })
+            .collect();
+        out.members_to_remove = names;
+        return out;
+    }
+    let etcd = if ctx.obs.etcd.is_some() {
+        release
+    } else {
+        EtcdAction::Keep
+    };
+    let done = ctx.cleaned && (ctx.spec.role == Role::Source || ctx.obs.etcd.is_none());
+    let v = if done {
+        Verdict::done(
+            cond::ABORTED,
+            "CleanedUp",
+            "joined members removed, exposure removed",
+        )
+    } else {
+        Verdict::waiting(
+            cond::ABORTED,
+            "CleanUpInProgress",
+            "removing the exposure (and the destination Etcd)",
+        )
+    };
+    Outcome::new(etcd, v, done)
+}
