@@ -92,10 +92,13 @@ impl AllowRule {
     }
 
     /// Whether `addr` is inside this rule.
+    /// An IPv4-mapped IPv6 address matches as the IPv4 address it carries and as itself (a
+    /// rule written in the mapped form, `::ffff:f:f`, matches it: found by the fuzzer).
     pub fn allows(&self, addr: SocketAddr) -> bool {
-        let ip = addr.ip().to_canonical();
-        ip.is_ipv4() == self.net.is_ipv4()
-            && self.masked(ip) == self.net
+        let raw = addr.ip();
+        [raw, raw.to_canonical()]
+            .into_iter()
+            .any(|ip| ip.is_ipv4() == self.net.is_ipv4() && self.masked(ip) == self.net)
             && self.port.is_none_or(|p| p == addr.port())
     }
 }
@@ -115,6 +118,11 @@ mod tests {
         assert!(!r.allows("10.0.0.1:443".parse().unwrap()));
         let r = AllowRule::parse("127.0.0.1").unwrap();
         assert!(r.allows("127.0.0.1:9".parse().unwrap()));
+        // The fuzzer's find: a rule in the IPv4-mapped form matches its own address, and an
+        // IPv4 rule matches the mapped form a dual-stack socket reports.
+        let mapped = AllowRule::parse("::ffff:f:f").unwrap();
+        assert!(mapped.allows("[::ffff:f:f]:1".parse().unwrap()));
+        assert!(r.allows("[::ffff:127.0.0.1]:9".parse().unwrap()));
         assert!(!r.allows("127.0.0.2:9".parse().unwrap()));
         assert_eq!(AllowRule::parse("127.0.0.1:8080").unwrap().port, Some(8080));
         assert!(AllowRule::parse("0.0.0.0/0")

@@ -39,10 +39,12 @@ impl Cidr {
     }
 
     /// Whether `ip` is inside the network. An IPv4-mapped IPv6 address (`::ffff:10.1.2.3`, what
-    /// a dual-stack socket reports for an IPv4 client) matches as the IPv4 address it carries.
+    /// a dual-stack socket reports for an IPv4 client) matches as the IPv4 address it carries,
+    /// and as itself (a network written in the mapped form matches it too).
     pub fn contains(&self, ip: IpAddr) -> bool {
-        let ip = ip.to_canonical();
-        ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net
+        [ip, ip.to_canonical()]
+            .into_iter()
+            .any(|ip| ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net)
     }
 
     /// Whether any network of `list` contains `ip`.
