@@ -46,7 +46,7 @@ pub mod tunnel;
 pub mod validate;
 
 pub use cidr::Cidr;
-pub use duration::Duration;
+pub use duration::{parse_flag as parse_duration_flag, Duration};
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
 pub use proxy::{

@@ -12,7 +12,6 @@
 pub mod backend;
 pub mod client;
 pub mod drive;
-pub mod duration;
 pub mod error;
 pub mod etcd;
 pub mod lab;

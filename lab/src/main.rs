@@ -6,7 +6,7 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use isthmus_lab::{duration, Options, Scenario};
+use isthmus_lab::{Options, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
@@ -42,7 +42,7 @@ enum Command {
 #[derive(Debug, clap::Args)]
 struct Demo {
     /// Round-trip time of the emulated inter-seed link (e.g. `0ms`, `50ms`, `150ms`).
-    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = isthmus_config::parse_duration_flag)]
     rtt: Duration,
     /// What to run: the migration alone or with one fault injected.
     #[arg(long, value_name = "NAME", value_enum, default_value_t = ScenarioName::Migrate)]
@@ -54,13 +54,13 @@ struct Demo {
     #[arg(long, value_name = "FILE", default_value = "timeline.svg")]
     picture: PathBuf,
     /// How long the link stays cut in the `link-cut` scenario.
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = isthmus_config::parse_duration_flag)]
     cut: Duration,
     /// Time between two client requests (writes and linearizable reads alternate).
-    #[arg(long, value_name = "DURATION", default_value = "25ms", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "25ms", value_parser = isthmus_config::parse_duration_flag)]
     interval: Duration,
     /// Length of the steady phases (source, 5 members, destination).
-    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = isthmus_config::parse_duration_flag)]
     hold: Duration,
     /// Run etcd without `--pre-vote`: after a link cut, the destination members' raised terms
     /// force an election (a multi-second write stall).

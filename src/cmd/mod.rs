@@ -2,7 +2,6 @@
 
 pub mod check_config;
 pub mod controller;
-pub mod duration;
 pub mod proxy;
 pub mod tunnel;
 

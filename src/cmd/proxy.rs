@@ -1,6 +1,5 @@
 //! `isthmus proxy --config FILE`: run the SNI router until SIGTERM/SIGINT.
 
-use super::duration;
 use anyhow::Context;
 use isthmus_proxy::{Proxy, Workers};
 use prometheus_client::registry::Registry;
@@ -37,7 +36,7 @@ pub struct Args {
     /// it sleeps (e.g. `50us`): lower latency on virtual machines, where waking a sleeping
     /// thread takes tens of microseconds, for CPU spent polling while traffic flows. `0`
     /// sleeps at once. See BENCHMARKS.md for the trade-off measured.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = isthmus_config::parse_duration_flag)]
     pub busy_poll: Duration,
 }
 
