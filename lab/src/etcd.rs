@@ -86,7 +86,12 @@ impl Member {
         let name = r.name();
         let d = |f: &str| dir.join(f).display().to_string();
         let log_path = dir.join(format!("{name}.log"));
-        let log = std::fs::File::create(&log_path).map_err(|e| Error::io(log_path.display(), e))?;
+        // Appended: a member restarted after a kill keeps the log of its first life.
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .map_err(|e| Error::io(log_path.display(), e))?;
         let client = r.client_url(seed);
         let child = seed
             .command("etcd")
@@ -133,6 +138,12 @@ impl Member {
                 detail: e.to_string(),
             })?;
         Ok(Self { r, child })
+    }
+
+    /// `kill -9`: the process dies without a word to its peers (a crashed container).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// Log path of a member (for error messages).

@@ -33,6 +33,8 @@ pub struct Lab {
     pub epoch: Instant,
     pub dir: PathBuf,
     // Field order is drop order: processes before the namespaces they run in.
+    /// The shoot's kube-apiservers, load and watch; taken by the report at the end.
+    pub api: Option<crate::api::ShootApi>,
     /// The webhook called through the tunnel; taken by the report at the end.
     pub webhook: Option<WebhookLab>,
     pub members: Vec<Member>,
@@ -51,6 +53,8 @@ pub struct Lab {
     pub timeline: Vec<Membership>,
     /// What the migration did or injected, and when (ms since start).
     pub events: Vec<crate::report::Event>,
+    /// A fault whose failures are expected (see [`crate::report::Fault`]).
+    pub fault: Option<crate::report::Fault>,
 }
 
 impl Lab {
@@ -83,6 +87,7 @@ impl Lab {
         let mut lab = Self {
             epoch,
             dir: dir.to_path_buf(),
+            api: None,
             webhook: None,
             members: Vec::new(),
             proxies: [src, dst],
@@ -95,6 +100,7 @@ impl Lab {
             phases: Vec::new(),
             timeline: Vec::new(),
             events: Vec::new(),
+            fault: None,
         };
         // The source's exposure comes first: the lab's source members advertise their exposed
         // names as their only peer URLs (docs/lab.md). One planner pass at `Expose` writes the
@@ -297,6 +303,36 @@ impl Lab {
         self.members.retain(|x| x.r != m);
         self.record_membership().await;
         Ok(())
+    }
+
+    /// `kill -9` of the current leader, then, after `down`, the restart kubelet would do: the
+    /// same member on its data directory. Returns the killed member's name.
+    pub async fn kill_leader_and_restart(&mut self, down: Duration) -> Result<String> {
+        let leader = etcd::leader(&self.urls(&self.voters())).await?;
+        let m = self
+            .cluster
+            .iter()
+            .copied()
+            .find(|m| m.name() == leader)
+            .ok_or_else(|| Error::State(format!("leader {leader:?} is not a lab member")))?;
+        let member = self
+            .members
+            .iter_mut()
+            .find(|x| x.r == m)
+            .ok_or_else(|| Error::State(format!("{leader} is not running")))?;
+        member.kill9();
+        self.event(format!("kill -9 of the leader {leader}"));
+        tokio::time::sleep(down).await;
+        self.members.retain(|x| x.r != m);
+        // The data directory exists: etcd ignores --initial-cluster and rejoins as itself.
+        let ic = initial_cluster(&self.cluster);
+        let seed = self.topo.seed(m.side);
+        let restarted = Member::start(seed, &self.dir, m, &ic, "existing", self.pre_vote)?;
+        self.members.push(restarted);
+        let url = m.client_url(seed);
+        etcd::wait_serving(&url, Duration::from_secs(60)).await?;
+        self.event(format!("{leader} restarted on its data directory, serving"));
+        Ok(leader)
     }
 
     /// Voting members (source members start as voters; others after promotion).

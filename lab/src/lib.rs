@@ -9,6 +9,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod api;
 pub mod backend;
 pub mod client;
 pub mod drive;

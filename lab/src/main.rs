@@ -19,7 +19,7 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(name = "isthmus-lab", version, about)]
 struct Cli {
-    /// Log format: `text` for people, `json` for log pipelines. `RUST_LOG` filters (default `info`).
+    /// Log format: `text` for people, `json` for log pipelines. `RUST_LOG` filters (default `info,kube_client=off`).
     #[arg(long, global = true, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
     #[command(subcommand)]
@@ -75,6 +75,15 @@ struct Demo {
     /// both in `target/release/`).
     #[arg(long, value_name = "FILE", env = "ISTHMUS_BIN")]
     isthmus: Option<PathBuf>,
+    /// The shoot's kube-apiserver binary (one runs in each seed on the migrating etcd).
+    /// `scripts/build-kube-apiserver.sh` builds it from k8s.io/kubernetes.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "ISTHMUS_KUBE_APISERVER",
+        default_value = isthmus_lab::api::DEFAULT_BINARY
+    )]
+    kube_apiserver: PathBuf,
 }
 
 /// The `--scenario` choices.
@@ -88,6 +97,10 @@ enum ScenarioName {
     Abort,
     /// The source proxy restarts (new process, old one drains) in the 5-member phase.
     ProxyRestart,
+    /// `kill -9` of the etcd leader in the 5-member phase, restarted on its data after 2 s.
+    KillLeader,
+    /// The inter-seed link is cut for `--cut` in the 6-member phase (no quorum anywhere).
+    LinkCutSix,
 }
 
 fn main() -> ExitCode {
@@ -105,10 +118,13 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` filters (default `info`).
+/// Logs go to stderr; `RUST_LOG` filters (default `info,kube_client=off`).
 fn init_logging(format: &str) {
     use std::io::IsTerminal;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // kube's client logs every refused connection and 500 of a starting kube-apiserver as an
+    // error; the lab waits for those on purpose and reports what the load saw instead.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,kube_client=off"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
@@ -147,8 +163,16 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
         ScenarioName::LinkCut => Scenario::LinkCut { cut: args.cut },
         ScenarioName::Abort => Scenario::Abort,
         ScenarioName::ProxyRestart => Scenario::ProxyRestart,
+        ScenarioName::KillLeader => Scenario::KillLeader,
+        ScenarioName::LinkCutSix => Scenario::LinkCutSix { cut: args.cut },
     };
     let proxy_bin = isthmus_binary(args.isthmus)?;
+    anyhow::ensure!(
+        args.kube_apiserver.is_file(),
+        "no kube-apiserver at {}: run scripts/build-kube-apiserver.sh or pass --kube-apiserver FILE",
+        args.kube_apiserver.display()
+    );
+    let kube_apiserver_bin = std::path::absolute(&args.kube_apiserver)?;
     if args.dir.exists() {
         std::fs::remove_dir_all(&args.dir)
             .with_context(|| format!("clearing {}", args.dir.display()))?;
@@ -157,6 +181,7 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
         rtt: args.rtt,
         scenario,
         proxy_bin,
+        kube_apiserver_bin,
         dir: std::path::absolute(&args.dir)?,
         interval: args.interval,
         hold: args.hold,

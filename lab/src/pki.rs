@@ -32,6 +32,11 @@ impl Pki {
         Ok(Self { issuer })
     }
 
+    /// The CA certificate (DER), for clients that take roots as bytes.
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.issuer.der().to_vec()
+    }
+
     /// Writes `<stem>.crt` / `<stem>.key` for `dns_name`, usable as peer server and client.
     pub fn member(&self, dir: &Path, stem: &str, dns_name: &str) -> Result<()> {
         self.leaf(dir, stem, &[dns_name])

@@ -1,6 +1,7 @@
 //! The run's report: JSON (the contract of `isthmus-lab demo --report`) and a hand-written SVG
 //! timeline of latency with phase boundaries.
 
+pub use crate::api::report::{ApiReport, ControlPlane, Objects};
 use crate::client::{Kind, Recording, Sample};
 use serde::Serialize;
 
@@ -24,6 +25,31 @@ pub struct Phase {
 pub struct Event {
     pub t_ms: f64,
     pub what: String,
+}
+
+/// A fault during which failed requests are expected (a quorum-losing cut): failures that
+/// started inside `[start_ms - 5 s, end_ms]` are counted here instead of as violations.
+#[derive(Debug, Clone, Serialize)]
+pub struct Fault {
+    pub what: String,
+    pub start_ms: f64,
+    /// The fault's end plus the recovery allowance.
+    pub end_ms: f64,
+    pub api_failed: usize,
+    pub etcd_failed: usize,
+}
+
+impl Fault {
+    /// Whether a request that started at `t_ms` ran into the fault (a request may start up to
+    /// its 5 s budget before the fault and fail inside it).
+    pub fn covers(&self, t_ms: f64) -> bool {
+        t_ms >= self.start_ms - 5000.0 && t_ms <= self.end_ms
+    }
+}
+
+/// Whether `fault` (if any) covers `t_ms`.
+pub fn covered(fault: Option<&Fault>, t_ms: f64) -> bool {
+    fault.is_some_and(|f| f.covers(t_ms))
 }
 
 /// The membership at one instant.
@@ -128,6 +154,10 @@ pub struct Members {
 pub struct Report {
     pub scenario: String,
     pub rtt_ms: f64,
+    /// The shoot's API as its clients saw it (the thing that must not go down).
+    pub api: ApiReport,
+    pub objects: Objects,
+    pub control_plane: ControlPlane,
     pub etcd: Etcd,
     pub webhook: Webhook,
     pub writes: Writes,
@@ -135,6 +165,9 @@ pub struct Report {
     pub phases: Vec<Phase>,
     /// Injected faults and migration actions, in order.
     pub events: Vec<Event>,
+    /// The injected fault whose failures are expected (the 6-member cut), with their counts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fault: Option<Fault>,
     /// Time for the two destination members to join (3 → 5), if they did.
     pub join_ms: Option<f64>,
     /// Invariants that failed; empty when the run is good.
@@ -144,7 +177,7 @@ pub struct Report {
 }
 
 /// Percentile (nearest rank) of sorted values.
-fn pct(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn pct(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -199,16 +232,24 @@ pub fn etcd_totals(rec: &Recording) -> Etcd {
 impl Report {
     /// A short human summary.
     pub fn summary(&self) -> String {
+        let a = &self.api;
         let mut s = format!(
-            "scenario {} (RTT {} ms): {} etcd requests, {} failed; {} writes acknowledged, {} missing; longest write gap {:.0} ms; webhook {} requests, {} failed\n",
-            self.scenario, self.rtt_ms, self.etcd.requests, self.etcd.failed, self.writes.acknowledged,
+            "scenario {} (RTT {} ms), kube-apiserver {}: {} API requests, {} failed ({} retried), worst {:.0} ms, longest write gap {:.0} ms; {} objects written, {} missing; watch {} events, {} missed, {} out of order, {} reconnects, {} relists; kube-apiserver webhook calls through the tunnel {}, failed {}\n",
+            self.scenario, self.rtt_ms, self.control_plane.kube_apiserver, a.requests, a.failed, a.retried,
+            a.worst_ms, a.longest_write_gap_ms, self.objects.written, self.objects.missing,
+            a.watch.events, a.watch.missing, a.watch.out_of_order, a.watch.reconnects, a.watch.gone,
+            a.webhook.calls, a.webhook.failed
+        );
+        s += &format!(
+            "etcd (lab client): {} requests, {} failed; {} writes acknowledged, {} missing; longest write gap {:.0} ms; webhook (lab caller) {} requests, {} failed\n",
+            self.etcd.requests, self.etcd.failed, self.writes.acknowledged,
             self.writes.missing, self.writes.longest_gap_ms, self.webhook.requests, self.webhook.failed
         );
         if let Some(j) = self.join_ms {
             s += &format!("join (3 -> 5): {j:.0} ms\n");
         }
         s += &format!(
-            "{:<12} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}\n",
+            "{:<12} {:>8} {:>8} {:>6} {:>6} {:>8} {:>8} {:>8} {:>8}   (etcd)\n",
             "phase", "start_s", "end_s", "reqs", "failed", "p50_ms", "p99_ms", "max_ms", "gap_ms"
         );
         for p in &self.phases {
@@ -226,7 +267,17 @@ impl Report {
             );
         }
         s += &format!(
-            "webhook via source {} / destination {} tunnel server\n",
+            "shoot API via source {} / destination {} kube-apiserver\n",
+            a.via_source, a.via_destination
+        );
+        for p in &a.phases {
+            s += &format!(
+                "  api {:<12} {:>6} {:>6} {:>8.1} {:>8.1} {:>8.1}\n",
+                p.name, p.requests, p.failed, p.p50_ms, p.p99_ms, p.max_ms
+            );
+        }
+        s += &format!(
+            "webhook (lab caller) via source {} / destination {} tunnel server\n",
             self.webhook.via_source, self.webhook.via_destination
         );
         for p in &self.webhook.phases {

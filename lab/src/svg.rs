@@ -1,5 +1,6 @@
-//! The latency timeline as a hand-written SVG: one dot per etcd request (log scale), failures
-//! in red, phase boundaries as dashed lines; below it a band with one dot per webhook call
+//! The latency timeline as a hand-written SVG: a headline of what the shoot's API clients saw,
+//! one square per shoot API request and one dot per etcd request (log scale), failures in red,
+//! phase boundaries as dashed lines; below it a band with one dot per webhook call
 //! through the tunnel (by the tunnel server it went through) and the tunnel's handover steps;
 //! the member count along the bottom.
 
@@ -8,19 +9,21 @@ use crate::webhook::Via;
 use std::fmt::Write;
 
 const W: f64 = 1000.0;
-const H: f64 = 640.0;
+const H: f64 = 656.0;
 const LEFT: f64 = 60.0;
 const RIGHT: f64 = 20.0;
-const TOP: f64 = 40.0;
+const TOP: f64 = 56.0;
 const PLOT_H: f64 = 300.0;
 /// etcd latency axis: 0.1 ms .. 10 s, log scale.
 const LOG_MIN: f64 = -1.0;
 const LOG_MAX: f64 = 4.0;
 /// The webhook band under the etcd plot: 10 ms .. 10 s, log scale (a call through the tunnel
 /// takes a few round trips).
-const WEB_TOP: f64 = 385.0;
+const WEB_TOP: f64 = 401.0;
 const WEB_H: f64 = 140.0;
 const WEB_LOG_MIN: f64 = 1.0;
+/// Shoot API requests (through kube-apiserver).
+const API: &str = "#e07000";
 /// Colours of webhook calls by tunnel server.
 const VIA_SOURCE: &str = "#7b3fa0";
 const VIA_DESTINATION: &str = "#0a8a8a";
@@ -52,10 +55,20 @@ pub fn timeline(r: &Report) -> String {
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">
 <rect width="{W}" height="{H}" fill="white"/>
-<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — {} etcd requests, {} failed, {} writes acknowledged, {} missing — {} webhook calls, {} failed</text>
+<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — kube-apiserver {}: {} API requests, {} failed, worst {:.0} ms, longest write gap {:.0} ms — {} objects written, {} lost — webhook {} calls, {} failed</text>
+<text x="{LEFT}" y="31" font-size="11" fill="dimgray">etcd (lab client): {} requests, {} failed, {} writes acknowledged, {} missing — webhook (lab caller through the tunnel): {} calls, {} failed</text>
 "#,
         esc(&r.scenario),
         r.rtt_ms,
+        esc(&r.control_plane.kube_apiserver),
+        r.api.requests,
+        r.api.failed,
+        r.api.worst_ms,
+        r.api.longest_write_gap_ms,
+        r.objects.written,
+        r.objects.missing,
+        r.api.webhook.calls,
+        r.api.webhook.failed,
         r.etcd.requests,
         r.etcd.failed,
         r.writes.acknowledged,
@@ -187,6 +200,19 @@ pub fn timeline(r: &Report) -> String {
             y(smp.latency_ms)
         );
     }
+    for a in &r.api.samples {
+        let color = if a.ok { API } else { "#d00" };
+        let title = a.error.as_deref().map(esc).unwrap_or_default();
+        let _ = writeln!(
+            s,
+            r#"<rect x="{:.1}" y="{:.1}" width="3" height="3" fill="{color}"><title>{:?} via {} {:.0} ms {title}</title></rect>"#,
+            x(a.start_ms) - 1.5,
+            y(a.latency_ms) - 1.5,
+            a.op,
+            a.via,
+            a.latency_ms
+        );
+    }
     // Member count as a step line under the plot (0..6 members).
     let base = H - 25.0;
     let mut pts = String::new();
@@ -232,11 +258,13 @@ pub fn timeline(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        r##"<text x="{LEFT}" y="{:.1}" fill="#1f5fbf">● write</text><text x="{}" y="{:.1}" fill="#2a9d3a">● linearizable read</text><text x="{}" y="{:.1}" fill="#d00">● failed</text><text x="{}" y="{:.1}">time →  ({:.0} s)</text>"##,
+        r##"<text x="{LEFT}" y="{:.1}" fill="{API}">■ shoot API request</text><text x="{}" y="{:.1}" fill="#1f5fbf">● etcd write</text><text x="{}" y="{:.1}" fill="#2a9d3a">● etcd linearizable read</text><text x="{}" y="{:.1}" fill="#d00">failed</text><text x="{}" y="{:.1}">time →  ({:.0} s)</text>"##,
         TOP + PLOT_H + 16.0,
-        LEFT + 60.0,
+        LEFT + 120.0,
         TOP + PLOT_H + 16.0,
-        LEFT + 190.0,
+        LEFT + 210.0,
+        TOP + PLOT_H + 16.0,
+        LEFT + 370.0,
         TOP + PLOT_H + 16.0,
         W - 140.0,
         TOP + PLOT_H + 16.0,
@@ -281,9 +309,31 @@ mod tests {
             max_ms: 0.0,
             longest_write_gap_ms: 0.0,
         };
+        let api_rec = crate::api::load::Recording {
+            samples: [(true, 180.0), (false, 5200.0)]
+                .map(|(ok, latency_ms)| crate::api::load::ApiSample {
+                    op: crate::api::load::Op::Create,
+                    start_ms: 12.0,
+                    latency_ms,
+                    via: "source",
+                    ok,
+                    attempts: 1,
+                    error: (!ok).then(|| "etcdserver: request timed out".into()),
+                })
+                .to_vec(),
+            ..Default::default()
+        };
         let r = Report {
             scenario: "a<b".into(),
             rtt_ms: 50.0,
+            api: ApiReport::new(&api_rec, &Default::default(), 2, &[]),
+            objects: Objects::check(&api_rec, &[]),
+            control_plane: ControlPlane {
+                kube_apiserver: "v1.34.4".into(),
+                destination_ready_ms: None,
+                kube_apiservers: String::new(),
+            },
+            fault: None,
             etcd: Etcd {
                 requests: 2,
                 failed: 1,
@@ -345,6 +395,10 @@ mod tests {
                 .to_vec(),
         };
         let svg = timeline(&r);
+        // Two shoot API requests, one failed, and the headline counts them.
+        assert_eq!(svg.matches("<rect x=").count(), 2);
+        assert_eq!(svg.matches(r##"fill="#d00"><title>Create"##).count(), 1);
+        assert!(svg.contains("kube-apiserver v1.34.4: 2 API requests, 1 failed"));
         // Two etcd requests and two webhook calls, one of each failed.
         assert_eq!(svg.matches("<circle").count(), 4);
         assert_eq!(svg.matches(r##"fill="#d00" fill-opacity"##).count(), 2);

@@ -1,9 +1,10 @@
 //! The tunnel's TLS material, from one throwaway CA: files for the tunnel processes, rustls
 //! configurations for the parties that run in the lab process (the callers and the webhook).
 
-use super::{VPN_NAME, WEBHOOK_NAME};
+use super::{VPN_NAME, WEBHOOK_NAME, WEBHOOK_SERVICE_NAME};
 use crate::error::{Error, Result};
 use crate::pki::Pki;
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -14,13 +15,19 @@ pub(super) struct Certs {
 }
 
 impl Certs {
-    pub(super) fn new(dir: &Path) -> Result<Self> {
+    /// `seed_ips`: where the seeds' kube-apiservers reach their tunnel server's CONNECT
+    /// endpoint (kube-apiserver's egress selector checks the URL's host, an address).
+    pub(super) fn new(dir: &Path, seed_ips: &[Ipv4Addr]) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
         let pki = Pki::new(dir)?;
-        pki.leaf(dir, "tunnel-server", &[VPN_NAME])?;
+        let ips: Vec<String> = seed_ips.iter().map(|ip| ip.to_string()).collect();
+        let mut server: Vec<&str> = vec![VPN_NAME];
+        server.extend(ips.iter().map(String::as_str));
+        pki.leaf(dir, "tunnel-server", &server)?;
         pki.leaf(dir, "tunnel-agent", &["vpn-shoot"])?;
         pki.leaf(dir, "kube-apiserver", &["kube-apiserver"])?;
-        pki.leaf(dir, "webhook", &[WEBHOOK_NAME])?;
+        // kube-apiserver checks a service-referenced webhook against `<service>.<namespace>.svc`.
+        pki.leaf(dir, "webhook", &[WEBHOOK_NAME, WEBHOOK_SERVICE_NAME])?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })

@@ -1,10 +1,12 @@
 //! The HTTPS webhook of the shoot: answers every request with an allowing AdmissionReview,
 //! `/slow` after [`SLOW`]. It is served by the lab process on the host end of the shoot's
-//! veth, where the shoot's agents dial it.
+//! veth, where the shoot's agents dial it. A review from a real kube-apiserver carries
+//! `request.uid`, which the answer must echo; those reviews are counted ([`Served`]).
 
 use super::caller::read_head;
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,11 +21,15 @@ const SLOW: Duration = Duration::from_millis(300);
 pub(super) const ALLOWED: &str =
     r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}"#;
 
+/// AdmissionReviews with a `request.uid` (kube-apiserver's) answered.
+pub(super) type Served = Arc<AtomicUsize>;
+
 /// Serves the webhook on `listen` (port 0: any) until `stop`; returns the bound address.
 pub(super) async fn start(
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     stop: CancellationToken,
+    served: Served,
 ) -> Result<SocketAddr> {
     let listener = TcpListener::bind(listen)
         .await
@@ -47,8 +53,9 @@ pub(super) async fn start(
                 },
             };
             let acceptor = acceptor.clone();
+            let served = served.clone();
             tokio::spawn(async move {
-                if let Err(e) = serve(acceptor, tcp).await {
+                if let Err(e) = serve(acceptor, tcp, served).await {
                     // The caller records the failure; this says what the webhook saw.
                     tracing::warn!(error = %e, "webhook connection failed");
                 }
@@ -58,7 +65,7 @@ pub(super) async fn start(
     Ok(addr)
 }
 
-async fn serve(acceptor: TlsAcceptor, tcp: TcpStream) -> std::io::Result<()> {
+async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io::Result<()> {
     let mut io = acceptor.accept(tcp).await?;
     let head = read_head(&mut io).await?;
     let len: usize = head
@@ -72,12 +79,42 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream) -> std::io::Result<()> {
     if head.starts_with("POST /slow ") {
         tokio::time::sleep(SLOW).await;
     }
+    let review = match uid(&body) {
+        Some(uid) => {
+            served.fetch_add(1, Ordering::Relaxed);
+            serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1",
+                "kind": "AdmissionReview",
+                "response": {"uid": uid, "allowed": true},
+            })
+            .to_string()
+        }
+        None => ALLOWED.to_string(),
+    };
     let answer = format!(
         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{ALLOWED}",
-        ALLOWED.len()
+         Connection: close\r\n\r\n{review}",
+        review.len()
     );
     io.write_all(answer.as_bytes()).await?;
     // close_notify: the caller reads to the end of a clean TLS close.
     io.shutdown().await
+}
+
+/// The `request.uid` of an AdmissionReview, if it has one.
+fn uid(body: &[u8]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+    Some(v.get("request")?.get("uid")?.as_str()?.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_review_from_kube_apiserver_has_its_uid_echoed_and_the_labs_own_has_none() {
+        let review =
+            br#"{"kind":"AdmissionReview","request":{"uid":"705ab4f5","operation":"CREATE"}}"#;
+        assert_eq!(super::uid(review).as_deref(), Some("705ab4f5"));
+        assert_eq!(super::uid(br#"{"kind":"AdmissionReview"}"#), None);
+        assert_eq!(super::uid(b"not json"), None);
+    }
 }

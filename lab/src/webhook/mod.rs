@@ -43,6 +43,10 @@ use tokio_util::sync::CancellationToken;
 const VPN_NAME: &str = crate::proxy::TUNNEL_SNI;
 /// The webhook's TLS name, checked by the caller.
 const WEBHOOK_NAME: &str = "webhook.lab";
+/// The webhook's Service as the shoot's kube-apiservers reach it (an `ExternalName` Service
+/// `lab-webhook` in `default`, see [`crate::api`]), and the TLS name they check.
+pub const WEBHOOK_SERVICE: (&str, &str) = ("default", "lab-webhook");
+const WEBHOOK_SERVICE_NAME: &str = "lab-webhook.default.svc";
 /// How long a session change (join, move, drain) may take before the run fails.
 const SESSION_DEADLINE: Duration = Duration::from_secs(30);
 
@@ -66,6 +70,20 @@ pub struct Call {
     pub error: Option<String>,
 }
 
+/// How a seed's kube-apiserver reaches the shoot's webhook: `--egress-selector-config-file`
+/// (`cluster`, HTTPConnect over mTLS to `connect`) and the webhook behind the tunnel.
+#[derive(Debug, Clone)]
+pub struct Egress {
+    pub connect: SocketAddr,
+    /// The tunnel's CA: it signed the tunnel server's and the webhook's certificates.
+    pub ca: PathBuf,
+    /// kube-apiserver's client certificate (to the CONNECT endpoint and to the webhook).
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The webhook's address in the shoot (what the agents dial).
+    pub webhook: SocketAddr,
+}
+
 /// The webhook part of a lab run. Dropping it stops every task and process.
 #[derive(Debug)]
 pub struct WebhookLab {
@@ -74,6 +92,7 @@ pub struct WebhookLab {
     callers: Callers,
     workers: Vec<JoinHandle<()>>,
     stop_webhook: CancellationToken,
+    served: endpoint::Served,
     // Field order is drop order: the agents before their namespace.
     regular: Option<Process>,
     temporary: Option<Process>,
@@ -94,7 +113,7 @@ impl WebhookLab {
         rtt: Duration,
     ) -> Result<Self> {
         let dir = dir.join("tunnel");
-        let certs = Certs::new(&dir)?;
+        let certs = Certs::new(&dir, &[topo.source.seed_ip, topo.destination.seed_ip])?;
         let tls = LabTls::new(&certs)?;
         let servers = vec![
             SeedServer::start(bin, &topo.source, &dir, &certs).await?,
@@ -102,10 +121,12 @@ impl WebhookLab {
         ];
         let shoot = Shoot::new(topo, rtt, &dir).await?;
         let stop_webhook = CancellationToken::new();
+        let served = endpoint::Served::default();
         let webhook = endpoint::start(
             SocketAddr::from((shoot.webhook_ip(), 0)),
             tls.webhook.clone(),
             stop_webhook.clone(),
+            served.clone(),
         )
         .await?;
         let regular = shoot.start_agent(bin, &certs, Role::Regular)?;
@@ -124,6 +145,7 @@ impl WebhookLab {
             callers,
             workers: Vec::new(),
             stop_webhook,
+            served,
             regular: Some(regular),
             temporary: None,
             shoot,
@@ -208,6 +230,25 @@ impl WebhookLab {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         calls.clone()
+    }
+
+    /// What a seed's kube-apiserver needs to call the webhook through this tunnel: its egress
+    /// (the seed's CONNECT endpoint, mTLS) and the webhook's address and CA.
+    pub fn kube_apiserver_egress(&self, seed: usize) -> Option<Egress> {
+        let server = self.servers.get(seed)?;
+        let (cert, key) = self.certs.pair("kube-apiserver");
+        Some(Egress {
+            connect: server.connect,
+            ca: self.certs.ca(),
+            cert,
+            key,
+            webhook: self.callers.webhook,
+        })
+    }
+
+    /// AdmissionReviews from the real kube-apiservers the webhook answered so far.
+    pub fn kube_apiserver_calls(&self) -> usize {
+        self.served.load(Ordering::Relaxed)
     }
 
     /// Waits until seed `seed`'s tunnel server has exactly `n` active sessions.

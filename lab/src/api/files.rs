@@ -1,0 +1,125 @@
+//! What the shoot's kube-apiservers read at start: their serving certificate (valid for the
+//! shoot API's DNS name and both seeds' addresses), the service-account key pair, a token file
+//! for the lab's clients, each seed's `EgressSelectorConfiguration` and the admission
+//! configuration that gives kube-apiserver its client certificate for the webhook.
+
+use crate::error::{Error, Result};
+use crate::pki::Pki;
+use crate::webhook::Egress;
+use std::hash::{BuildHasher, Hasher};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+
+/// The files, under `dir`.
+#[derive(Debug, Clone)]
+pub struct Files {
+    pub dir: PathBuf,
+    /// Serving certificate and key.
+    pub serving: (PathBuf, PathBuf),
+    /// The CA that signed `serving` (DER), for the lab's clients.
+    pub ca_der: Vec<u8>,
+    /// The token the lab's clients present (`system:masters`).
+    pub token: String,
+    pub tokens: PathBuf,
+    /// Service-account signing key and public key.
+    pub sa: (PathBuf, PathBuf),
+    pub admission: PathBuf,
+}
+
+impl Files {
+    /// Writes everything but the egress files (those need the tunnel, [`Files::write_egress`]).
+    pub fn new(dir: &Path, seed_ips: &[Ipv4Addr], webhook: &Egress) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let pki = Pki::new(dir)?;
+        let mut names: Vec<String> = vec![super::API_NAME.into(), "kubernetes.default.svc".into()];
+        names.extend(seed_ips.iter().map(|ip| ip.to_string()));
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        pki.leaf(dir, "kube-apiserver-serving", &refs)?;
+        let sa = rcgen::KeyPair::generate()?;
+        let sa_paths = (dir.join("sa.key"), dir.join("sa.pub"));
+        write(&sa_paths.0, &sa.serialize_pem())?;
+        write(&sa_paths.1, &sa.public_key_pem())?;
+        let token = random_token();
+        let tokens = dir.join("tokens.csv");
+        write(
+            &tokens,
+            &format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
+        )?;
+        // kube-apiserver's client certificate towards webhooks: a kubeconfig whose user `*`
+        // matches every webhook (WebhookAdmissionConfiguration).
+        let kubeconfig = dir.join("webhook.kubeconfig");
+        write(
+            &kubeconfig,
+            &format!(
+                "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    \
+                 client-certificate: {}\n    client-key: {}\n",
+                webhook.cert.display(),
+                webhook.key.display()
+            ),
+        )?;
+        let admission = dir.join("admission.yaml");
+        let webhook_config = format!(
+            "    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    \
+             kubeConfigFile: {}\n",
+            kubeconfig.display()
+        );
+        write(
+            &admission,
+            &format!(
+                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+                 - name: ValidatingAdmissionWebhook\n  configuration:\n{webhook_config}"
+            ),
+        )?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            serving: (
+                dir.join("kube-apiserver-serving.crt"),
+                dir.join("kube-apiserver-serving.key"),
+            ),
+            ca_der: pki.ca_der(),
+            token,
+            tokens,
+            sa: sa_paths,
+            admission,
+        })
+    }
+
+    /// The egress file of seed `label`.
+    pub fn egress(&self, label: &str) -> PathBuf {
+        self.dir.join(format!("egress-{label}.yaml"))
+    }
+
+    /// Writes seed `label`'s egress: the `cluster` network (service-referenced webhooks, logs,
+    /// exec) over HTTPConnect with mTLS to the seed's tunnel server.
+    pub fn write_egress(&self, label: &str, e: &Egress) -> Result<()> {
+        write(
+            &self.egress(label),
+            &format!(
+                "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n\
+                 egressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    \
+                 transport:\n      tcp:\n        url: https://{}\n        tlsConfig:\n          \
+                 caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
+                e.connect,
+                e.ca.display(),
+                e.cert.display(),
+                e.key.display()
+            ),
+        )
+    }
+}
+
+/// An unguessable token without a random-number crate: std's `RandomState` keys SipHash from
+/// the OS's random source (128 bits, once per thread, stepped per instance), so its outputs
+/// cannot be predicted without that key.
+fn random_token() -> String {
+    let word = || {
+        std::collections::hash_map::RandomState::new()
+            .build_hasher()
+            .finish()
+    };
+    format!("{:016x}{:016x}", word(), word())
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
+}

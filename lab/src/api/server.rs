@@ -1,0 +1,185 @@
+//! One shoot kube-apiserver: the real binary (built from `k8s.io/kubernetes`, see
+//! `scripts/build-kube-apiserver.sh`) as a process inside a seed's namespace, serving on the
+//! seed's address, its storage the migrating etcd members of that seed, its `cluster` egress the
+//! seed's tunnel server. Stopped with SIGTERM, as a pod is: in-flight requests finish, watches
+//! end, clients reconnect elsewhere.
+
+use super::files::Files;
+use crate::error::{Error, Result};
+use crate::seeds::{run, Seed};
+use kube::Client;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The shoot API's port on a seed's address.
+pub const PORT: u16 = 6443;
+/// How long a kube-apiserver may take to become ready. Start-up LISTs every resource from
+/// etcd; at 150 ms RTT with a remote leader that is several seconds.
+const READY: Duration = Duration::from_secs(90);
+/// How long a stopping kube-apiserver may take before SIGKILL: a pod's default
+/// `terminationGracePeriodSeconds`, which is what kubelet gives it when its Deployment scales
+/// to 0. (kube-apiserver waits for open HTTP/1.1 watch connections to end on their own.)
+const GRACE: Duration = Duration::from_secs(30);
+
+/// A running kube-apiserver; killed on drop if not stopped.
+#[derive(Debug)]
+pub struct ApiServer {
+    pub label: String,
+    pub addr: SocketAddr,
+    pub log: PathBuf,
+    child: Option<Child>,
+}
+
+impl ApiServer {
+    /// Starts kube-apiserver in `seed` against `etcd` (client URLs) and waits until `/readyz`
+    /// answers `ok` through `client`. The egress and admission files are per seed.
+    pub async fn start(
+        bin: &Path,
+        seed: &Seed,
+        files: &Files,
+        etcd: &[String],
+        client: &Client,
+    ) -> Result<Self> {
+        let addr = SocketAddr::from((seed.seed_ip, PORT));
+        let log = files.dir.join(format!("kube-apiserver-{}.log", seed.label));
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| Error::io(log.display(), e))?;
+        let err = out.try_clone().map_err(|e| Error::io(log.display(), e))?;
+        let d = |f: &Path| f.display().to_string();
+        let args = [
+            format!("--etcd-servers={}", etcd.join(",")),
+            format!("--bind-address={}", seed.seed_ip),
+            format!("--advertise-address={}", seed.seed_ip),
+            format!("--secure-port={PORT}"),
+            format!(
+                "--cert-dir={}",
+                d(&files.dir.join(format!("certs-{}", seed.label)))
+            ),
+            format!("--tls-cert-file={}", d(&files.serving.0)),
+            format!("--tls-private-key-file={}", d(&files.serving.1)),
+            format!("--token-auth-file={}", d(&files.tokens)),
+            "--authorization-mode=RBAC".into(),
+            format!("--service-account-issuer=https://{}", super::API_NAME),
+            format!("--service-account-key-file={}", d(&files.sa.1)),
+            format!("--service-account-signing-key-file={}", d(&files.sa.0)),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            // Two kube-apiservers of one shoot share the etcd during the handover; the lease
+            // reconciler would have them fight over the `kubernetes` Endpoints, which nothing
+            // here reads.
+            "--endpoint-reconciler-type=none".into(),
+            // etcd 3.4.23 (Debian's, the lab's members) has no RequestWatchProgress: without
+            // this, kube-apiserver 1.34's streaming LIST (WatchList) answers 500.
+            "--feature-gates=WatchList=false".into(),
+            format!(
+                "--egress-selector-config-file={}",
+                d(&files.egress(&seed.label))
+            ),
+            format!("--admission-control-config-file={}", d(&files.admission)),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        let child = seed
+            .command(&d(bin))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .map_err(|e| Error::Command {
+                command: format!("{} in {}", bin.display(), seed.label),
+                detail: e.to_string(),
+            })?;
+        let mut s = Self {
+            label: seed.label.clone(),
+            addr,
+            log,
+            child: Some(child),
+        };
+        s.wait_ready(client).await?;
+        Ok(s)
+    }
+
+    async fn wait_ready(&mut self, client: &Client) -> Result<()> {
+        let deadline = Instant::now() + READY;
+        loop {
+            if readyz(client).await {
+                return Ok(());
+            }
+            if let Some(c) = &mut self.child {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Err(Error::Command {
+                        command: format!("kube-apiserver in {}", self.label),
+                        detail: format!("exited with {status}: see {}", self.log.display()),
+                    });
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err(Error::Timeout {
+                    what: format!(
+                        "kube-apiserver in {} to be ready (see {})",
+                        self.label,
+                        self.log.display()
+                    ),
+                    after: READY,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Stops it as kubelet stops a pod: SIGTERM (in-flight requests finish), SIGKILL after
+    /// [`GRACE`]. Says which it took and how long.
+    pub async fn stop(mut self) -> Result<String> {
+        let Some(mut child) = self.child.take() else {
+            return Ok("not running".into());
+        };
+        let t0 = Instant::now();
+        run(Command::new("kill").args(["-TERM", &child.id().to_string()]))?;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    return Ok(format!(
+                        "SIGTERM, exited ({status}) after {:.1} s",
+                        t0.elapsed().as_secs_f64()
+                    ))
+                }
+                Ok(None) if t0.elapsed() < GRACE => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Ok(format!(
+                        "SIGTERM, then SIGKILL after the {} s grace period",
+                        GRACE.as_secs()
+                    ));
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+async fn readyz(client: &Client) -> bool {
+    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
+        return false;
+    };
+    // Bounded: a half-started server may accept a connection and answer late.
+    tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
+        .await
+        .is_ok_and(|r| r.is_ok_and(|t| t.trim() == "ok"))
+}
