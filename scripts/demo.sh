@@ -2,7 +2,9 @@
 # Runs the live-migration lab once: installs what it needs (etcd 3.4, protoc, iproute2), builds
 # `isthmus` (the binary under test: each seed's proxy and tunnel server) and `isthmus-lab`, then
 # runs `isthmus-lab demo`, which moves a real 3-member etcd between two seeds (network namespaces)
-# through isthmus proxies while a client writes and reads. Needs root (network namespaces).
+# through isthmus proxies while the shoot's real kube-apiservers (target/kube-apiserver/, built by
+# scripts/build-kube-apiserver.sh from install-deps.sh) serve API load from it and call a webhook
+# through the isthmus tunnel. Needs root (network namespaces).
 # Extra arguments go to `isthmus-lab demo` (e.g. `--rtt 150ms`, `--scenario link-cut`; `--help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -98,9 +98,11 @@ fn assert_clean(r: &Report, name: &str) {
     );
     assert_eq!(r.api.watch.out_of_order, 0, "{name}\n{}", r.summary());
     assert_eq!(r.api.stale_reads, 0, "{name}\n{}", r.summary());
+    // failurePolicy Fail: every acknowledged write was admitted by a webhook call through the
+    // tunnel (retried attempts may add calls).
     assert!(
-        r.api.webhook.calls > 20,
-        "{name}: webhook unused\n{}",
+        r.api.webhook.calls >= r.objects.written,
+        "{name}: writes without a webhook call\n{}",
         r.summary()
     );
     assert_eq!(r.api.webhook.failed, 0, "{name}\n{}", r.summary());

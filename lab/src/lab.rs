@@ -55,6 +55,8 @@ pub struct Lab {
     pub events: Vec<crate::report::Event>,
     /// A fault whose failures are expected (see [`crate::report::Fault`]).
     pub fault: Option<crate::report::Fault>,
+    /// Leader and quorum at the start of each phase.
+    pub quorum: Vec<crate::report::Quorum>,
 }
 
 impl Lab {
@@ -101,6 +103,7 @@ impl Lab {
             timeline: Vec::new(),
             events: Vec::new(),
             fault: None,
+            quorum: Vec::new(),
         };
         // The source's exposure comes first: the lab's source members advertise their exposed
         // names as their only peer URLs (docs/lab.md). One planner pass at `Expose` writes the
@@ -179,6 +182,40 @@ impl Lab {
         }
         tracing::info!(phase = name, t_ms = now as u64, "phase");
         self.phases.push((name.to_string(), now, now));
+    }
+
+    /// Opens a phase and records where the leader is and how many voters the cluster can
+    /// lose there (asked of the voters; a cluster that does not answer within 2 s is recorded
+    /// without a leader).
+    pub async fn enter(&mut self, name: &str) {
+        self.phase(name);
+        let voters = self.voters();
+        let urls = self.urls(&voters);
+        let leader = tokio::time::timeout(Duration::from_secs(2), etcd::leader(&urls))
+            .await
+            .ok()
+            .and_then(|r| r.ok())
+            .filter(|l| !l.is_empty());
+        let all = [topology::source(), topology::destination()].concat();
+        let leader_seed = leader.as_ref().and_then(|l| {
+            all.iter()
+                .find(|m| &m.name() == l)
+                .map(|m| self.topo.seed(m.side).label.clone())
+        });
+        let n = voters.len();
+        let quorum = n / 2 + 1;
+        let in_source = voters.iter().filter(|m| m.side == Side::Source).count();
+        self.quorum.push(crate::report::Quorum {
+            phase: name.to_string(),
+            t_ms: self.now_ms(),
+            leader,
+            leader_seed,
+            voters: n,
+            quorum,
+            margin: n.saturating_sub(quorum),
+            voters_source: in_source,
+            voters_destination: n - in_source,
+        });
     }
 
     /// Records an event.

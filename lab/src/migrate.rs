@@ -104,14 +104,14 @@ pub async fn run(opts: &Options) -> Result<Report> {
     .await?;
     lab.api = Some(api);
     lab.event("source kube-apiserver serving; API load, watch and webhook start");
-    lab.phase("source");
+    lab.enter("source").await;
     tokio::time::sleep(opts.hold).await;
 
-    lab.phase("expose");
+    lab.enter("expose").await;
     lab.drive(Side::Source, |_| false).await?;
     lab.drive(Side::Destination, |_| false).await?;
 
-    lab.phase("join");
+    lab.enter("join").await;
     lab.tunnel(TunnelStep::JoinTemporary).await?;
     let join_start = lab.now_ms();
     lab.copy_source_members();
@@ -122,7 +122,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.step(Side::Destination, Step::Join).await?;
     let join_ms = lab.now_ms() - join_start;
 
-    lab.phase("five");
+    lab.enter("five").await;
     // DestinationKubeAPIServerReady: the destination kube-apiserver on the destination members.
     let dest_urls = lab.urls(&topology::destination());
     let started = match lab.api.as_mut() {
@@ -155,7 +155,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
 
     // The kube-apiserver now runs in the destination and the shoot's API DNS moved to it.
     // (The client's move opens the `grow` phase: from here it talks to destination members.)
-    lab.phase("grow");
+    lab.enter("grow").await;
     let dest = topology::destination();
     client.move_to(&lab.urls(&dest[..2])).await?;
     lab.event("client moved to the destination members");
@@ -169,7 +169,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.tunnel(TunnelStep::MoveToDestination).await?;
     lab.step(Side::Source, Step::Grow).await?;
     lab.step(Side::Destination, Step::Grow).await?;
-    lab.phase("six");
+    lab.enter("six").await;
     if let Scenario::LinkCutSix { cut } = opts.scenario {
         six_member_cut(&mut lab, cut).await?;
     }
@@ -180,14 +180,14 @@ pub async fn run(opts: &Options) -> Result<Report> {
         let how = api.stop_source().await?;
         lab.event(format!("source kube-apiserver stopped: {how}"));
     }
-    lab.phase("shrink");
+    lab.enter("shrink").await;
     lab.set_step(Side::Source, Step::Shrink);
     lab.step(Side::Destination, Step::Shrink).await?;
     // The source, planned again without members, still counts as prepared.
     lab.drive(Side::Source, |_| false).await?;
     lab.step(Side::Source, Step::Complete).await?;
 
-    lab.phase("destination");
+    lab.enter("destination").await;
     lab.tunnel(TunnelStep::DrainTemporary { abort: false })
         .await?;
     tokio::time::sleep(opts.hold).await;
@@ -264,12 +264,12 @@ async fn abort(
     // `abort-live-migration=true` while DestinationEtcdPeersJoined is not True: the planner
     // removes what was added and the exposure. The source stays at its step: its members'
     // only peer URLs are the exposed names (docs/lab.md), so its exposure must stay.
-    lab.phase("abort");
+    lab.enter("abort").await;
     lab.event("abort-live-migration=true");
     lab.step(Side::Destination, Step::Abort).await?;
     lab.tunnel(TunnelStep::DrainTemporary { abort: true })
         .await?;
-    lab.phase("source-after-abort");
+    lab.enter("source-after-abort").await;
     tokio::time::sleep(opts.hold).await;
     finish(lab, client, opts, initial, None, &topology::source()).await
 }
@@ -285,17 +285,17 @@ async fn finish(
     lab.end_phases();
     let rec = client.stop().await;
     let mut violations = Vec::new();
-    let kube_calls = lab
-        .webhook
-        .as_ref()
-        .map(|w| w.kube_apiserver_calls())
-        .unwrap_or(0);
     let api = lab
         .api
         .take()
         .ok_or_else(|| crate::Error::State("the shoot API did not start".into()))?;
     let (api, objects, control_plane) = api
-        .finish(kube_calls, &lab.phases, lab.fault.as_ref(), &mut violations)
+        .finish(
+            lab.webhook.as_ref(),
+            &lab.phases,
+            lab.fault.as_ref(),
+            &mut violations,
+        )
         .await?;
     let fault = lab.fault.clone().map(|mut f| {
         f.api_failed = api
@@ -384,6 +384,8 @@ async fn finish(
         violations.push("no write was acknowledged".into());
     }
     Ok(Report {
+        stand_ins: report::STAND_INS.iter().map(|s| s.to_string()).collect(),
+        quorum: lab.quorum.clone(),
         scenario: opts.scenario.name().into(),
         rtt_ms: client::ms(opts.rtt),
         api,

@@ -52,6 +52,30 @@ pub fn covered(fault: Option<&Fault>, t_ms: f64) -> bool {
     fault.is_some_and(|f| f.covers(t_ms))
 }
 
+/// Where the etcd leader was and how many voters the cluster could lose, at a phase's start.
+#[derive(Debug, Clone, Serialize)]
+pub struct Quorum {
+    pub phase: String,
+    pub t_ms: f64,
+    pub leader: Option<String>,
+    /// `src` or `dst`: the seed the leader ran in.
+    pub leader_seed: Option<String>,
+    pub voters: usize,
+    pub quorum: usize,
+    /// Voters that may fail (or be cut off) before writes stop: `voters - quorum`.
+    pub margin: usize,
+    pub voters_source: usize,
+    pub voters_destination: usize,
+}
+
+/// What the lab stands in for: Gardener's controllers that cannot run without kubelets.
+pub const STAND_INS: &[&str] = &[
+    "etcd-druid: the lab's backend turns the planner's Etcd into member add/promote/move-leader/remove and member processes, and reports Etcd status",
+    "DNS provider: DNSRecords become the seeds' hosts files",
+    "gardenlet: the lab advances both EtcdMigration specs through the steps and moves the shoot API's name",
+    "the source's first step: its members start with their exposed peer URLs (no member update and rolling restart yet)",
+];
+
 /// The membership at one instant.
 #[derive(Debug, Clone, Serialize)]
 pub struct Membership {
@@ -152,6 +176,10 @@ pub struct Members {
 /// The whole report.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
+    /// The parts of Gardener the lab stands in for ([`STAND_INS`]).
+    pub stand_ins: Vec<String>,
+    /// Leader location and quorum margin at the start of each phase.
+    pub quorum: Vec<Quorum>,
     pub scenario: String,
     pub rtt_ms: f64,
     /// The shoot's API as its clients saw it (the thing that must not go down).
@@ -286,8 +314,26 @@ impl Report {
                 p.name, p.requests, p.failed, p.p50_ms, p.p99_ms, p.max_ms
             );
         }
+        s += "leader and quorum at each phase's start:\n";
+        for q in &self.quorum {
+            s += &format!(
+                "  {:<18} leader {:<18} in {:<4} voters {} ({} src + {} dst), quorum {}, margin {}\n",
+                q.phase,
+                q.leader.as_deref().unwrap_or("?"),
+                q.leader_seed.as_deref().unwrap_or("?"),
+                q.voters,
+                q.voters_source,
+                q.voters_destination,
+                q.quorum,
+                q.margin
+            );
+        }
         for e in &self.events {
             s += &format!("  {:>7.1} s  {}\n", e.t_ms / 1000.0, e.what);
+        }
+        s += "stand-ins (what Gardener runs, the lab imitates through the same contracts):\n";
+        for st in &self.stand_ins {
+            s += &format!("  - {st}\n");
         }
         s += &format!(
             "members: {:?} -> {:?}\n",

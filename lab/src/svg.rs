@@ -324,6 +324,8 @@ mod tests {
             ..Default::default()
         };
         let r = Report {
+            stand_ins: Vec::new(),
+            quorum: Vec::new(),
             scenario: "a<b".into(),
             rtt_ms: 50.0,
             api: ApiReport::new(&api_rec, &Default::default(), 2, &[]),

@@ -268,7 +268,7 @@ impl ShootApi {
     /// the name and returns the report's API part (violations appended to `violations`).
     pub async fn finish(
         mut self,
-        webhook_calls: usize,
+        webhook: Option<&WebhookLab>,
         phases: &[(String, f64, f64)],
         fault: Option<&crate::report::Fault>,
         violations: &mut Vec<String>,
@@ -277,6 +277,8 @@ impl ShootApi {
             Some(l) => l.stop().await,
             None => Recording::default(),
         };
+        // Counted once the load has stopped: every acknowledged write's call is in.
+        let webhook_calls = webhook.map(|w| w.kube_apiserver_calls()).unwrap_or(0);
         let last = rec.acks.iter().map(|a| a.rv).max().unwrap_or(0);
         let seen = match self.watch.take() {
             Some(w) => w.stop_after(last, WATCH_CATCH_UP).await,
