@@ -4,14 +4,17 @@
 //!
 //! | phase | what is driven | ready when |
 //! |---|---|---|
+//! | `source` | the source kube-apiserver serves (API load, watch, webhook through the tunnel) | |
 //! | `expose` | both seeds at `Expose` | `SourceEtcdPreparedForPeerJoin`, `DestinationEtcdExposed` |
 //! | `join` | `Join` (destination: 2 members as learners, promoted) | `DestinationEtcdPeersJoined` |
-//! | `five` | nothing: `Join` holds, 5 voters, the faults | |
-//! | `grow` | client + DNS move, then `Grow` (third member) | 3 destination members ready |
-//! | `shrink` | `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanup` |
+//! | `five` | the destination kube-apiserver starts (`DestinationKubeAPIServerReady`); `Join` holds, 5 voters, the faults | its `/readyz` |
+//! | `grow` | the shoot API's name, the etcd client and the tunnel move (`MigrateDNSRecords`), then `Grow` (third member) | 3 destination members ready |
+//! | `six` | nothing: 6 voters (the `link-cut-six` fault) | |
+//! | `shrink` | the source kube-apiserver stops, `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanup` |
 //! | `destination` | nothing: the destination stays at `Shrink` (see docs/lab.md) | |
 //!
-//! Scenarios inject one fault each: a link cut or a proxy restart in the 5-member phase, or an
+//! Scenarios inject one fault each: a link cut, a proxy restart or a `kill -9` of the etcd
+//! leader in the 5-member phase, a link cut in the 6-member phase (no quorum anywhere), or an
 //! abort (destination `Abort`) after the first learner was added, before the join completes.
 
 use crate::api::ShootApi;
