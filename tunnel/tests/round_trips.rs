@@ -134,7 +134,10 @@ async fn a_stream_costs_one_round_trip_across_rotation_and_handover() {
         times.iter().max().unwrap()
     );
     let short: Vec<_> = times.iter().filter(|t| **t < RTT).collect();
-    assert!(short.is_empty(), "CONNECTs faster than the link allows: {short:?}");
+    assert!(
+        short.is_empty(),
+        "CONNECTs faster than the link allows: {short:?}"
+    );
     let extra: Vec<_> = times.iter().filter(|t| **t >= 2 * RTT).collect();
     assert!(
         extra.is_empty(),

@@ -45,7 +45,10 @@ async fn pipe(mut from: OwnedReadHalf, mut to: OwnedWriteHalf, delay: Duration) 
     let reader = async move {
         let mut buf = vec![0u8; 64 * 1024];
         while let Ok(n @ 1..) = from.read(&mut buf).await {
-            if tx.send((Instant::now() + delay, buf[..n].to_vec())).is_err() {
+            if tx
+                .send((Instant::now() + delay, buf[..n].to_vec()))
+                .is_err()
+            {
                 return;
             }
         }

@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 
 mod link;
 mod load;
+#[allow(unused_imports)] // Not every test file uses the link.
 pub use link::delay_relay;
 #[allow(unused_imports)] // Not every test file uses the load.
 pub use load::{failures, Load, Record};
