@@ -178,6 +178,16 @@ impl Drop for World {
     }
 }
 
+/// Waits (up to 30 s) until `addr` accepts connections: a peer's ports are picked free before
+/// its process binds them, and the next peer must not pick the same one meanwhile.
+async fn listening(addr: SocketAddr, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(addr).await.is_err() {
+        assert!(Instant::now() < deadline, "{what} never listened on {addr}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A relay of `link` on a free port of `ip` to `target`; returns where it listens.
 async fn relay(link: &Link, ip: Ipv4Addr, target: SocketAddr) -> SocketAddr {
     let l = std::net::TcpListener::bind((ip, 0)).unwrap();
@@ -304,6 +314,7 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
             .arg(&server_yaml),
         &w.dir.join(&format!("isthmus-server-{tag}.log")),
     );
+    listening(agents, "isthmus tunnel-server").await;
     let link = Link::new(rtt);
     let proxy = connect_proxy(agents).await;
     let front = relay(&link, Ipv4Addr::LOCALHOST, proxy).await;
@@ -387,6 +398,11 @@ pub async fn konnectivity(w: &World, rtt: Duration, tag: &str) -> Option<Peer> {
         ]),
         &w.dir.join(&format!("konn-server-{tag}.log")),
     );
+    listening(
+        SocketAddr::from(([127, 0, 0, 1], agent_port)),
+        "konnectivity proxy-server",
+    )
+    .await;
     let link = Link::new(rtt);
     let front = relay(
         &link,

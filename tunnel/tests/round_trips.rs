@@ -28,6 +28,7 @@ struct Callers {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
+#[allow(clippy::unwrap_used)]
 impl Callers {
     fn start(addr: &ConnectAddr, target: std::net::SocketAddr, n: usize) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
