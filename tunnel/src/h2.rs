@@ -13,6 +13,17 @@ use isthmus_config::Http2Config;
 /// log streams, but bounded so one peer cannot make the agent hold unbounded sockets.
 const MAX_STREAMS: u32 = 4096;
 
+/// The largest DATA frame either end accepts. HTTP/2's default, 16 KiB, plus the 9-byte frame
+/// header is one byte more than a TLS record carries, so every frame took two records; larger
+/// frames let the TLS layer cut full 16 KiB records and halve the frames per byte.
+const MAX_FRAME: u32 = 256 * 1024;
+
+/// Bytes a stream may queue for sending (hyper's client default; its server default is
+/// 400 KiB). The agent sends the bulk of the bytes (answers, logs), so it gets the same. A
+/// stalled stream still holds at most its flow-control window: h2 grants send capacity only
+/// within it.
+const MAX_SEND_BUF: usize = 1024 * 1024;
+
 /// The server end: the HTTP/2 client of a session.
 pub(crate) fn client(c: &Http2Config) -> hyper::client::conn::http2::Builder<TokioExecutor> {
     let mut b = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
@@ -20,6 +31,7 @@ pub(crate) fn client(c: &Http2Config) -> hyper::client::conn::http2::Builder<Tok
         .initial_stream_window_size(c.stream_window)
         .initial_connection_window_size(c.connection_window)
         .max_concurrent_streams(MAX_STREAMS)
+        .max_frame_size(MAX_FRAME)
         .keep_alive_interval(c.keepalive_interval.get())
         .keep_alive_timeout(c.keepalive_timeout.get())
         .keep_alive_while_idle(true);
@@ -33,6 +45,8 @@ pub(crate) fn server(c: &Http2Config) -> hyper::server::conn::http2::Builder<Tok
         .initial_stream_window_size(c.stream_window)
         .initial_connection_window_size(c.connection_window)
         .max_concurrent_streams(MAX_STREAMS)
+        .max_frame_size(MAX_FRAME)
+        .max_send_buf_size(MAX_SEND_BUF)
         .keep_alive_interval(c.keepalive_interval.get())
         .keep_alive_timeout(c.keepalive_timeout.get());
     b

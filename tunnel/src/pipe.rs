@@ -7,6 +7,9 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+/// Bytes read at once in each direction (tokio's default is 8 KiB).
+const BUF: usize = 64 * 1024;
+
 /// Copies both ways until both directions are closed (a half-close is forwarded as one).
 /// `a` is the side facing kube-apiserver, `b` the target's side. Bytes are counted as they
 /// are read, so long-lived streams (`kubectl logs -f`) show up before they end and streams
@@ -24,7 +27,7 @@ where
     };
     let mut a = Counted(a, counter("to_target"));
     let mut b = Counted(b, counter("from_target"));
-    if let Err(e) = tokio::io::copy_bidirectional(&mut a, &mut b).await {
+    if let Err(e) = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, BUF, BUF).await {
         // A peer closing without a clean shutdown (EPIPE, reset) is an ordinary end here.
         tracing::debug!(error = %e, "stream ended with an error");
     }

@@ -15,7 +15,7 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 
 /// How long `/slow` takes: streams are open when a session drains.
-const SLOW: Duration = Duration::from_millis(300);
+pub(super) const SLOW: Duration = Duration::from_millis(300);
 
 /// The answer an admission webhook gives.
 pub(super) const ALLOWED: &str =

@@ -63,6 +63,7 @@ pub enum Via {
 pub struct Call {
     /// Milliseconds since the lab started.
     pub start_ms: f64,
+    /// The call's latency less the time the webhook holds a `/slow` call on purpose.
     pub latency_ms: f64,
     pub via: Via,
     pub ok: bool,

@@ -23,11 +23,12 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use target::Targets;
 use tokio::sync::{watch, Notify};
-use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use transport::Route;
 
 pub(crate) struct Shared {
@@ -38,8 +39,9 @@ pub(crate) struct Shared {
     pub(crate) backoff_max: Duration,
     pub(crate) drain_timeout: Duration,
     pub(crate) max_session_age: Option<Duration>,
-    /// Woken by a session that reached its age, so its replacement starts at once.
-    pub(crate) rotate: Notify,
+    /// Woken by a session that was verified (a retiring one may drain now) or reached its
+    /// age (its replacement starts at once): the agent's loop waits on this, not on a timer.
+    pub(crate) wake: Notify,
 }
 
 /// (server entry index, resolved address)
@@ -51,7 +53,6 @@ struct Handle {
     verified: watch::Receiver<bool>,
     /// Set by the session when it reached `max_session_age`.
     aged: Arc<AtomicBool>,
-    task: JoinHandle<()>,
 }
 
 impl Handle {
@@ -84,9 +85,6 @@ struct Table {
     current: HashMap<Key, Handle>,
     /// Sessions being replaced, drained once their replacement is verified.
     retiring: Vec<(Key, Handle, Reason)>,
-    /// Tasks of replaced sessions that are draining: shutdown waits for them too, or the
-    /// process would exit under a stream the replacement left running on its old session.
-    draining: Vec<JoinHandle<()>>,
 }
 
 /// A tunnel agent.
@@ -95,6 +93,9 @@ pub struct Agent {
     shared: Arc<Shared>,
     opts: AgentOptions,
     table: Arc<Mutex<Table>>,
+    /// Every session task, draining ones included: shutdown waits for them all, or the
+    /// process would exit under a stream a replacement left running on its old session.
+    tasks: TaskTracker,
 }
 
 impl std::fmt::Debug for Agent {
@@ -121,12 +122,13 @@ impl Agent {
             backoff_max: opts.backoff_max,
             drain_timeout: opts.drain_timeout,
             max_session_age: opts.max_session_age,
-            rotate: Notify::new(),
+            wake: Notify::new(),
         });
         Self {
             shared,
             opts,
             table: Arc::default(),
+            tasks: TaskTracker::new(),
         }
     }
 
@@ -150,40 +152,34 @@ impl Agent {
     /// Runs until `shutdown`, then drains every session (GOAWAY, open streams finish up to the
     /// drain timeout) and returns.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let mut last_resolve: Option<Instant> = None;
+        let mut next_resolve = Instant::now();
         loop {
-            if last_resolve.is_none_or(|t| t.elapsed() >= self.opts.resolve_interval) {
-                last_resolve = Some(Instant::now());
+            if Instant::now() >= next_resolve {
+                next_resolve = Instant::now() + self.opts.resolve_interval;
                 self.reconcile().await;
             }
             self.replace_aged();
-            let retiring = self.retire_verified_replacements();
-            // While old sessions wait for their replacements, look often; otherwise wake
-            // for the next resolution.
-            let wait = if retiring > 0 {
-                Duration::from_millis(20)
-            } else {
-                self.opts.resolve_interval
-            };
+            self.retire_verified_replacements();
+            // Sessions wake this loop when they are verified or age; otherwise the next
+            // resolution does.
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(wait) => {}
-                _ = self.shared.rotate.notified() => {}
+                _ = tokio::time::sleep_until(next_resolve) => {}
+                _ = self.shared.wake.notified() => {}
             }
         }
-        let (handles, draining) = {
+        let handles = {
             let mut t = self.lock();
             let mut v: Vec<Handle> = t.current.drain().map(|(_, h)| h).collect();
             v.extend(t.retiring.drain(..).map(|(_, h, _)| h));
-            (v, std::mem::take(&mut t.draining))
+            v
         };
         for h in &handles {
             h.drain.cancel();
         }
         // Each task ends within the drain timeout of its own drain.
-        for task in handles.into_iter().map(|h| h.task).chain(draining) {
-            let _ = task.await;
-        }
+        self.tasks.close();
+        self.tasks.wait().await;
     }
 
     /// Resolves every server and starts/retires sessions to match.
@@ -228,7 +224,7 @@ impl Agent {
         let drain = CancellationToken::new();
         let (tx, rx) = watch::channel(false);
         let aged = Arc::new(AtomicBool::new(false));
-        let task = tokio::spawn(session::run(
+        self.tasks.spawn(session::run(
             self.shared.clone(),
             route.clone(),
             drain.clone(),
@@ -240,7 +236,6 @@ impl Agent {
             drain,
             verified: rx,
             aged,
-            task,
         }
     }
 
@@ -266,7 +261,7 @@ impl Agent {
     /// Drains retiring sessions whose replacement is verified: for an aged session its own
     /// (same key); otherwise, or when that key went away, every current session of its entry
     /// (at least one).
-    fn retire_verified_replacements(&self) -> usize {
+    fn retire_verified_replacements(&self) {
         let mut t = self.lock();
         let entry_ready = |t: &Table, entry: usize| {
             let mut mine = t.current.iter().filter(|(k, _)| k.0 == entry).peekable();
@@ -280,15 +275,12 @@ impl Agent {
             .into_iter()
             .partition(|(k, _, r)| ready(&t, k, *r));
         t.retiring = stay;
-        t.draining.retain(|task| !task.is_finished());
         for (key, h, reason) in go {
             tracing::info!(server = %key.1, reason = reason.label(), "replacement verified; draining old session");
             h.drain.cancel();
             self.shared.targets.metrics.rotation(reason.label());
-            // The task finishes the drain on its own; shutdown awaits it.
-            t.draining.push(h.task);
+            // The task finishes the drain on its own; shutdown waits for it (`tasks`).
         }
-        t.retiring.len()
     }
 
     async fn routes(&self, entry: &ServerEntryConfig) -> Result<Vec<Route>, Error> {

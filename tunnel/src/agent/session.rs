@@ -38,7 +38,7 @@ pub(crate) async fn run(
         // cannot have started earlier, so the age is never underestimated.
         let age_at = shared
             .max_session_age
-            .map(|a| tokio::time::Instant::now() + jitter_down(a));
+            .map(|a| tokio::time::Instant::now() + jitter(a, 0.9));
         let mut state = shared.targets.metrics.session_state("connecting");
         let tls = tokio::select! {
             _ = drain.cancelled() => break,
@@ -81,6 +81,8 @@ pub(crate) async fn run(
                         delay = shared.backoff_initial;
                         state.set("active");
                         tracing::info!(server = %route.addr, "session active");
+                        // A session it replaces may drain now.
+                        shared.wake.notify_one();
                     }
                 }
                 _ = tokio::time::sleep_until(verify_by), if !was_verified => {
@@ -92,7 +94,7 @@ pub(crate) async fn run(
                     if was_verified && age_at.is_some() && !aged.load(Ordering::SeqCst) => {
                     tracing::info!(server = %route.addr, "session reached max_session_age");
                     aged.store(true, Ordering::SeqCst);
-                    shared.rotate.notify_one();
+                    shared.wake.notify_one();
                 }
                 _ = drain.cancelled() => {
                     // GOAWAY: the server opens no new streams here; open ones finish.
@@ -116,23 +118,35 @@ pub(crate) async fn run(
     verified.send_replace(false);
 }
 
-/// 90–100 % of `d`: agents started together do not all rotate at once, and the configured
-/// age stays an upper bound (the ingress drain rule in the README relies on that).
-fn jitter_down(d: Duration) -> Duration {
+/// A random duration between `least` × `d` and `d` (never more than `d`): agents started
+/// together neither rotate (`least` 0.9: the configured age stays an upper bound, which the
+/// ingress drain rule in the README relies on) nor reconnect (0.5) in lockstep.
+fn jitter(d: Duration, least: f64) -> Duration {
     // A fresh `RandomState` is randomly keyed per call; no RNG dependency needed.
     let r = std::collections::hash_map::RandomState::new().hash_one(0u8);
-    d.mul_f64(0.9 + 0.1 * (r % 1001) as f64 / 1000.0)
+    d.mul_f64(least + (1.0 - least) * (r % 1001) as f64 / 1000.0)
 }
 
-/// Sleeps 50–100 % of `d` (so that agents restarted together do not reconnect in lockstep),
-/// or until `drain`.
+/// Sleeps 50–100 % of `d`, or until `drain`.
 async fn sleep_jittered(d: Duration, drain: &CancellationToken) {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |t| t.subsec_nanos());
-    let factor = 0.5 + f64::from(nanos % 1000) / 2000.0;
     tokio::select! {
         _ = drain.cancelled() => {}
-        _ = tokio::time::sleep(d.mul_f64(factor)) => {}
+        _ = tokio::time::sleep(jitter(d, 0.5)) => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_its_band() {
+        let d = Duration::from_secs(10);
+        for least in [0.5, 0.9] {
+            for _ in 0..200 {
+                let j = jitter(d, least);
+                assert!(j >= d.mul_f64(least) && j <= d, "{j:?} for {least}");
+            }
+        }
     }
 }

@@ -169,11 +169,16 @@ async fn candidates(
     shared: &Shared,
     deadline: tokio::time::Instant,
 ) -> Vec<std::sync::Arc<super::sessions::Session>> {
+    // Subscribed before looking: a session joining in between still wakes this wait.
+    let mut added = shared.sessions.subscribe();
     loop {
         let c = shared.sessions.candidates();
-        if !c.is_empty() || tokio::time::Instant::now() >= deadline {
+        if !c.is_empty() {
             return c;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        tokio::select! {
+            r = added.changed() => if r.is_err() { return c },
+            _ = tokio::time::sleep_until(deadline) => return c,
+        }
     }
 }

@@ -293,10 +293,8 @@ impl Server {
         stop_accepting.cancel();
         let _ = tokio::join!(a, c);
         self.drain_sessions();
-        let deadline = tokio::time::Instant::now() + self.opts.drain_timeout;
-        while self.streams_in_flight() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let ended = self.shared.sessions.all_streams_ended();
+        let _ = tokio::time::timeout(self.opts.drain_timeout, ended).await;
         tracing::info!(left = self.streams_in_flight(), "tunnel server stopped");
         self.shared.shutdown.cancel();
     }

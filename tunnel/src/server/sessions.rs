@@ -8,6 +8,7 @@ use hyper::client::conn::http2::SendRequest;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::{watch, Notify};
 
 /// One agent session as the server sees it.
 #[derive(Debug)]
@@ -18,6 +19,7 @@ pub(crate) struct Session {
     in_flight: AtomicUsize,
     draining: AtomicBool,
     state: Mutex<SessionState>,
+    stream_ended: Arc<Notify>,
 }
 
 impl Session {
@@ -54,14 +56,30 @@ pub(crate) struct SessionStream(Arc<Session>);
 impl Drop for SessionStream {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+        self.0.stream_ended.notify_waiters();
     }
 }
 
 /// All live sessions.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Sessions {
     list: Mutex<Vec<Arc<Session>>>,
     next_id: AtomicU64,
+    /// Bumped whenever a session joins: CONNECTs waiting for one wake up.
+    added: watch::Sender<u64>,
+    /// Woken whenever a stream ends: the drain at shutdown waits on it.
+    stream_ended: Arc<Notify>,
+}
+
+impl Default for Sessions {
+    fn default() -> Self {
+        Self {
+            list: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            added: watch::Sender::new(0),
+            stream_ended: Arc::default(),
+        }
+    }
 }
 
 impl Sessions {
@@ -83,9 +101,30 @@ impl Sessions {
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
             state: Mutex::new(metrics.session_state("active")),
+            stream_ended: self.stream_ended.clone(),
         });
         self.lock().push(s.clone());
+        self.added.send_modify(|n| *n += 1);
         s
+    }
+
+    /// Changes whenever a session joins (subscribe, then look at the table: no join is missed).
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
+        self.added.subscribe()
+    }
+
+    /// Waits until no stream is in flight on any session.
+    pub(crate) async fn all_streams_ended(&self) {
+        loop {
+            let ended = self.stream_ended.notified();
+            tokio::pin!(ended);
+            // Registered before the count is read: a stream ending in between still wakes us.
+            ended.as_mut().enable();
+            if self.streams() == 0 {
+                return;
+            }
+            ended.await;
+        }
     }
 
     pub(crate) fn remove(&self, id: u64) {
