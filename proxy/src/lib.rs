@@ -11,7 +11,8 @@
 //! default, non-TLS, malformed, too large, too slow); close an established connection because
 //! the configuration changed.
 
-// `deny` rather than `forbid` so that `zero_copy` alone can allow it (splice(2) via libc).
+// `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
+// wraps: pipes, splice(2), the splicer's epoll registration, TCP_DEFER_ACCEPT).
 #![deny(unsafe_code)]
 
 mod admin;
@@ -33,9 +34,8 @@ mod snapshot;
 mod sources;
 mod splice;
 pub mod supervise;
+mod sys;
 mod upstream;
-#[cfg(target_os = "linux")]
-mod zero_copy;
 
 pub use admin::AdminState;
 pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};

@@ -42,31 +42,9 @@ pub fn bind_group(
         group.push(bind_std(bound)?);
     }
     for socket in &group {
-        set_defer_accept(socket, defer)?;
+        crate::sys::set_defer_accept(socket, defer)?;
     }
     Ok(group)
-}
-
-/// `TCP_DEFER_ACCEPT` with `defer` rounded up to whole seconds (at least one).
-#[allow(unsafe_code)]
-fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, defer: Duration) -> io::Result<()> {
-    let secs = libc::c_int::try_from(defer.as_secs().saturating_add(1)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a valid descriptor, and a pointer to a c_int that lives across the call, with
-    // its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            std::ptr::from_ref(&secs).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 /// A non-blocking listening socket not yet registered with any runtime, so that it can be
