@@ -18,9 +18,9 @@ mod flow;
 mod limits;
 mod spares;
 
-use crate::conn::ActiveGuard;
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
+use crate::sources::ActiveGuard;
 use crate::sys::NestedPoll;
 use flow::Flow;
 pub use limits::{End, Limits};
