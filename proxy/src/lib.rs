@@ -26,7 +26,7 @@
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
 //! configuration), `server.rs` (start, reload as parse/bind/compile/swap, drain), `admin.rs`
-//! and `http1.rs` (the admin endpoint), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
+//! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
 // wraps: pipes, splice(2), the splicer's epoll registration, TCP_DEFER_ACCEPT).
@@ -38,7 +38,8 @@ mod conn;
 mod dns;
 pub mod fds;
 mod forward;
-pub mod http1;
+/// The hardened HTTP/1 server, now in `isthmus-admin` (re-exported for existing users).
+pub use isthmus_admin::http1;
 pub mod http_connect;
 mod intake;
 mod listen;

@@ -5,9 +5,7 @@ use crate::metrics::{ListenerLabels, Metrics};
 use crate::snapshot::Snapshot;
 use crate::socket;
 use isthmus_config::KeepaliveConfig;
-use std::io;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -66,14 +64,12 @@ pub async fn accept_loop(
             Ok(a) => a,
             Err(e) => {
                 errors.inc();
-                if !is_per_connection(&e) {
-                    // EMFILE/ENFILE/ENOBUFS: accepting again at once would spin at 100% CPU
-                    // while nothing frees up; back off briefly instead.
+                if !isthmus_admin::backoff::is_per_connection(&e) {
                     if let Some(count) = shared.metrics.warnings.event(&name, "accept_error") {
                         warn!(listener = %name, error = %e, count, "accept failed, backing off");
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                isthmus_admin::backoff::after_accept_error(&e).await;
                 continue;
             }
         };
@@ -104,13 +100,4 @@ pub async fn accept_loop(
             .connections
             .spawn(conn::handle(sock, peer, spec, ctx.clone(), over));
     }
-}
-
-fn is_per_connection(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    )
 }
