@@ -41,8 +41,6 @@ mod fast_differential;
 mod load;
 pub mod nullable;
 mod proxy;
-#[cfg(test)]
-mod test_rng;
 pub mod tunnel;
 pub mod validate;
 
