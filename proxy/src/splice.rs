@@ -45,6 +45,9 @@ use tracing::{debug, warn};
 const EVENTS: usize = 256;
 /// Polls handled before the splicer lets other tasks of its runtime run.
 const POLLS_PER_TURN: usize = 16;
+/// Room for pairs kept by the inbox between turns; a burst beyond it is freed once taken in,
+/// so thousands of connections opened at once do not leave their hand-over buffer behind.
+const INBOX_KEEP: usize = 64;
 
 /// What an open connection holds until it closes: dropping it updates the gauges, releases
 /// the upstream's connection slot and lets a drain know this connection is gone.
@@ -246,6 +249,7 @@ impl Inner {
                 warn!(%upstream, error = %e, "cannot splice the connection, closing it");
             }
         }
+        arrived.shrink_to(INBOX_KEEP);
         st.arrived = arrived;
         #[cfg(test)]
         self.open.store(st.conns.len(), Ordering::Release);
