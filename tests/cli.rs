@@ -311,11 +311,10 @@ async fn accept_backs_off_on_emfile_and_recovers() {
     })
     .await;
     let (_, metrics) = http_get(admin, "/metrics").await.unwrap();
-    let errors: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("isthmus_proxy_accept_errors_total{listener=\"l\"}"))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0.0);
+    let errors = isthmus_testkit::metric(
+        &metrics,
+        "isthmus_proxy_accept_errors_total{listener=\"l\"}",
+    );
     assert!(errors >= 1.0, "EMFILE must be counted:\n{metrics}");
     // A busy loop would fail accept(2) hundreds of thousands of times in half a second; the
     // 50 ms backoff allows a handful.

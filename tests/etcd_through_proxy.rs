@@ -142,9 +142,7 @@ fn forwarded(m: &str, i: usize) -> f64 {
         "isthmus_proxy_connections_total{{listener=\"etcd-peer-{i}\",route=\"{}\",upstream=\"etcd-{i}\",outcome=\"forwarded\"}}",
         peer_name(i)
     );
-    m.lines()
-        .find_map(|l| l.strip_prefix(&series).and_then(|v| v.trim().parse().ok()))
-        .unwrap_or(0.0)
+    isthmus_testkit::metric(m, &series)
 }
 
 #[test]

@@ -38,14 +38,14 @@ const TOKENS: &[&str] = &[
     "!!str 3",
 ];
 
-use crate::test_rng::Rng;
+use isthmus_testkit::Rng;
 
 /// One mutant: replace the value after a `:` on a random line, drop a line, or duplicate one.
 fn mutate(lines: &[&str], rng: &mut Rng) -> String {
     let mut out: Vec<String> = lines.iter().map(|l| (*l).to_owned()).collect();
-    for _ in 0..=rng.next() % 2 {
-        let i = rng.next() % out.len();
-        match rng.next() % 4 {
+    for _ in 0..=rng.below(2) {
+        let i = rng.below(out.len());
+        match rng.below(4) {
             0 => {
                 out.remove(i);
             }
@@ -55,7 +55,7 @@ fn mutate(lines: &[&str], rng: &mut Rng) -> String {
             }
             _ => {
                 if let Some(colon) = out[i].rfind(": ") {
-                    let token = TOKENS[rng.next() % TOKENS.len()];
+                    let token = TOKENS[rng.below(TOKENS.len())];
                     out[i] = format!("{}: {token}", &out[i][..colon]);
                 }
             }
@@ -69,7 +69,7 @@ fn mutate(lines: &[&str], rng: &mut Rng) -> String {
 
 fn check<T: DeserializeOwned + PartialEq + Debug>(base: &str, mutants: usize) -> (usize, usize) {
     let lines: Vec<&str> = base.lines().collect();
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let (mut fast_some, mut total) = (0, 0);
     for n in 0..mutants {
         let text = if n == 0 {

@@ -30,6 +30,7 @@
 mod allow;
 pub mod cidr;
 mod duration;
+mod endpoint;
 mod error;
 mod fast;
 #[cfg(feature = "fuzzing")]
@@ -40,13 +41,12 @@ mod fast_differential;
 mod load;
 pub mod nullable;
 mod proxy;
-#[cfg(test)]
-mod test_rng;
 pub mod tunnel;
 pub mod validate;
 
 pub use cidr::Cidr;
 pub use duration::{parse_flag as parse_duration_flag, Duration};
+pub use endpoint::Endpoint;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
 pub use proxy::{

@@ -33,6 +33,10 @@ pub trait Schema: DeserializeOwned {
     fn list_errors(_lists: &Lists<'_>) -> Vec<ConfigError> {
         Vec::new()
     }
+
+    /// Fills the typed values derived from a valid file (parsed endpoints, normalised
+    /// patterns), so that nothing downstream parses strings again.
+    fn finish(&mut self) {}
 }
 
 /// The parsed document, as seen by [`Schema::list_errors`].
@@ -49,6 +53,9 @@ impl Lists<'_> {
 impl Schema for ProxyConfig {
     fn validate(&self) -> Vec<(String, String)> {
         validate::proxy(self)
+    }
+    fn finish(&mut self) {
+        validate::finish_proxy(self);
     }
     fn list_errors(lists: &Lists<'_>) -> Vec<ConfigError> {
         let mut errors = lists.probe::<crate::ListenerConfig>("listeners");
@@ -85,12 +92,12 @@ pub fn load_file<T: Schema>(path: &Path) -> Result<Loaded<T>, LoadError> {
 /// A valid file takes the fast, position-free path only; an invalid one is parsed again with
 /// positions so that every error names its line, column and field path.
 pub fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
-    if let Some(config) = crate::fast::parse::<T>(text) {
-        if config.validate().is_empty() {
-            return Ok(config);
-        }
-    }
-    parse_marked(file, text)
+    let mut config = match crate::fast::parse::<T>(text) {
+        Some(config) if config.validate().is_empty() => config,
+        _ => parse_marked(file, text)?,
+    };
+    config.finish();
+    Ok(config)
 }
 
 /// The slow path: a tree with a position on every node, for errors that point at them.

@@ -351,6 +351,10 @@ pub struct RouteConfig {
     pub header_value: String,
     /// Name of the upstream that matching connections go to.
     pub upstream: String,
+    /// `sni` normalised (lower case, no trailing dot), as route tables take it; filled once
+    /// the file is valid.
+    #[serde(skip)]
+    pub sni_pattern: String,
 }
 
 /// A named group of endpoints.
@@ -363,6 +367,9 @@ pub struct UpstreamConfig {
     /// Host names are resolved in the background (see `resolver`); every address of a name
     /// is tried before the next endpoint.
     pub endpoints: Vec<String>,
+    /// `endpoints` parsed, in the same order; filled once the file is valid.
+    #[serde(skip)]
+    pub targets: Vec<crate::Endpoint>,
     /// Time allowed for one TCP connect to one address. Default `10s`.
     #[serde(default = "defaults::connect_timeout")]
     pub connect_timeout: Duration,

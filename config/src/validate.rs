@@ -282,6 +282,24 @@ fn check_name(p: &mut Problems, at: &str, name: &str) {
     }
 }
 
+/// Fills the typed values of a valid proxy configuration.
+pub(crate) fn finish_proxy(c: &mut ProxyConfig) {
+    for u in &mut c.upstreams {
+        u.targets = u
+            .endpoints
+            .iter()
+            .filter_map(|e| crate::Endpoint::parse(e).ok())
+            .collect();
+    }
+    for l in &mut c.listeners {
+        for r in &mut l.routes {
+            if !r.sni.is_empty() {
+                r.sni_pattern = normalize_sni_pattern(&r.sni).unwrap_or_default();
+            }
+        }
+    }
+}
+
 /// Lower-cases an SNI pattern, drops a trailing dot and checks its syntax.
 pub fn normalize_sni_pattern(sni: &str) -> Result<String, String> {
     let s = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
@@ -308,21 +326,5 @@ pub fn normalize_sni_pattern(sni: &str) -> Result<String, String> {
 }
 
 fn check_endpoint(e: &str) -> Result<(), String> {
-    if e.parse::<std::net::SocketAddr>().is_ok() {
-        return Ok(());
-    }
-    let bad = || format!("invalid endpoint {e:?}: write host:port, [ipv6]:port or ip:port");
-    let (host, port) = e.rsplit_once(':').ok_or_else(bad)?;
-    if host.is_empty() || host.contains(':') || host.starts_with('[') {
-        return Err(bad());
-    }
-    match port.parse::<u16>() {
-        Ok(p) if p > 0 => {}
-        _ => return Err(format!("invalid endpoint {e:?}: port must be 1-65535")),
-    }
-    normalize_sni_pattern(host)
-        .ok()
-        .filter(|h| !h.starts_with("*."))
-        .map(|_| ())
-        .ok_or_else(bad)
+    crate::Endpoint::parse(e).map(|_| ())
 }

@@ -11,28 +11,16 @@ use std::io;
 pub const RESERVED: u64 = 128;
 
 /// Raises the soft limit on open files to the hard limit; returns the soft limit in effect.
-#[allow(unsafe_code)]
 pub fn raise_nofile_limit() -> io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes one rlimit into the struct we own.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(io::Error::last_os_error());
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    // The soft limit is never above the hard one: unequal means it can be raised.
+    if lim.current != lim.maximum {
+        lim.current = lim.maximum;
+        setrlimit(Resource::Nofile, lim)?;
     }
-    if lim.rlim_cur < lim.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: lim.rlim_max,
-            rlim_max: lim.rlim_max,
-        };
-        // SAFETY: setrlimit reads one rlimit from a struct that lives across the call.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        lim.rlim_cur = lim.rlim_max;
-    }
-    Ok(lim.rlim_cur)
+    // `None` is RLIM_INFINITY.
+    Ok(lim.current.unwrap_or(u64::MAX))
 }
 
 /// How many connections fit into `limit` descriptors with the reserve and `admin`

@@ -10,8 +10,26 @@
 //! between members); forward a connection it could not route (no SNI, unknown SNI without a
 //! default, non-TLS, malformed, too large, too slow); close an established connection because
 //! the configuration changed.
+//!
+//! # The path of a connection, file by file
+//! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap.
+//! 2. `conn.rs`: one connection's task, the steps below in order.
+//! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
+//!    slots), then the PROXY header (`proxy_protocol.rs`) and the ClientHello
+//!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
+//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot.
+//! 4. `forward.rs`: the upstream's first flight, the connection under its policy
+//!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
+//! 5. `splice.rs` (`splice/`): the worker's splicer moves the bytes both ways until both
+//!    directions are over.
+//!
+//! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
+//! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
+//! configuration), `server.rs` (start, reload as parse/bind/compile/swap, drain), `admin.rs`
+//! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
-// `deny` rather than `forbid` so that `zero_copy` alone can allow it (splice(2) via libc).
+// `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
+// wraps: pipes, splice(2), the splicer's epoll registration, TCP_DEFER_ACCEPT).
 #![deny(unsafe_code)]
 
 mod admin;
@@ -19,9 +37,11 @@ pub mod client_hello;
 mod conn;
 mod dns;
 pub mod fds;
-mod hello;
-pub mod http1;
+mod forward;
+/// The hardened HTTP/1 server, now in `isthmus-admin` (re-exported for existing users).
+pub use isthmus_admin::http1;
 pub mod http_connect;
+mod intake;
 mod listen;
 pub mod metrics;
 mod pool;
@@ -30,12 +50,12 @@ mod ratelog;
 pub mod routes;
 mod server;
 mod snapshot;
+mod socket;
 mod sources;
 mod splice;
 pub mod supervise;
+mod sys;
 mod upstream;
-#[cfg(target_os = "linux")]
-mod zero_copy;
 
 pub use admin::AdminState;
 pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};

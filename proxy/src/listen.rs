@@ -1,110 +1,15 @@
-//! Binding listener sockets and running their accept loops.
+//! Accept loops: one per listening socket, each handing accepted connections to `conn::handle`.
 
 use crate::conn::{self, Ctx};
 use crate::metrics::{ListenerLabels, Metrics};
 use crate::snapshot::Snapshot;
+use crate::socket;
 use isthmus_config::KeepaliveConfig;
-use std::io;
-use std::net::SocketAddr;
-use std::os::fd::AsFd;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
-
-/// Binds with `SO_REUSEADDR` and `SO_REUSEPORT`: a reload can bind a listener's new socket
-/// while the old one still accepts (make before break), and a new isthmus process can take
-/// over a port from an old one during a rolling update.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::from_std(bind_std(addr)?)
-}
-
-/// Binds `n` (at least one) sockets to the same address with `SO_REUSEPORT`, one per worker
-/// runtime: the kernel spreads new connections over them, so each connection is accepted and
-/// served by one thread with no hand-off between workers. The first socket takes `addr` (port
-/// 0 picks a free port); the others join it on the port it got.
-///
-/// `defer` sets `TCP_DEFER_ACCEPT`: a connection is accepted only once its first bytes have
-/// arrived (or after about `defer`, when the kernel gives up waiting), so clients that connect
-/// and send nothing sit in the kernel's SYN queue instead of taking pending-hello slots.
-/// Every protocol a listener speaks (TLS, HTTP CONNECT, PROXY) has the client speak first.
-pub fn bind_group(
-    addr: SocketAddr,
-    n: usize,
-    defer: Duration,
-) -> io::Result<Vec<std::net::TcpListener>> {
-    let first = bind_std(addr)?;
-    let bound = first.local_addr()?;
-    let mut group = vec![first];
-    for _ in 1..n {
-        group.push(bind_std(bound)?);
-    }
-    for socket in &group {
-        set_defer_accept(socket, defer)?;
-    }
-    Ok(group)
-}
-
-/// `TCP_DEFER_ACCEPT` with `defer` rounded up to whole seconds (at least one).
-#[allow(unsafe_code)]
-fn set_defer_accept(socket: &impl std::os::fd::AsRawFd, defer: Duration) -> io::Result<()> {
-    let secs = libc::c_int::try_from(defer.as_secs().saturating_add(1)).unwrap_or(libc::c_int::MAX);
-    // SAFETY: a valid descriptor, and a pointer to a c_int that lives across the call, with
-    // its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_DEFER_ACCEPT,
-            std::ptr::from_ref(&secs).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// A non-blocking listening socket not yet registered with any runtime, so that it can be
-/// handed to the runtime that will accept on it. TCP_NODELAY is set here because accepted
-/// sockets inherit it (Linux), as they inherit keepalive (see [`apply_keepalive`]).
-fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.set_tcp_nodelay(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
-    Ok(socket.into())
-}
-
-/// Applies TCP keepalive settings to a socket.
-pub fn set_keepalive(socket: &impl AsFd, k: &KeepaliveConfig) -> io::Result<()> {
-    let ka = socket2::TcpKeepalive::new()
-        .with_time(k.time.get())
-        .with_interval(k.interval.get())
-        .with_retries(k.probes);
-    socket2::SockRef::from(socket).set_tcp_keepalive(&ka)
-}
-
-/// Sets (or, with `None`, turns off) keepalive on a socket. On a listening socket it applies
-/// to every connection accepted afterwards: Linux copies the options into accepted sockets,
-/// which saves four system calls per connection.
-fn apply_keepalive(socket: &impl AsFd, k: Option<&KeepaliveConfig>) -> io::Result<()> {
-    match k {
-        Some(k) => set_keepalive(socket, k),
-        None => socket2::SockRef::from(socket).set_keepalive(false),
-    }
-}
 
 /// Everything an accept loop needs, shared by all of them.
 #[derive(Debug)]
@@ -159,14 +64,12 @@ pub async fn accept_loop(
             Ok(a) => a,
             Err(e) => {
                 errors.inc();
-                if !is_per_connection(&e) {
-                    // EMFILE/ENFILE/ENOBUFS: accepting again at once would spin at 100% CPU
-                    // while nothing frees up; back off briefly instead.
+                if !isthmus_admin::backoff::is_per_connection(&e) {
                     if let Some(count) = shared.metrics.warnings.event(&name, "accept_error") {
                         warn!(listener = %name, error = %e, count, "accept failed, backing off");
                     }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
                 }
+                isthmus_admin::backoff::after_accept_error(&e).await;
                 continue;
             }
         };
@@ -179,8 +82,8 @@ pub async fn accept_loop(
         if applied != Some(spec.keepalive) {
             // This connection was accepted with the old settings: it gets them directly.
             for result in [
-                apply_keepalive(&listener, spec.keepalive.as_ref()),
-                apply_keepalive(&sock, spec.keepalive.as_ref()),
+                socket::apply_keepalive(&listener, spec.keepalive.as_ref()),
+                socket::apply_keepalive(&sock, spec.keepalive.as_ref()),
             ] {
                 if let Err(e) = result {
                     warn!(listener = %name, error = %e, "cannot set TCP keepalive");
@@ -197,13 +100,4 @@ pub async fn accept_loop(
             .connections
             .spawn(conn::handle(sock, peer, spec, ctx.clone(), over));
     }
-}
-
-fn is_per_connection(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::Interrupted
-    )
 }

@@ -13,13 +13,6 @@ use prometheus_client::registry::Registry;
 /// Labels of per-route series. `route` is the matched SNI pattern, or `default` when the
 /// listener's default upstream took the connection.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RouteLabels {
-    pub listener: String,
-    pub route: String,
-    pub upstream: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
     pub listener: String,
     pub route: String,

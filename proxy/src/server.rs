@@ -7,9 +7,10 @@ use crate::http1::Gate;
 use crate::listen::{self, Shared};
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
+use crate::socket;
 use crate::sources::Sources;
 use crate::splice::Splicer;
-use isthmus_config::{load_proxy_file, LoadError};
+use isthmus_config::{load_proxy_file, LoadError, Loaded, ProxyConfig};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -80,6 +81,9 @@ pub enum Reloaded {
         removed: Vec<String>,
     },
 }
+
+/// A listener bound by a reload and not yet serving: name, configured address, sockets.
+type Fresh = (String, SocketAddr, Vec<std::net::TcpListener>);
 
 #[derive(Debug)]
 struct Running {
@@ -171,7 +175,7 @@ impl Proxy {
         );
         let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
         let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
-        let admin_listener = listen::bind(admin_address).map_err(|source| StartError::Bind {
+        let admin_listener = socket::bind(admin_address).map_err(|source| StartError::Bind {
             what: "admin".into(),
             address: admin_address,
             source,
@@ -186,7 +190,7 @@ impl Proxy {
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
             let sockets = workers.runtimes.len().max(1);
-            let listener = listen::bind_group(l.address, sockets, l.client_hello_timeout.get())
+            let listener = socket::bind_group(l.address, sockets, l.client_hello_timeout.get())
                 .map_err(|source| StartError::Bind {
                     what: format!("listener {:?}", l.name),
                     address: l.address,
@@ -306,12 +310,38 @@ impl Proxy {
 
     /// Re-reads the file. On any error the old configuration stays and the error is returned
     /// (and counted); established connections are never touched either way.
+    ///
+    /// Four steps, each counting and logging its own failure: parse, bind (every new or moved
+    /// listener, before anything changes), compile (resolver and snapshot), swap.
     pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
-        let metrics = &self.inner.shared.metrics;
         let mut running = self.inner.running.lock().await;
         let started = std::time::Instant::now();
-        // Parsing a 10k-route file takes tens of milliseconds: keep it off the async workers
-        // so the connections they serve do not stall during a reload.
+        let loaded = self.parse().await?;
+        let parsed_in = started.elapsed();
+        let old = self.inner.shared.current();
+        if loaded.hash == old.hash {
+            self.inner.shared.metrics.reload("unchanged");
+            return Ok(Reloaded::Unchanged);
+        }
+        let fresh = self.bind(&loaded.config, &running)?;
+        let compiling = std::time::Instant::now();
+        let snapshot = self.compile(loaded, &old)?;
+        let compiled_in = compiling.elapsed();
+        let hash = snapshot.hash.clone();
+        let (added, removed) = self.swap(&mut running, snapshot, &old, fresh);
+        self.inner.shared.metrics.reload("applied");
+        info!(%hash, ?added, ?removed, ?parsed_in, ?compiled_in, total = ?started.elapsed(),
+            "configuration reloaded");
+        Ok(Reloaded::Applied {
+            hash,
+            added,
+            removed,
+        })
+    }
+
+    /// Reads and validates the file, off the async workers: parsing a 10k-route file takes
+    /// tens of milliseconds, and the connections they serve must not stall meanwhile.
+    async fn parse(&self) -> Result<Loaded<ProxyConfig>, ReloadError> {
         let path = self.inner.path.clone();
         let parsed = tokio::task::spawn_blocking(move || load_proxy_file(&path)).await;
         let parsed = parsed.unwrap_or_else(|e| {
@@ -320,41 +350,39 @@ impl Proxy {
                 source: std::io::Error::other(e),
             })
         });
-        let loaded = match parsed {
-            Ok(l) => l,
-            Err(e) => {
-                metrics.reload(match e {
-                    LoadError::Read { .. } => "unreadable",
-                    _ => "invalid",
-                });
-                warn!(error = %e, "reload rejected; the previous configuration stays in effect");
-                return Err(e.into());
-            }
-        };
-        let parsed_in = started.elapsed();
-        let old = self.inner.shared.current();
-        if loaded.hash == old.hash {
-            metrics.reload("unchanged");
-            return Ok(Reloaded::Unchanged);
-        }
-        // Bind every new or moved listener before changing anything, so that a failure
-        // leaves the running configuration exactly as it was.
+        parsed.map_err(|e| {
+            self.inner.shared.metrics.reload(match e {
+                LoadError::Read { .. } => "unreadable",
+                _ => "invalid",
+            });
+            warn!(error = %e, "reload rejected; the previous configuration stays in effect");
+            e.into()
+        })
+    }
+
+    /// Binds every new or moved listener, so that a failure leaves the running configuration
+    /// exactly as it was.
+    fn bind(
+        &self,
+        config: &ProxyConfig,
+        running: &HashMap<String, Running>,
+    ) -> Result<Vec<Fresh>, ReloadError> {
         let mut fresh = Vec::new();
-        for l in &loaded.config.listeners {
+        for l in &config.listeners {
             if running
                 .get(&l.name)
                 .is_some_and(|r| r.configured == l.address)
             {
                 continue;
             }
-            match listen::bind_group(
+            match socket::bind_group(
                 l.address,
                 self.inner.workers.len(),
                 l.client_hello_timeout.get(),
             ) {
                 Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),
                 Err(source) => {
-                    metrics.reload("bind_error");
+                    self.inner.shared.metrics.reload("bind_error");
                     warn!(listener = %l.name, address = %l.address, error = %source,
                         "reload rejected; the previous configuration stays in effect");
                     return Err(ReloadError::Bind {
@@ -365,42 +393,59 @@ impl Proxy {
                 }
             }
         }
-        let hash = loaded.hash.clone();
+        Ok(fresh)
+    }
+
+    /// The new snapshot: route tables, upstreams (carrying what did not change) and the
+    /// resolver (a new one only when its settings changed).
+    fn compile(
+        &self,
+        loaded: Loaded<ProxyConfig>,
+        old: &Snapshot,
+    ) -> Result<Arc<Snapshot>, ReloadError> {
+        let metrics = &self.inner.shared.metrics;
         let dns = if old.dns.config() == &loaded.config.resolver {
             old.dns.clone()
         } else {
-            match Dns::new(&loaded.config.resolver, metrics.clone()) {
-                Ok(d) => d,
-                Err(e) => {
-                    metrics.reload("invalid");
-                    warn!(error = %e, "reload rejected; the previous configuration stays in effect");
-                    return Err(e.into());
-                }
-            }
+            Dns::new(&loaded.config.resolver, metrics.clone()).map_err(|e| {
+                metrics.reload("invalid");
+                warn!(error = %e, "reload rejected; the previous configuration stays in effect");
+                ReloadError::from(e)
+            })?
         };
-        let compiling = std::time::Instant::now();
-        let snapshot = Arc::new(Snapshot::compile(
+        Ok(Arc::new(Snapshot::compile(
             loaded.config,
             loaded.hash,
             metrics,
             &dns,
-            Some(&old),
-        ));
-        let compiled_in = compiling.elapsed();
+            Some(old),
+        )))
+    }
+
+    /// Swaps the snapshot in, starts the accept loops of the fresh listeners and stops those
+    /// of removed ones; returns the names added and removed.
+    fn swap(
+        &self,
+        running: &mut HashMap<String, Running>,
+        snapshot: Arc<Snapshot>,
+        old: &Snapshot,
+        fresh: Vec<Fresh>,
+    ) -> (Vec<String>, Vec<String>) {
+        let shared = &self.inner.shared;
         let removed: Vec<String> = running
             .keys()
             .filter(|name| !snapshot.listeners.contains_key(*name))
             .cloned()
             .collect();
-        match self.inner.shared.snapshot.write() {
+        let hash = snapshot.hash.clone();
+        match shared.snapshot.write() {
             Ok(mut s) => *s = snapshot,
             Err(poisoned) => *poisoned.into_inner() = snapshot,
         }
-        metrics.set_config_hash(Some(&old.hash), &hash);
-        metrics.connection_cap(
-            self.inner.shared.current().config.max_connections,
-            self.inner.shared.fd_ceiling,
-        );
+        shared.metrics.set_config_hash(Some(&old.hash), &hash);
+        shared
+            .metrics
+            .connection_cap(shared.current().config.max_connections, shared.fd_ceiling);
         let mut added = Vec::new();
         for (name, configured, listener) in fresh {
             let r = self.spawn_accept(name.clone(), configured, listener);
@@ -415,14 +460,7 @@ impl Proxy {
                 info!(listener = %name, "listener removed; its open connections stay");
             }
         }
-        metrics.reload("applied");
-        info!(%hash, ?added, ?removed, ?parsed_in, ?compiled_in, total = ?started.elapsed(),
-            "configuration reloaded");
-        Ok(Reloaded::Applied {
-            hash,
-            added,
-            removed,
-        })
+        (added, removed)
     }
 
     /// Drains and stops: `/readyz` turns 503, after `delay` the listeners close, then open

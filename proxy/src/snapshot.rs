@@ -7,7 +7,6 @@ use crate::metrics::ListenerLabels;
 use crate::metrics::{BytesLabels, Metrics, OutcomeLabels, UpstreamLabels};
 use crate::pool::{Endpoint, Pool, Target};
 use crate::routes::{HeaderTable, RouteTable};
-use isthmus_config::validate::normalize_sni_pattern;
 use isthmus_config::{
     Cidr, KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode,
     UpstreamConfig,
@@ -115,7 +114,8 @@ impl Snapshot {
                 let endpoints = u
                     .endpoints
                     .iter()
-                    .map(|label| {
+                    .zip(&u.targets)
+                    .map(|(label, endpoint)| {
                         let carried = before.and_then(|b| {
                             b.pool.endpoints.iter().find(|e| {
                                 e.label == *label
@@ -124,9 +124,12 @@ impl Snapshot {
                         });
                         match carried {
                             Some(e) => e.clone(),
-                            None => {
-                                Arc::new(Endpoint::new(&u.name, label, target(label, dns), metrics))
-                            }
+                            None => Arc::new(Endpoint::new(
+                                &u.name,
+                                label,
+                                target(endpoint, dns),
+                                metrics,
+                            )),
                         }
                     })
                     .collect();
@@ -167,13 +170,11 @@ impl Snapshot {
     }
 }
 
-fn target(label: &str, dns: &Dns) -> Target {
-    if let Ok(a) = label.parse() {
-        return Target::Addr(a);
+fn target(endpoint: &isthmus_config::Endpoint, dns: &Dns) -> Target {
+    match endpoint {
+        isthmus_config::Endpoint::Addr(a) => Target::Addr(*a),
+        isthmus_config::Endpoint::Name { host, port } => Target::Name(dns.follow(host, *port)),
     }
-    // Validation guarantees `host:port`.
-    let (host, port) = label.rsplit_once(':').unwrap_or((label, "0"));
-    Target::Name(dns.follow(host, port.parse().unwrap_or(0)))
 }
 
 fn compile_listener(
@@ -201,9 +202,8 @@ fn compile_listener(
             }
             continue;
         }
-        let pattern = normalize_sni_pattern(&r.sni).unwrap_or_else(|_| r.sni.clone());
-        if let Some(route) = route(&pattern, &r.upstream) {
-            routes.insert(&pattern, route);
+        if let Some(route) = route(&r.sni_pattern, &r.upstream) {
+            routes.insert(&r.sni_pattern, route);
         }
     }
     ListenerSpec {

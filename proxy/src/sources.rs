@@ -6,8 +6,8 @@
 //! open (at most `max_connections` entries of ~80 bytes), and a pending connection one slot.
 //! IPv6 sources count by their /64: one host usually owns a whole /64.
 
-use crate::conn::ActiveGuard;
 use isthmus_config::cidr::mask;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -192,6 +192,31 @@ impl Drop for PendingSlot {
             }
         }
         st.forget_if_unused(self.source);
+    }
+}
+
+/// Counts one open connection in `isthmus_proxy_active_connections{listener}` (and, once its
+/// source is known, in that source's count) from creation until dropped, whether by the
+/// intake task or, once spliced, by the splicer.
+#[derive(Debug)]
+pub struct ActiveGuard {
+    gauge: Gauge,
+    pub(crate) source: Option<SourceGuard>,
+}
+
+impl ActiveGuard {
+    pub fn new(gauge: Gauge) -> Self {
+        gauge.inc();
+        ActiveGuard {
+            gauge,
+            source: None,
+        }
+    }
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.gauge.dec();
     }
 }
 

@@ -16,12 +16,12 @@
 
 mod flow;
 mod limits;
-mod slab;
 mod spares;
 
-use crate::conn::ActiveGuard;
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
+use crate::sources::ActiveGuard;
+use crate::sys::NestedPoll;
 use flow::Flow;
 pub use limits::{End, Limits};
 use limits::{Extra, Timer};
@@ -33,9 +33,9 @@ use spares::Spares;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::io::unix::AsyncFd;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio_util::task::task_tracker::TaskTrackerToken;
@@ -45,6 +45,9 @@ use tracing::{debug, warn};
 const EVENTS: usize = 256;
 /// Polls handled before the splicer lets other tasks of its runtime run.
 const POLLS_PER_TURN: usize = 16;
+/// Room for pairs kept by the inbox between turns; a burst beyond it is freed once taken in,
+/// so thousands of connections opened at once do not leave their hand-over buffer behind.
+const INBOX_KEEP: usize = 64;
 
 /// What an open connection holds until it closes: dropping it updates the gauges, releases
 /// the upstream's connection slot and lets a drain know this connection is gone.
@@ -83,28 +86,36 @@ pub struct Pair {
     pub span: tracing::Span,
 }
 
-/// A worker's splicer. Cheap to clone; all clones feed the same table.
+/// A worker's splicer. Cheap to clone; all clones feed the same loop.
 #[derive(Debug, Clone)]
 pub struct Splicer {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
+/// What the splicer's handles share with its loop. The connection table itself belongs to the
+/// loop alone, so no lock is held while it does I/O.
+#[derive(Debug, Default)]
 struct Inner {
-    registry: mio::Registry,
-    state: Mutex<State>,
-    /// Woken when a connection with an earlier deadline than any before arrives.
-    rearm: Notify,
+    /// Pairs handed over and not yet taken in by the loop; locked only to push or swap.
+    inbox: Mutex<Vec<Pair>>,
+    /// Woken when a pair arrives.
+    wake: Notify,
+    /// Set when the loop has ended: nothing would move a new pair's bytes.
+    stopped: AtomicBool,
+    /// Open connections, for tests waiting for every connection to close.
+    #[cfg(test)]
+    open: std::sync::atomic::AtomicUsize,
 }
 
+/// The loop's own state.
 #[derive(Debug, Default)]
 struct State {
     conns: Slab<Conn>,
     timers: BinaryHeap<Reverse<Timer>>,
     next_gen: u32,
     spares: Spares,
-    /// Set when the loop has ended: nothing would move a new pair's bytes.
-    stopped: bool,
+    /// The inbox's vector, swapped in and out to keep its allocation.
+    arrived: Vec<Pair>,
 }
 
 /// One open connection: two sockets, two directions.
@@ -123,95 +134,45 @@ impl Splicer {
     /// Creates a splicer whose loop runs as a task on `runtime`.
     pub fn start(runtime: &Handle, busy_poll: Duration) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
-        let inner = Arc::new(Inner {
-            registry: poll.registry().try_clone()?,
-            state: Mutex::new(State::default()),
-            rearm: Notify::new(),
-        });
+        let inner = Arc::new(Inner::default());
         let task = inner.clone();
         // A panic here aborts the process (see `supervise`): connections nobody serves must
         // not stay open.
         crate::supervise::spawn_critical(runtime, "splicer", async move {
-            if let Err(e) = task.run(poll, busy_poll).await {
+            let mut st = State::default();
+            if let Err(e) = task.run(poll, busy_poll, &mut st).await {
                 // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                 // holding connections nobody serves.
-                let open = {
-                    let mut st = lock(&task.state);
-                    st.stopped = true;
-                    std::mem::take(&mut st.conns)
-                };
-                warn!(error = %e, open = open.count(), "splicer stopped; its connections are closed");
+                task.stopped.store(true, Ordering::Release);
+                let queued = std::mem::take(&mut *lock(&task.inbox)).len();
+                warn!(error = %e, open = st.conns.len() + queued,
+                    "splicer stopped; its connections are closed");
             }
         });
         Ok(Splicer { inner })
     }
 
-    /// Takes over a connected pair. On error (no room in the kernel's epoll set) the pair is
-    /// dropped, closing both sockets.
+    /// Takes over a connected pair: its loop registers both sockets and moves their bytes. On
+    /// error (the loop has stopped) the pair is dropped, closing both sockets.
     pub fn adopt(&self, pair: Pair) -> io::Result<()> {
-        let mut down = TcpStream::from_std(pair.down);
-        let mut up = TcpStream::from_std(pair.up);
-        let mut st = lock(&self.inner.state);
-        if st.stopped {
+        if self.inner.stopped.load(Ordering::Acquire) {
             return Err(io::Error::other("the worker's splicer has stopped"));
         }
-        let key = st.conns.vacant_key();
-        let both = Interest::READABLE | Interest::WRITABLE;
-        // The first edges report what is already there (the upstream's first flight, room to
-        // write the rest of the hello), so nothing has to be driven here.
-        self.inner
-            .registry
-            .register(&mut down, token(key, 0), both)?;
-        self.inner.registry.register(&mut up, token(key, 1), both)?;
-        let limited = pair.limits != Limits::default();
-        let extra = (limited || !pair.span.is_disabled()).then(|| {
-            let now = Instant::now();
-            st.next_gen = st.next_gen.wrapping_add(1);
-            Box::new(Extra {
-                limits: pair.limits,
-                gen: st.next_gen,
-                started: now,
-                last: now,
-                metrics: pair.metrics,
-                upstream: pair.upstream,
-                span: pair.span,
-            })
-        });
-        let deadline = extra
-            .as_deref()
-            .and_then(|x| x.deadline().map(|at| (at, x.gen)));
-        st.conns.insert(Conn {
-            down,
-            up,
-            d2u: Flow::new(pair.to_up_counter, pair.to_up),
-            u2d: Flow::new(pair.to_down_counter, Vec::new()),
-            _keep: pair.keep,
-            extra,
-        });
-        if let Some((at, gen)) = deadline {
-            let earliest = st.timers.peek().is_none_or(|Reverse(t)| at < t.at);
-            st.timers.push(Reverse(Timer { at, key, gen }));
-            if earliest {
-                self.inner.rearm.notify_one();
-            }
-        }
+        lock(&self.inner.inbox).push(pair);
+        self.inner.wake.notify_one();
         Ok(())
     }
 
     /// Connections this splicer holds.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        lock(&self.inner.state).conns.len()
+        self.inner.open.load(Ordering::Acquire) + lock(&self.inner.inbox).len()
     }
 }
 
 impl Inner {
-    async fn run(&self, poll: mio::Poll, busy_poll: Duration) -> io::Result<()> {
-        // Deprecated because a generic `T` may hand out another descriptor later (I/O safety);
-        // `mio::Poll` owns its epoll descriptor for its whole life and always returns it, so
-        // the safe constructor is sound here and keeps `unsafe` out of this module.
-        #[allow(deprecated)]
-        let mut fd = AsyncFd::with_interest(poll, tokio::io::Interest::READABLE)?;
+    async fn run(&self, poll: mio::Poll, busy_poll: Duration, st: &mut State) -> io::Result<()> {
+        let mut poll = NestedPoll::register(poll)?;
         let mut events = Events::with_capacity(EVENTS);
         let mut deadline = None;
         loop {
@@ -224,53 +185,44 @@ impl Inner {
             let mut busy = false;
             tokio::select! {
                 biased;
-                guard = fd.readable_mut() => {
-                    let mut guard = guard?;
-                    busy = true;
-                    for _ in 0..POLLS_PER_TURN {
-                        let n = poll_now(guard.get_inner_mut(), &mut events)?;
-                        self.dispatch(&events);
-                        // A short batch means the ready list was empty at that instant, and
-                        // every later event raises a new edge on the runtime's epoll (a nested
-                        // epoll wakes its poller on each event): the poll that would only
-                        // confirm "nothing" is skipped.
-                        if n < EVENTS {
-                            guard.clear_ready();
-                            busy = false;
-                            break;
-                        }
-                    }
+                more = poll.wait_and_poll(&mut events, POLLS_PER_TURN, |ev| st.dispatch(ev)) => {
+                    busy = more?;
                 }
-                () = self.rearm.notified() => {}
+                () = self.wake.notified() => {}
                 () = sleep => {}
             }
-            deadline = self.expire(Instant::now());
+            self.take_in(st, poll.registry());
+            deadline = st.expire(Instant::now());
             if busy {
                 // More events are waiting: let the runtime's other tasks have a turn first.
                 tokio::task::yield_now().await;
             } else if !busy_poll.is_zero() {
-                self.spin(fd.get_mut(), &mut events, busy_poll).await?;
-                deadline = self.expire(Instant::now());
+                self.spin(&mut poll, &mut events, busy_poll, st).await?;
+                deadline = st.expire(Instant::now());
             }
+            #[cfg(test)]
+            self.open.store(st.conns.len(), Ordering::Release);
         }
     }
 
     /// Keeps polling without parking for up to `window` after the last event.
     async fn spin(
         &self,
-        poll: &mut mio::Poll,
+        poll: &mut NestedPoll,
         events: &mut Events,
         window: Duration,
+        st: &mut State,
     ) -> io::Result<()> {
         let mut until = Instant::now() + window;
         loop {
-            if poll_now(poll, events)? > 0 {
-                self.dispatch(events);
+            self.take_in(st, poll.registry());
+            if poll.poll_now(events)? > 0 {
+                st.dispatch(events);
                 until = Instant::now() + window;
                 continue;
             }
             let now = Instant::now();
-            self.expire(now);
+            st.expire(now);
             if now >= until {
                 return Ok(());
             }
@@ -281,12 +233,78 @@ impl Inner {
         }
     }
 
-    fn dispatch(&self, events: &Events) {
-        if events.is_empty() {
-            return;
+    /// Registers the pairs handed over since the last turn and adds them to the table.
+    fn take_in(&self, st: &mut State, registry: &mio::Registry) {
+        {
+            let mut inbox = lock(&self.inbox);
+            #[cfg(test)]
+            self.open
+                .store(st.conns.len() + inbox.len(), Ordering::Release);
+            std::mem::swap(&mut *inbox, &mut st.arrived);
         }
-        let mut st = lock(&self.state);
-        let State { conns, spares, .. } = &mut *st;
+        let mut arrived = std::mem::take(&mut st.arrived);
+        for pair in arrived.drain(..) {
+            let upstream = pair.upstream.clone();
+            if let Err(e) = st.insert(pair, registry) {
+                warn!(%upstream, error = %e, "cannot splice the connection, closing it");
+            }
+        }
+        arrived.shrink_to(INBOX_KEEP);
+        st.arrived = arrived;
+        #[cfg(test)]
+        self.open.store(st.conns.len(), Ordering::Release);
+    }
+}
+
+impl State {
+    /// Registers both sockets of `pair` and adds it to the table. On error (no room in the
+    /// kernel's epoll set) the pair is dropped, closing both sockets.
+    fn insert(&mut self, pair: Pair, registry: &mio::Registry) -> io::Result<()> {
+        let mut down = TcpStream::from_std(pair.down);
+        let mut up = TcpStream::from_std(pair.up);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        let both = Interest::READABLE | Interest::WRITABLE;
+        // The first edges report what is already there (the upstream's first flight, room to
+        // write the rest of the hello), so nothing has to be driven here.
+        registry.register(&mut down, token(key, 0), both)?;
+        if let Err(e) = registry.register(&mut up, token(key, 1), both) {
+            let _ = registry.deregister(&mut down);
+            return Err(e);
+        }
+        let limited = pair.limits != Limits::default();
+        let extra = (limited || !pair.span.is_disabled()).then(|| {
+            let now = Instant::now();
+            self.next_gen = self.next_gen.wrapping_add(1);
+            Box::new(Extra {
+                limits: pair.limits,
+                gen: self.next_gen,
+                started: now,
+                last: now,
+                metrics: pair.metrics,
+                upstream: pair.upstream,
+                span: pair.span,
+            })
+        });
+        let deadline = extra
+            .as_deref()
+            .and_then(|x| x.deadline().map(|at| (at, x.gen)));
+        entry.insert(Conn {
+            down,
+            up,
+            d2u: Flow::new(pair.to_up_counter, pair.to_up),
+            u2d: Flow::new(pair.to_down_counter, Vec::new()),
+            _keep: pair.keep,
+            extra,
+        });
+        if let Some((at, gen)) = deadline {
+            self.timers.push(Reverse(Timer { at, key, gen }));
+        }
+        Ok(())
+    }
+
+    fn dispatch(&mut self, events: &Events) {
+        let State { conns, spares, .. } = self;
         for ev in events.iter() {
             let (key, side) = (ev.token().0 >> 1, ev.token().0 & 1);
             let Some(conn) = conns.get_mut(key) else {
@@ -312,7 +330,7 @@ impl Inner {
                     End::Failed
                 }
             };
-            if let Some(c) = conns.remove(key) {
+            if let Some(c) = conns.try_remove(key) {
                 c.close(end);
             }
         }
@@ -320,16 +338,15 @@ impl Inner {
 
     /// Closes connections whose limit passed and re-arms the others; returns the next
     /// deadline.
-    fn expire(&self, now: Instant) -> Option<tokio::time::Instant> {
-        let mut st = lock(&self.state);
-        while let Some(Reverse(t)) = st.timers.peek() {
+    fn expire(&mut self, now: Instant) -> Option<tokio::time::Instant> {
+        while let Some(Reverse(t)) = self.timers.peek() {
             if t.at > now {
                 break;
             }
-            let Some(Reverse(t)) = st.timers.pop() else {
+            let Some(Reverse(t)) = self.timers.pop() else {
                 break;
             };
-            let Some(conn) = st.conns.get_mut(t.key) else {
+            let Some(conn) = self.conns.get_mut(t.key) else {
                 continue;
             };
             let Some(x) = conn.extra.as_deref().filter(|x| x.gen == t.gen) else {
@@ -337,14 +354,14 @@ impl Inner {
             };
             match x.expired(now) {
                 Some(end) => {
-                    if let Some(c) = st.conns.remove(t.key) {
+                    if let Some(c) = self.conns.try_remove(t.key) {
                         c.close(end);
                     }
                 }
                 None => {
                     if let Some(at) = x.deadline() {
                         let gen = x.gen;
-                        st.timers.push(Reverse(Timer {
+                        self.timers.push(Reverse(Timer {
                             at,
                             key: t.key,
                             gen,
@@ -353,7 +370,7 @@ impl Inner {
                 }
             }
         }
-        st.timers.peek().map(|Reverse(t)| t.at.into())
+        self.timers.peek().map(|Reverse(t)| t.at.into())
     }
 }
 
@@ -400,21 +417,9 @@ fn token(key: usize, side: usize) -> Token {
     Token(key << 1 | side)
 }
 
-/// Polls without blocking; returns how many events came back.
-fn poll_now(poll: &mut mio::Poll, events: &mut Events) -> io::Result<usize> {
-    loop {
-        match poll.poll(events, Some(Duration::ZERO)) {
-            Ok(()) => return Ok(events.iter().count()),
-            // Reporting "nothing" here would clear the edge while events wait: ask again.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// The table stays usable after a panic elsewhere: every update of it is complete before the
-/// lock is released.
-fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+/// The inbox stays usable after a panic elsewhere: every push and swap is complete before
+/// the lock is released.
+fn lock(m: &Mutex<Vec<Pair>>) -> MutexGuard<'_, Vec<Pair>> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

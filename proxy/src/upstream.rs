@@ -104,16 +104,7 @@ async fn dial(
     policy: &UpstreamConfig,
     first: &[u8],
 ) -> io::Result<(std::net::TcpStream, usize)> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let socket = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.nonblocking().cloexec(),
-        Some(Protocol::TCP),
-    )?;
-    socket.set_tcp_nodelay(true)?;
-    if let Some(k) = &policy.tcp_keepalive {
-        crate::listen::set_keepalive(&socket, k)?;
-    }
+    let socket = crate::socket::upstream(addr, policy.tcp_keepalive.as_ref())?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

@@ -6,6 +6,7 @@
 // clippy's allow-unwrap-in-tests exempts only #[test] functions, not the helpers of a test crate.
 #![allow(clippy::unwrap_used)]
 
+use isthmus_testkit::Rng;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -160,22 +161,6 @@ fn samples_with_pipelined_bytes() {
     }
 }
 
-/// A deterministic xorshift64 generator: the same mutants on every run and every machine.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Applies one random edit of the kinds that break parsers: bit flips, boundary values,
 /// off-by-some length fields, truncation, and splices of another input.
 fn mutate(rng: &mut Rng, buf: &mut Vec<u8>, other: &[u8]) {
@@ -247,7 +232,7 @@ fn mutated_samples_never_panic_or_contradict() {
         seeds.push(frame(&unframe(&bytes), 5));
         seeds.push(bytes);
     }
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut iterations = 0;
     // Which verdicts the mutants reached, to see with --nocapture that the loop goes deep.

@@ -1,5 +1,6 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
-//! scratch directories, polling with deadlines, and a real kube-apiserver ([`kube`]).
+//! scratch directories, polling with deadlines, the one metric scraper ([`metric`]), the one
+//! seeded random source ([`Rng`]), and a real kube-apiserver ([`kube`]).
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
 //! What it must never do: be a dependency of anything but tests and benchmarks, or hide a
@@ -8,13 +9,17 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod metrics;
 mod pki;
 mod poll;
+mod rng;
 mod scratch;
 mod tls;
 
+pub use metrics::metric;
 pub use pki::{CertKey, TestPki};
 pub use poll::{percentile, wait_until};
+pub use rng::Rng;
 pub use scratch::Scratch;
 pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};
 

@@ -1,18 +1,16 @@
-//! The admin HTTP endpoint: `/metrics`, `/healthz`, `/readyz`.
+//! The admin HTTP endpoint: `/metrics`, `/healthz`, `/readyz` (the routes and server of
+//! `isthmus-admin`, shared with the proxy and the controller).
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::{Request, Response, StatusCode};
+use isthmus_admin::http1::Gate;
+use isthmus_admin::Endpoints;
 use isthmus_config::HttpLimits;
-use isthmus_proxy::http1::Gate;
 use prometheus_client::registry::Registry;
-use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Whether the component is ready (server: ≥ 1 live agent session).
-pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
+pub type ReadyFn = isthmus_admin::routes::ReadyFn;
 
 /// Serves admin HTTP on `listener` until `shutdown`, with the default [`HttpLimits`].
 pub async fn serve(
@@ -33,35 +31,10 @@ pub async fn serve_with_limits(
     limits: HttpLimits,
     shutdown: CancellationToken,
 ) {
-    let make = move || {
-        let (registry, ready) = (registry.clone(), ready.clone());
-        hyper::service::service_fn(move |req| {
-            let r = answer(&req, &registry, &ready);
-            async move { Ok::<_, Infallible>(r) }
-        })
+    let endpoints = Endpoints {
+        registry,
+        ready: Some((ready, "not ready\n")),
+        config: None,
     };
-    isthmus_proxy::http1::serve(listener, Gate::new(limits), make, shutdown).await;
-}
-
-fn answer(
-    req: &Request<hyper::body::Incoming>,
-    registry: &Registry,
-    ready: &ReadyFn,
-) -> Response<Full<Bytes>> {
-    let (status, body) = match req.uri().path() {
-        "/metrics" => {
-            let mut text = String::new();
-            match prometheus_client::encoding::text::encode(&mut text, registry) {
-                Ok(()) => (StatusCode::OK, text),
-                Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-            }
-        }
-        "/healthz" => (StatusCode::OK, "ok\n".into()),
-        "/readyz" if ready() => (StatusCode::OK, "ready\n".into()),
-        "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".into()),
-        _ => (StatusCode::NOT_FOUND, "not found\n".into()),
-    };
-    let mut r = Response::new(Full::new(Bytes::from(body)));
-    *r.status_mut() = status;
-    r
+    isthmus_admin::serve(listener, endpoints, Gate::new(limits), shutdown).await;
 }

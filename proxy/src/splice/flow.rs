@@ -13,7 +13,7 @@
 
 use super::Spares;
 #[cfg(target_os = "linux")]
-use crate::zero_copy::Pipe;
+use crate::sys::Pipe;
 use mio::net::TcpStream;
 use prometheus_client::metrics::counter::Counter;
 use std::io::{self, Read, Write};

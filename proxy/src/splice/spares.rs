@@ -2,7 +2,7 @@
 
 use super::flow::{Held, BUF_SIZE};
 #[cfg(target_os = "linux")]
-use crate::zero_copy::Pipe;
+use crate::sys::Pipe;
 
 /// Spare buffers and pipes kept per splicer; beyond that they are freed.
 const MAX_SPARE: usize = 16;

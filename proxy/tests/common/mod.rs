@@ -62,14 +62,7 @@ impl Fixture {
     }
 }
 
-pub fn metric_value(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| {
-            l.strip_prefix(series)
-                .and_then(|rest| rest.trim().parse().ok())
-        })
-        .unwrap_or(0.0)
-}
+pub use isthmus_testkit::metric as metric_value;
 
 /// Admin address + listeners, with `routes_yaml` spliced under each listener as given.
 pub fn admin_yaml() -> &'static str {

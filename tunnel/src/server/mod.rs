@@ -301,9 +301,8 @@ impl Server {
 }
 
 async fn backoff(e: &std::io::Error) {
-    // EMFILE and friends: back off instead of spinning.
     tracing::warn!(error = %e, "accept failed");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    isthmus_admin::backoff::after_accept_error(e).await;
 }
 
 async fn accept_agents(shared: Arc<Shared>, listener: TcpListener, stop: CancellationToken) {

@@ -232,12 +232,8 @@ pub fn encode(r: &Registry) -> String {
     s
 }
 
-/// The value of the series whose line starts with `series ` (exact labels), or 0.
-pub fn metric(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series).and_then(|r| r.strip_prefix(' ')))
-        .map_or(0.0, |v| v.trim().parse().unwrap())
-}
+#[allow(unused_imports)] // not every test binary reads metrics
+pub use isthmus_testkit::metric;
 
 /// The HTTPS webhook in the shoot: `/` answers "ok", `/slow/MS` answers after MS ms.
 pub async fn start_webhook(world: &World) -> (SocketAddr, Arc<AtomicU64>) {

@@ -1,6 +1,6 @@
 //! HTTP/1 servers that no client can hold: the limits of [`HttpLimits`] applied the same way
 //! by every isthmus HTTP endpoint (the proxy's and the tunnel's admin, the tunnel's CONNECT
-//! front; the controller's metrics server can use it too).
+//! front, the controller's metrics server).
 //!
 //! - a request head must arrive within `header_read_timeout` (hyper's header timer; also
 //!   closes idle keep-alive connections), and may not exceed `max_header_bytes` (`431`);
@@ -20,7 +20,6 @@ use std::collections::BTreeMap;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
@@ -153,8 +152,8 @@ pub async fn serve<M, S, B>(
             r = listener.accept() => match r {
                 Ok((s, _)) => s,
                 Err(e) => {
-                    debug!(error = %e, "HTTP accept failed, backing off");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    debug!(error = %e, "HTTP accept failed");
+                    crate::backoff::after_accept_error(&e).await;
                     continue;
                 }
             },

@@ -1,0 +1,282 @@
+//! The intake of one accepted connection, under one deadline and into one buffer: admission
+//! (a PROXY header from a trusted peer, the source's allow-list and caps, a pending slot),
+//! then the ClientHello (or the CONNECT request) read into the buffer that is later replayed,
+//! and its route looked up.
+
+mod hello;
+
+pub use hello::Reject;
+
+use crate::http_connect;
+use crate::metrics::Metrics;
+use crate::proxy_protocol::{self, Addresses, Header};
+use crate::snapshot::{ListenerSpec, Route};
+use crate::sources::{ActiveGuard, Sources};
+use isthmus_config::{Cidr, ListenerKind, ProxyProtocolMode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tracing::{debug, field};
+
+struct PendingGauge<'a>(&'a ListenerSpec);
+
+impl Drop for PendingGauge<'_> {
+    fn drop(&mut self) {
+        self.0.pending.dec();
+    }
+}
+
+/// What the intake phase learned.
+pub struct Intake {
+    pub route: Arc<Route>,
+    /// The client's addresses from a PROXY header; `None` means the socket's own.
+    pub client: Option<Addresses>,
+    /// Bytes to replay to the upstream (the ClientHello, or what followed the CONNECT head).
+    pub replay: Vec<u8>,
+    /// Counts the connection as open until it closes (handed on to the splicer).
+    pub active: ActiveGuard,
+}
+
+// TCP_NODELAY and keepalive come with the accepted socket: they are set on the listening
+// socket (Linux passes them on), which saves five system calls per connection.
+//
+// Admission, in order: a PROXY header from a trusted peer (outside the pending slots: only
+// the load balancer gets there, and it sends the header with its first bytes), the source's
+// allow-list and connection cap, then a pending slot for the hello (the oldest pending
+// connection of the source, or of the listener, is evicted to make room).
+//
+// Returns the connection with what was learnt, or `None` once a rejected one is answered.
+pub async fn read(
+    mut down: TcpStream,
+    peer: SocketAddr,
+    spec: &ListenerSpec,
+    metrics: &Metrics,
+    sources: &Arc<Sources>,
+    mut active: ActiveGuard,
+) -> Option<(TcpStream, Intake)> {
+    let deadline = Instant::now() + spec.hello_timeout;
+    let mut buf = Vec::new();
+    let mut client = None;
+    let trusted = spec.proxy_protocol != ProxyProtocolMode::None
+        && Cidr::any_contains(&spec.trusted_proxies, peer.ip());
+    if trusted {
+        let cap = intake_cap(spec);
+        let header = read_proxy_header(&mut down, &mut buf, spec.proxy_protocol, cap);
+        match tokio::time::timeout_at(deadline, header).await {
+            Ok(Ok(Some(Header::Proxied(a)))) => {
+                tracing::Span::current().record("client", field::display(a.source));
+                client = Some(a);
+            }
+            Ok(Ok(_)) => {}
+            Ok(Err(r)) => return refuse(down, spec, metrics, r).await,
+            Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
+        }
+    } else if spec.proxy_protocol == ProxyProtocolMode::Require {
+        return refuse(down, spec, metrics, Reject::UntrustedProxy).await;
+    }
+    let source = client.map_or(peer.ip(), |a| a.source.ip());
+    if !spec.allowed_sources.is_empty() && !Cidr::any_contains(&spec.allowed_sources, source) {
+        return refuse(down, spec, metrics, Reject::SourceNotAllowed).await;
+    }
+    match sources.open(source, spec.max_connections_per_source) {
+        Some(g) => active.set_source(g),
+        None => return refuse(down, spec, metrics, Reject::TooManyConnectionsPerSource).await,
+    }
+    let (route, replay) = {
+        let (_slot, evicted) = sources.wait(source, spec.max_pending_per_source, spec.max_pending);
+        spec.pending.inc();
+        let _gauge = PendingGauge(spec);
+        // An untrusted peer's PROXY header is looked for only to refuse it.
+        let untrusted_header = !trusted && spec.proxy_protocol == ProxyProtocolMode::Accept;
+        let reading =
+            tokio::time::timeout_at(deadline, intake(&mut down, spec, buf, untrusted_header));
+        let result = tokio::select! {
+            r = reading => r,
+            Ok(()) = evicted => Ok(Err(IntakeError::Reject(Reject::Evicted))),
+        };
+        match result {
+            Ok(Ok(i)) => i,
+            Ok(Err(IntakeError::Reject(r))) => return refuse(down, spec, metrics, r).await,
+            Ok(Err(IntakeError::Http(status, reason))) => {
+                metrics.reject(&spec.name, reason);
+                let _ = down.write_all(&http_connect::response(status)).await;
+                return None;
+            }
+            Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
+        }
+    };
+    let intake = Intake {
+        route,
+        client,
+        replay,
+        active,
+    };
+    Some((down, intake))
+}
+
+/// Answers and closes a rejected connection; `None` for [`read`] to return.
+async fn refuse<T>(
+    down: TcpStream,
+    spec: &ListenerSpec,
+    metrics: &Metrics,
+    reason: Reject,
+) -> Option<T> {
+    reject(down, spec, metrics, reason).await;
+    None
+}
+
+enum IntakeError {
+    Reject(Reject),
+    /// An HTTP status to answer (http_connect listeners) and the rejection reason label.
+    Http(u16, &'static str),
+}
+
+impl From<Reject> for IntakeError {
+    fn from(r: Reject) -> Self {
+        IntakeError::Reject(r)
+    }
+}
+
+fn intake_cap(spec: &ListenerSpec) -> usize {
+    match spec.kind {
+        ListenerKind::TlsPassthrough => spec.max_hello_bytes,
+        ListenerKind::HttpConnect => spec.max_request_bytes,
+    }
+}
+
+async fn intake(
+    down: &mut TcpStream,
+    spec: &ListenerSpec,
+    mut buf: Vec<u8>,
+    untrusted_header: bool,
+) -> Result<(Arc<Route>, Vec<u8>), IntakeError> {
+    let span = tracing::Span::current();
+    if untrusted_header
+        && read_proxy_header(down, &mut buf, spec.proxy_protocol, intake_cap(spec))
+            .await?
+            .is_some()
+    {
+        return Err(Reject::UntrustedProxy.into());
+    }
+    let cap = intake_cap(spec);
+    let route = match spec.kind {
+        ListenerKind::TlsPassthrough => {
+            let sni = hello::read_client_hello(down, &mut buf, cap).await?;
+            if let Some(name) = &sni {
+                span.record("sni", name.as_str());
+            }
+            let route = sni
+                .as_deref()
+                .and_then(|n| spec.routes.find(n))
+                .or(spec.default_route.as_ref());
+            match route {
+                Some(r) => r.clone(),
+                None if sni.is_some() => return Err(Reject::UnknownSni.into()),
+                None => return Err(Reject::NoSni.into()),
+            }
+        }
+        ListenerKind::HttpConnect => {
+            let request = read_connect_request(down, &mut buf, spec).await?;
+            let value = request.header_value.as_deref();
+            let route = value
+                .and_then(|v| spec.header_routes.find(v))
+                .or(spec.default_route.as_ref());
+            match (route, value) {
+                (Some(r), _) => {
+                    buf.drain(..request.head_len);
+                    r.clone()
+                }
+                (None, Some(_)) => return Err(IntakeError::Http(404, "unknown_header_value")),
+                (None, None) => return Err(IntakeError::Http(400, "missing_route_header")),
+            }
+        }
+    };
+    Ok((route, buf))
+}
+
+async fn read_proxy_header(
+    down: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    mode: ProxyProtocolMode,
+    cap: usize,
+) -> Result<Option<Header>, Reject> {
+    loop {
+        if !buf.is_empty() {
+            match proxy_protocol::parse(buf) {
+                proxy_protocol::Parsed::NeedMore => {}
+                proxy_protocol::Parsed::Absent if mode == ProxyProtocolMode::Require => {
+                    return Err(Reject::ProxyProtocol)
+                }
+                proxy_protocol::Parsed::Absent => return Ok(None),
+                proxy_protocol::Parsed::Header { header, len } => {
+                    buf.drain(..len.min(buf.len()));
+                    return Ok(Some(header));
+                }
+                proxy_protocol::Parsed::Invalid(why) => {
+                    debug!(why, "invalid PROXY protocol header");
+                    return Err(Reject::ProxyProtocol);
+                }
+            }
+        }
+        // A v2 header may carry TLVs beyond the hello cap's room; 64 KiB covers any header.
+        hello::read_more(down, buf, cap.max(65_536 + 16)).await?;
+    }
+}
+
+async fn read_connect_request(
+    down: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    spec: &ListenerSpec,
+) -> Result<http_connect::Request, IntakeError> {
+    loop {
+        if !buf.is_empty() {
+            match http_connect::parse(buf, &spec.route_header, spec.max_request_bytes) {
+                Ok(r) => return Ok(r),
+                Err(http_connect::Error::NeedMore) => {}
+                Err(http_connect::Error::NotConnect) => {
+                    return Err(IntakeError::Http(405, "not_connect"))
+                }
+                Err(http_connect::Error::Malformed(_)) => {
+                    return Err(IntakeError::Http(400, "malformed"))
+                }
+                Err(http_connect::Error::TooLarge) => {
+                    return Err(IntakeError::Http(431, "too_large"))
+                }
+            }
+        }
+        match hello::read_more(down, buf, spec.max_request_bytes).await {
+            Ok(_) => {}
+            Err(Reject::TooLarge) => return Err(IntakeError::Http(431, "too_large")),
+            Err(r) => return Err(r.into()),
+        }
+    }
+}
+
+pub async fn reject(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics, reason: Reject) {
+    metrics.reject(&spec.name, reason.as_str());
+    debug!(reason = reason.as_str(), "rejected");
+    let answer = match spec.kind {
+        // An HTTP client gets an HTTP status, never a TLS alert.
+        ListenerKind::HttpConnect => http_status(reason).map(http_connect::response),
+        ListenerKind::TlsPassthrough if spec.reject_with_alert => {
+            reason.alert().map(|a| hello::alert_record(a).to_vec())
+        }
+        ListenerKind::TlsPassthrough => None,
+    };
+    if let Some(bytes) = answer {
+        let _ = down.write_all(&bytes).await;
+        let _ = down.shutdown().await;
+    }
+}
+
+fn http_status(reason: Reject) -> Option<u16> {
+    match reason {
+        Reject::Timeout => Some(408),
+        Reject::TooManyConnections | Reject::TooManyConnectionsPerSource => Some(503),
+        Reject::ProxyProtocol => Some(400),
+        Reject::TooLarge => Some(431),
+        _ => None,
+    }
+}

@@ -1,0 +1,99 @@
+//! Every socket the proxy opens and every option it sets, in one place: listening sockets
+//! (`SO_REUSEADDR`, `SO_REUSEPORT`, `TCP_NODELAY`, `TCP_DEFER_ACCEPT`, keepalive inherited by
+//! accepted sockets) and upstream sockets (`TCP_NODELAY`, the upstream's keepalive).
+
+use isthmus_config::KeepaliveConfig;
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::AsFd;
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+/// Binds with `SO_REUSEADDR` and `SO_REUSEPORT`: a reload can bind a listener's new socket
+/// while the old one still accepts (make before break), and a new isthmus process can take
+/// over a port from an old one during a rolling update.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::from_std(bind_std(addr)?)
+}
+
+/// Binds `n` (at least one) sockets to the same address with `SO_REUSEPORT`, one per worker
+/// runtime: the kernel spreads new connections over them, so each connection is accepted and
+/// served by one thread with no hand-off between workers. The first socket takes `addr` (port
+/// 0 picks a free port); the others join it on the port it got.
+///
+/// `defer` sets `TCP_DEFER_ACCEPT`: a connection is accepted only once its first bytes have
+/// arrived (or after about `defer`, when the kernel gives up waiting), so clients that connect
+/// and send nothing sit in the kernel's SYN queue instead of taking pending-hello slots.
+/// Every protocol a listener speaks (TLS, HTTP CONNECT, PROXY) has the client speak first.
+pub fn bind_group(
+    addr: SocketAddr,
+    n: usize,
+    defer: Duration,
+) -> io::Result<Vec<std::net::TcpListener>> {
+    let first = bind_std(addr)?;
+    let bound = first.local_addr()?;
+    let mut group = vec![first];
+    for _ in 1..n {
+        group.push(bind_std(bound)?);
+    }
+    for socket in &group {
+        crate::sys::set_defer_accept(socket, defer)?;
+    }
+    Ok(group)
+}
+
+/// A non-blocking listening socket not yet registered with any runtime, so that it can be
+/// handed to the runtime that will accept on it. TCP_NODELAY is set here because accepted
+/// sockets inherit it (Linux), as they inherit keepalive (see [`apply_keepalive`]).
+fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.set_tcp_nodelay(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(4096)?;
+    Ok(socket.into())
+}
+
+/// Applies TCP keepalive settings to a socket.
+pub fn set_keepalive(socket: &impl AsFd, k: &KeepaliveConfig) -> io::Result<()> {
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(k.time.get())
+        .with_interval(k.interval.get())
+        .with_retries(k.probes);
+    socket2::SockRef::from(socket).set_tcp_keepalive(&ka)
+}
+
+/// Sets (or, with `None`, turns off) keepalive on a socket. On a listening socket it applies
+/// to every connection accepted afterwards: Linux copies the options into accepted sockets,
+/// which saves four system calls per connection.
+pub fn apply_keepalive(socket: &impl AsFd, k: Option<&KeepaliveConfig>) -> io::Result<()> {
+    match k {
+        Some(k) => set_keepalive(socket, k),
+        None => socket2::SockRef::from(socket).set_keepalive(false),
+    }
+}
+
+/// A non-blocking, close-on-exec socket for connecting to an upstream at `addr`, with
+/// TCP_NODELAY and, if given, keepalive.
+pub fn upstream(
+    addr: SocketAddr,
+    keepalive: Option<&KeepaliveConfig>,
+) -> io::Result<socket2::Socket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    socket.set_tcp_nodelay(true)?;
+    if let Some(k) = keepalive {
+        set_keepalive(&socket, k)?;
+    }
+    Ok(socket)
+}

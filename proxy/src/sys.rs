@@ -1,0 +1,177 @@
+//! The system calls nothing safe wraps, and the only `unsafe` code of the workspace: pipes and
+//! `splice(2)` for the splicer's zero-copy path, registering the splicer's epoll with the
+//! runtime's, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
+//! safe function or type whose descriptors are borrowed from, or owned by, live values, so they
+//! are open for the whole call; every block says why it is sound.
+//!
+//! Pipes are pooled by the splicer that uses them (`splice::Spares`): a pipe is taken when a
+//! bulk burst starts and given back empty when the socket is drained, so idle connections hold
+//! no pipe (and no descriptors), and a busy worker does not pay `pipe2` + two `close` per burst.
+
+#![allow(unsafe_code)]
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::time::Duration;
+use tokio::io::unix::AsyncFd;
+
+/// Bytes a pipe holds; a bigger pipe moves a bulk stream in fewer system calls (1 MiB is
+/// `fs.pipe-max-size`'s default; pages are only taken while bytes sit in the pipe). Falls
+/// back to the kernel default (64 KiB) where that limit or the per-user pipe budget refuses it.
+const PIPE_SIZE: usize = 1024 * 1024;
+
+/// A pipe with both ends non-blocking and close-on-exec.
+#[derive(Debug)]
+pub struct Pipe {
+    read: OwnedFd,
+    write: OwnedFd,
+    /// Bytes in the pipe, moved in but not yet out.
+    pub held: usize,
+}
+
+impl Pipe {
+    /// A new empty pipe (`pipe2`, then `F_SETPIPE_SZ` to [`PIPE_SIZE`] where permitted).
+    pub fn new() -> io::Result<Pipe> {
+        let mut fds: [libc::c_int; 2] = [-1, -1];
+        // SAFETY: `fds` is a writable array of two c_ints, which is what pipe2 fills.
+        let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: F_SETPIPE_SZ takes an int argument; `write` is open (owned above). A refusal
+        // (EPERM/EINVAL) only leaves the default size, which is correct, just slower.
+        let _ = unsafe {
+            libc::fcntl(
+                write.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                PIPE_SIZE as libc::c_int,
+            )
+        };
+        Ok(Pipe {
+            read,
+            write,
+            held: 0,
+        })
+    }
+
+    /// Moves what `from` has (up to the pipe's room) into the pipe. `Ok(0)` is end of stream.
+    pub fn fill_from(&mut self, from: &impl AsFd) -> io::Result<usize> {
+        let n = splice(from.as_fd().as_raw_fd(), self.write.as_raw_fd(), PIPE_SIZE)?;
+        self.held += n;
+        Ok(n)
+    }
+
+    /// Moves bytes held in the pipe out to `to`; returns how many.
+    pub fn drain_to(&mut self, to: &impl AsFd) -> io::Result<usize> {
+        let n = splice(self.read.as_raw_fd(), to.as_fd().as_raw_fd(), self.held)?;
+        self.held -= n.min(self.held);
+        Ok(n)
+    }
+}
+
+fn splice(from: libc::c_int, to: libc::c_int, len: usize) -> io::Result<usize> {
+    // SAFETY: callers pass descriptors borrowed from live owners (`OwnedFd`, `TcpStream`), so
+    // both are open for the duration of the call; null offsets are what splice requires for
+    // pipes and sockets; no memory of ours is read or written.
+    let n = unsafe {
+        libc::splice(
+            from,
+            std::ptr::null_mut(),
+            to,
+            std::ptr::null_mut(),
+            len,
+            libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK,
+        )
+    };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
+}
+
+/// A splicer's epoll instance (mio), registered for readability with the runtime's own: one
+/// readable edge of it means "events are waiting". The `mio::Poll` is never handed out by
+/// `&mut`, so its descriptor cannot be swapped while registered.
+#[derive(Debug)]
+pub struct NestedPoll {
+    fd: AsyncFd<mio::Poll>,
+}
+
+impl NestedPoll {
+    /// Registers `poll` with the current runtime (must be called inside it).
+    pub fn register(poll: mio::Poll) -> io::Result<NestedPoll> {
+        // SAFETY: `mio::Poll` owns its epoll descriptor from creation to drop and `as_raw_fd`
+        // always returns that one; the `AsyncFd` owns the `Poll` and this type never lends it
+        // out mutably (only `poll`, which does not change the descriptor), so the descriptor
+        // stays open and the same for as long as it is registered.
+        let fd = unsafe {
+            AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)
+                .map_err(|e| e.into_parts().1)?
+        };
+        Ok(NestedPoll { fd })
+    }
+
+    /// The registry sockets are added to.
+    pub fn registry(&self) -> &mio::Registry {
+        self.fd.get_ref().registry()
+    }
+
+    /// Waits for a readable edge, then polls without blocking up to `rounds` times, handing
+    /// each batch to `each`; a short batch means the ready list was empty at that instant
+    /// (every later event raises a new edge: a nested epoll wakes its poller on each event),
+    /// so readiness is cleared and the poll that would only confirm "nothing" is skipped.
+    /// Returns whether events may still be waiting. Cancel-safe: it only awaits before polling.
+    pub async fn wait_and_poll(
+        &mut self,
+        events: &mut mio::Events,
+        rounds: usize,
+        mut each: impl FnMut(&mio::Events),
+    ) -> io::Result<bool> {
+        let mut guard = self.fd.readable_mut().await?;
+        for _ in 0..rounds {
+            let n = poll_now(guard.get_inner_mut(), events)?;
+            each(events);
+            if n < events.capacity() {
+                guard.clear_ready();
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Polls without blocking; returns how many events came back.
+    pub fn poll_now(&mut self, events: &mut mio::Events) -> io::Result<usize> {
+        poll_now(self.fd.get_mut(), events)
+    }
+}
+
+fn poll_now(poll: &mut mio::Poll, events: &mut mio::Events) -> io::Result<usize> {
+    loop {
+        match poll.poll(events, Some(Duration::ZERO)) {
+            Ok(()) => return Ok(events.iter().count()),
+            // Reporting "nothing" here would clear the edge while events wait: ask again.
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `TCP_DEFER_ACCEPT` with `defer` rounded up to whole seconds (at least one).
+pub fn set_defer_accept(socket: &impl AsFd, defer: Duration) -> io::Result<()> {
+    let secs = libc::c_int::try_from(defer.as_secs().saturating_add(1)).unwrap_or(libc::c_int::MAX);
+    // SAFETY: a descriptor borrowed from a live socket, and a pointer to a c_int that lives
+    // across the call, with its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_fd().as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_DEFER_ACCEPT,
+            std::ptr::from_ref(&secs).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

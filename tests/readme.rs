@@ -1,0 +1,198 @@
+//! The READMEs against the real thing: the layout table lists every crate of the workspace,
+//! "the two commands" are two, every `isthmus …` command they show is a real subcommand and
+//! every subcommand is documented, every proxy metric is in the metrics table, and each
+//! subcommand's `--help` says what its line in `isthmus --help` says and nothing meant for
+//! the code's readers.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap()
+}
+
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_isthmus"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "isthmus {args:?} failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `(name, about)` of every subcommand in `isthmus --help`, `help` left out.
+fn subcommands() -> Vec<(String, String)> {
+    let text = help(&["--help"]);
+    let list = text.split("Commands:\n").nth(1).unwrap();
+    list.lines()
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let (name, about) = l.trim().split_once(' ')?;
+            Some((name.to_owned(), about.trim().to_owned()))
+        })
+        .filter(|(name, _)| name != "help")
+        .collect()
+}
+
+#[test]
+fn the_layout_table_lists_every_crate() {
+    let cargo = read("Cargo.toml");
+    let members = cargo.split("members = [").nth(1).unwrap();
+    let members = &members[..members.find(']').unwrap()];
+    let crates: BTreeSet<String> = members
+        .split(',')
+        .map(|m| m.trim().trim_matches('"').to_owned())
+        .filter(|m| !m.is_empty() && m != ".")
+        .collect();
+    assert!(crates.len() >= 7, "{crates:?}");
+    let readme = read("README.md");
+    let rows: BTreeSet<String> = readme
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once("/` |").map(|(f, _)| f.to_owned()))
+        .collect();
+    for c in &crates {
+        assert!(rows.contains(c), "README.md's layout table lacks `{c}/`");
+    }
+    for r in &rows {
+        assert!(
+            root().join(r).is_dir(),
+            "README.md lists `{r}/`, which does not exist"
+        );
+    }
+}
+
+#[test]
+fn the_two_commands_are_two() {
+    let readme = read("README.md");
+    let section = readme.split("## The two commands").nth(1).unwrap();
+    let block = section.split("```").nth(1).unwrap();
+    let commands = block.lines().skip(1).filter(|l| !l.trim().is_empty());
+    assert_eq!(commands.count(), 2);
+}
+
+#[test]
+fn readme_commands_are_the_real_subcommands() {
+    let real: BTreeSet<String> = subcommands().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(
+        real,
+        [
+            "check-config",
+            "controller",
+            "proxy",
+            "tunnel-agent",
+            "tunnel-server"
+        ]
+        .map(String::from)
+        .into()
+    );
+    let mut shown = BTreeSet::new();
+    for file in [
+        "README.md",
+        "tunnel/README.md",
+        "controller/README.md",
+        "deploy/README.md",
+    ] {
+        let text = read(file);
+        for (at, _) in text.match_indices("isthmus ") {
+            // Only commands: at a line start or right after a backtick.
+            let before = text[..at].chars().next_back();
+            if !matches!(before, None | Some('\n') | Some('`')) {
+                continue;
+            }
+            let word: String = text[at + "isthmus ".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '-')
+                .collect();
+            if !word.is_empty() {
+                assert!(
+                    real.contains(&word),
+                    "{file} shows `isthmus {word}`, not a subcommand"
+                );
+                shown.insert(word);
+            }
+        }
+    }
+    assert_eq!(shown, real, "every subcommand is documented in a README");
+}
+
+#[test]
+fn subcommand_help_says_what_the_list_says() {
+    let subs = subcommands();
+    assert_eq!(subs.len(), 5);
+    for (name, about) in subs {
+        let text = help(&[&name, "--help"]);
+        assert_eq!(text.lines().next().unwrap(), about, "isthmus {name} --help");
+        for bad in ["Boxed", "//", "TODO", "FIXME"] {
+            assert!(
+                !text.contains(bad),
+                "isthmus {name} --help prints an implementation comment ({bad}):\n{text}"
+            );
+        }
+    }
+}
+
+/// Every metric name the proxy registers (`r.register("proxy_…"` under the `isthmus` prefix,
+/// or a full `isthmus_proxy_…` name),
+/// read from its source: an empty family is not encoded, so a scrape would miss most.
+fn proxy_metric_names(dir: &Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            proxy_metric_names(&path, out);
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (at, _) in text.match_indices("register") {
+            let rest = &text[at..];
+            let Some(open) = rest.find('"') else { continue };
+            if !rest[..open]
+                .trim_start_matches(|c: char| c.is_alphanumeric() || c == '_')
+                .trim()
+                .starts_with('(')
+            {
+                continue;
+            }
+            let name: String = rest[open + 1..].chars().take_while(|c| *c != '"').collect();
+            if name.starts_with("proxy_") {
+                out.insert(format!("isthmus_{name}"));
+            } else if name.starts_with("isthmus_proxy_") {
+                out.insert(name);
+            }
+        }
+    }
+}
+
+#[test]
+fn the_metrics_table_lists_every_proxy_metric() {
+    let strip = |n: &str| n.strip_suffix("_total").unwrap_or(n).to_owned();
+    let mut real = BTreeSet::new();
+    proxy_metric_names(&root().join("proxy/src"), &mut real);
+    let real: BTreeSet<String> = real.iter().map(|n| strip(n)).collect();
+    assert!(real.len() >= 15, "{real:?}");
+    let readme = read("README.md");
+    let documented: BTreeSet<String> = readme
+        .lines()
+        .filter(|l| l.starts_with("| `isthmus_proxy_"))
+        .flat_map(|l| {
+            let names = l.split(" | ").next().unwrap_or("");
+            names
+                .split(" / ")
+                .map(|n| strip(n.trim_start_matches("| ").trim_matches('`')))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let missing: Vec<_> = real.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&real).collect();
+    assert!(
+        missing.is_empty() && stale.is_empty(),
+        "README.md's metrics table: missing {missing:?}, not a metric {stale:?}"
+    );
+}
