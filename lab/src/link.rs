@@ -64,10 +64,12 @@ impl Link {
         let link = self.clone();
         tokio::spawn(async move {
             loop {
-                let Ok((inbound, _)) = listener.accept().await else {
-                    // Accept errors (EMFILE...) are transient: back off rather than spin.
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
+                let inbound = match listener.accept().await {
+                    Ok((inbound, _)) => inbound,
+                    Err(e) => {
+                        isthmus_admin::backoff::after_accept_error(&e).await;
+                        continue;
+                    }
                 };
                 let link = link.clone();
                 tokio::spawn(async move { link.serve(inbound, target).await });

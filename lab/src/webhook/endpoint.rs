@@ -45,9 +45,8 @@ pub(super) async fn start(
                 r = listener.accept() => match r {
                     Ok((tcp, _)) => tcp,
                     Err(e) => {
-                        // EMFILE and friends: back off instead of spinning.
                         tracing::warn!(error = %e, "webhook accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        isthmus_admin::backoff::after_accept_error(&e).await;
                         continue;
                     }
                 },
