@@ -78,6 +78,8 @@ pub struct Load {
     stop: CancellationToken,
     task: JoinHandle<()>,
     rec: Arc<Mutex<Recording>>,
+    /// Dropped without `stop` (a failed run): the worker stops too.
+    _guard: tokio_util::sync::DropGuard,
 }
 
 impl Load {
@@ -92,7 +94,13 @@ impl Load {
             patched: 0,
         };
         let task = tokio::spawn(worker.run(stop.clone(), interval));
-        Self { stop, task, rec }
+        let _guard = stop.clone().drop_guard();
+        Self {
+            stop,
+            task,
+            rec,
+            _guard,
+        }
     }
 
     /// The resourceVersion of the newest acknowledged write.

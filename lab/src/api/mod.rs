@@ -79,14 +79,15 @@ pub struct ShootApi {
     files: Files,
     dns: Dns,
     egress: [Egress; 2],
-    /// Field order is drop order: the load before the servers.
+    /// Field order is drop order: the load and the watch (which stop when dropped) before the
+    /// servers (killed when dropped).
     load: Option<Load>,
     watch: Option<Watch>,
     servers: [Option<ApiServer>; 2],
     version: String,
     /// How long the destination kube-apiserver took to be ready, if it became ready.
     destination_ready_ms: Option<f64>,
-    /// The webhook configuration was seen working before the load started.
+    /// AdmissionReviews answered before the load started (the set-up's probe writes).
     webhook_calls_at_start: usize,
 }
 

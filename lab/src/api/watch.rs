@@ -43,6 +43,8 @@ pub struct Watch {
     task: JoinHandle<()>,
     seen: Arc<Mutex<Seen>>,
     last: Arc<AtomicU64>,
+    /// Dropped without `stop_after` (a failed run): the watch stops too.
+    _guard: tokio_util::sync::DropGuard,
 }
 
 impl Watch {
@@ -62,11 +64,13 @@ impl Watch {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let last = Arc::new(AtomicU64::new(from));
         let task = tokio::spawn(run(dns, stop.clone(), seen.clone(), last.clone()));
+        let _guard = stop.clone().drop_guard();
         Ok(Self {
             stop,
             task,
             seen,
             last,
+            _guard,
         })
     }
 
