@@ -512,6 +512,45 @@ fn destination_abort_removes_joined_members_and_etcd() {
 }
 
 #[test]
+fn source_abort_leaves_joined_members_to_the_destination_for_the_grace() {
+    // A destination learner is in etcd; the destination's etcd-druid may still run its pod.
+    let mut obs = src_exposed();
+    let url = "https://etcd-main-0.shoot--foo--bar.seed-b.internal.example.com:2380";
+    if let Some(c) = &mut obs.etcd_cluster {
+        c.members.push(EtcdMember {
+            id: 300,
+            name: "dest-etcd-main-0".into(),
+            peer_urls: vec![url.into()],
+            is_learner: true,
+        });
+    }
+    let s = spec(Role::Source, Step::Abort);
+    let p = plan::plan(&s, &obs);
+    assert_eq!(
+        condition(&p, "LiveMigrationAborted"),
+        Some(("Progressing", "WaitingForDestination"))
+    );
+    assert!(p.etcd_ops.is_empty(), "{:?}", p.etcd_ops);
+    assert!(
+        !p.routes.is_empty(),
+        "exposure held for the destination's removal"
+    );
+    // Still there just inside the grace: still left alone.
+    obs.previous = p.status.clone();
+    obs.now = "2026-01-01T00:02:00Z".into();
+    assert!(plan::plan(&s, &obs).etcd_ops.is_empty());
+    // Past it (the destination seed is gone): the source removes the learner itself.
+    obs.now = "2026-01-01T00:02:01Z".into();
+    let p = plan::plan(&s, &obs);
+    assert!(
+        matches!(p.etcd_ops[..], [EtcdOp::Remove { id: 300, .. }]),
+        "{:?}",
+        p.etcd_ops
+    );
+    assert_eq!(plan::SOURCE_ABORT_GRACE_SECS, 120);
+}
+
+#[test]
 fn refused_abort_plans_the_previous_step() {
     let mut obs = dst_grown();
     let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);

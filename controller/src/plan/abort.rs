@@ -1,6 +1,12 @@
 //! The abort of a migration: when it is refused (a joining member votes), and the order of an
 //! accepted one — the joining members stop (`replicas: 0`), leave etcd (learners removed
 //! through etcd's API), and only then the `Etcd` and the exposure go.
+//!
+//! The destination removes the members it added (GEP-0039: "the destination gardenlet will
+//! also take care to remove the newly added members"). The source waits for that and holds
+//! its exposure meanwhile: a learner removed while etcd-druid still runs its pod is added
+//! again by that pod. Only when the foreign members stay for [`SOURCE_ABORT_GRACE_SECS`]
+//! (the destination seed is gone) does the source remove them itself.
 
 use super::conditions::{self as cond, Verdict};
 use super::names::Member;
@@ -8,6 +14,11 @@ use super::roles::{apply, cleanup_verdict, label, listed, urls, Outcome};
 use super::steps::Ctx;
 use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
 use crate::crd::{EtcdMigrationSpec, Role};
+use k8s_openapi::jiff::Timestamp;
+
+/// How long the source's abort leaves foreign members to the destination before it removes
+/// them itself.
+pub const SOURCE_ABORT_GRACE_SECS: i64 = 120;
 
 /// Members this seed's abort must see leave etcd: the destination's own joining members, or
 /// on the source every member that is not its own.
@@ -101,6 +112,17 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
                 return out;
             }
         }
+        if ctx.spec.role == Role::Source && !grace_over(ctx) {
+            let v = Verdict::waiting(
+                cond::ABORTED,
+                "WaitingForDestination",
+                format!(
+                    "the destination removes its joined members ({}); removed here if they stay {SOURCE_ABORT_GRACE_SECS} s",
+                    names.join(", ")
+                ),
+            );
+            return Outcome::new(EtcdAction::Keep, v, false);
+        }
         let v = Verdict::waiting(
             cond::ABORTED,
             "RemovingJoinedMembers",
@@ -139,4 +161,25 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
         )
     };
     Outcome::new(etcd, v, done)
+}
+
+/// The abort has been in progress on this seed for longer than the grace (its condition's
+/// transition time: it stays while the status stays `Progressing`).
+fn grace_over(ctx: &Ctx<'_>) -> bool {
+    let Some(c) = ctx
+        .obs
+        .previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == cond::ABORTED && c.status == "Progressing")
+    else {
+        return false;
+    };
+    let (Ok(since), Ok(now)) = (
+        c.last_transition_time.parse::<Timestamp>(),
+        ctx.obs.now.parse::<Timestamp>(),
+    ) else {
+        return false;
+    };
+    now.as_second() - since.as_second() > SOURCE_ABORT_GRACE_SECS
 }

@@ -68,6 +68,7 @@ use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 
 use std::collections::BTreeMap;
 
+pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
 pub use steps::{plan, wanted_routes};
 

@@ -101,7 +101,7 @@ async fn tick(
         })
         .collect();
 
-    let (voters, names) = blocking(|| {
+    let Some((voters, names)) = blocking(|| {
         let mut c = etcd.lock().unwrap();
         if side == Side::Destination {
             if replicas == 0 {
@@ -111,10 +111,13 @@ async fn tick(
                     }
                 }
             }
+            // No list, no membership decision this tick.
+            let Some(now) = c.try_members() else {
+                return None;
+            };
             for name in &own {
-                let listed = c
-                    .members()
-                    .into_iter()
+                let listed = now
+                    .iter()
                     .find(|m| &m.1 == name || m.2.contains(&c.def(name).peer_url()));
                 match listed {
                     None => {
@@ -148,8 +151,10 @@ async fn tick(
             .map(|m| m.1)
             .filter(|n| !n.is_empty())
             .collect();
-        (voters as i64, names)
-    });
+        Some((voters as i64, names))
+    }) else {
+        return Ok(());
+    };
 
     let mut status = json!({
         "observedGeneration": v["metadata"]["generation"],

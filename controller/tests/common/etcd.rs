@@ -213,32 +213,33 @@ impl TestEtcd {
 
     /// `(id, name, peer urls, learner)` of every member.
     pub fn members(&self) -> Vec<(u64, String, Vec<String>, bool)> {
-        let Ok(out) = self.etcdctl(&["member", "list", "-w", "json"]) else {
-            return Vec::new();
-        };
-        let v: Value = serde_json::from_str(&out).unwrap_or_default();
-        v["members"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| {
-                        (
-                            m["ID"].as_u64().unwrap_or(0),
-                            m["name"].as_str().unwrap_or_default().to_string(),
-                            m["peerURLs"]
-                                .as_array()
-                                .map(|u| {
-                                    u.iter()
-                                        .filter_map(|x| x.as_str().map(String::from))
-                                        .collect()
-                                })
-                                .unwrap_or_default(),
-                            m["isLearner"].as_bool().unwrap_or(false),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        self.try_members().unwrap_or_default()
+    }
+
+    /// The member list, `None` when etcd did not answer (not the same as no members: a
+    /// stand-in that took it for one would add members that are there).
+    pub fn try_members(&self) -> Option<Vec<(u64, String, Vec<String>, bool)>> {
+        let out = self.etcdctl(&["member", "list", "-w", "json"]).ok()?;
+        let v: Value = serde_json::from_str(&out).ok()?;
+        v["members"].as_array().map(|a| {
+            a.iter()
+                .map(|m| {
+                    (
+                        m["ID"].as_u64().unwrap_or(0),
+                        m["name"].as_str().unwrap_or_default().to_string(),
+                        m["peerURLs"]
+                            .as_array()
+                            .map(|u| {
+                                u.iter()
+                                    .filter_map(|x| x.as_str().map(String::from))
+                                    .collect()
+                            })
+                            .unwrap_or_default(),
+                        m["isLearner"].as_bool().unwrap_or(false),
+                    )
+                })
+                .collect()
+        })
     }
 
     fn id_of(&self, name: &str) -> Option<u64> {
