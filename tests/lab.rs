@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use isthmus_lab::etcd::{MemberRef, Side};
 use isthmus_lab::{Options, Report, Scenario};
 use std::process::Command;
 use std::sync::Mutex;
@@ -121,7 +122,88 @@ fn assert_clean(r: &Report, name: &str) {
     assert!(r.violations.is_empty(), "{name}: {:?}", r.violations);
 }
 
+/// Which rolling updates of peer URLs a side's members went through.
+#[derive(Clone, Copy)]
+enum Rolls {
+    /// To the exposed URLs (the source's first step).
+    Out,
+    /// Back to the in-cluster URLs (the destination's `Complete`).
+    Back,
+    /// Out, then back (the source of an abort).
+    OutAndBack,
+}
+
+/// The first step and the way back, as etcd-druid's rolling update does them: each of `side`'s
+/// 3 members gets a `member update` and a restart per roll, one at a time, the leader last and
+/// after handing its leadership over; a member still there at the end advertises its
+/// in-cluster URL alone.
+fn assert_rolled(r: &Report, side: Side, rolls: Rolls) {
+    let members: Vec<MemberRef> = (0..3).map(|index| MemberRef { side, index }).collect();
+    let rolled: Vec<_> = r
+        .members
+        .rolled
+        .iter()
+        .filter(|x| members.iter().any(|m| m.name() == x.member))
+        .collect();
+    type Url = fn(&MemberRef) -> String;
+    let out: (&str, Url) = ("out", MemberRef::peer_url);
+    let back: (&str, Url) = ("back", MemberRef::in_cluster_url);
+    let rounds = match rolls {
+        Rolls::Out => vec![out],
+        Rolls::Back => vec![back],
+        Rolls::OutAndBack => vec![out, back],
+    };
+    assert_eq!(rolled.len(), 3 * rounds.len(), "{side:?}: {rolled:#?}");
+    for (round, chunk) in rounds.iter().zip(rolled.chunks(3)) {
+        let (what, url) = round;
+        let mut names: Vec<&str> = chunk.iter().map(|x| x.member.as_str()).collect();
+        names.sort();
+        let mut want: Vec<String> = members.iter().map(MemberRef::name).collect();
+        want.sort();
+        assert_eq!(names, want, "{side:?} {what}: every member once");
+        for x in chunk {
+            let m = members.iter().find(|m| m.name() == x.member).unwrap();
+            assert_eq!(x.peer_urls, [url(m)], "{side:?} {what}: {}", x.member);
+        }
+        // One restart at a time, the leader last (after the two others), handing over first.
+        assert!(
+            chunk[2].leader_moved.is_some() && chunk[..2].iter().all(|x| x.leader_moved.is_none()),
+            "{side:?} {what}: {chunk:#?}"
+        );
+        assert!(chunk
+            .windows(2)
+            .all(|w| w[0].t_ms + w[0].took_ms <= w[1].t_ms));
+    }
+    if !r.members.r#final.is_empty()
+        && members
+            .iter()
+            .any(|m| r.members.r#final.contains(&m.name()))
+    {
+        for m in &members {
+            assert_eq!(
+                r.members.final_peer_urls.get(&m.name()),
+                Some(&vec![m.in_cluster_url()]),
+                "{} ends on its in-cluster URL",
+                m.name()
+            );
+        }
+    }
+}
+
 fn assert_moved(r: &Report) {
+    // The source members advertised their in-cluster URLs until `Expose` rolled them to the
+    // exposed ones, before any destination member was added.
+    assert_rolled(r, Side::Source, Rolls::Out);
+    assert_rolled(r, Side::Destination, Rolls::Back);
+    let first_learner = r
+        .events
+        .iter()
+        .find(|e| e.what.contains("added dest-etcd-main-0 as learner"))
+        .unwrap()
+        .t_ms;
+    assert!(r.members.rolled[..3]
+        .iter()
+        .all(|x| x.t_ms + x.took_ms < first_learner));
     let mut fin = r.members.r#final.clone();
     fin.sort();
     assert_eq!(
@@ -234,6 +316,8 @@ fn abort_before_the_join_completes_leaves_the_source_untouched() {
         Some(&4),
         "a learner was added, then removed: {sizes:?}"
     );
+    // The source rolled out to its exposed URLs and, after the abort, back.
+    assert_rolled(&r, Side::Source, Rolls::OutAndBack);
 }
 
 #[test]

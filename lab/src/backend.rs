@@ -8,9 +8,11 @@
 //! - Proxy routes → `proxy::render` (the controller's renderer) + SIGHUP + `/config` hash check.
 //! - `Etcd` → what etcd-druid would do, one membership operation per pass: add a member as a
 //!   learner and start it, promote it, and for `members_to_remove` move leadership to a member
-//!   that stays, then remove one member (quorum checked).
+//!   that stays, then remove one member (quorum checked). A change of the advertised peer URLs
+//!   is a rolling update (`crate::rolling`): `member update` and a restart, one member at a time.
 //!
-//! Exposure is built before etcd uses it and torn down after etcd stopped using it.
+//! Exposure is built before etcd uses it and torn down after etcd stopped using it: routes
+//! go only once no connection uses them.
 
 use crate::error::{Error, Result};
 use crate::etcd::{self, MemberRef, Side};
@@ -101,7 +103,7 @@ impl Lab {
                 .map(|l| EtcdMember {
                     id: l.id,
                     name: l.name,
-                    peer_urls: vec![l.peer_url],
+                    peer_urls: l.peer_urls,
                     is_learner: l.learner,
                 })
                 .collect(),
@@ -120,15 +122,13 @@ impl Lab {
             .iter()
             .map(|l| {
                 all.iter()
-                    .find(|m| m.peer_url() == l.peer_url)
+                    .find(|m| m.listed_as(l))
                     .map_or_else(|| l.name.clone(), MemberRef::name)
             })
             .collect();
         let mut ready = 0;
         for m in voters.iter().filter(|m| m.side == side) {
-            let voter = listed
-                .iter()
-                .any(|l| l.peer_url == m.peer_url() && !l.learner);
+            let voter = listed.iter().any(|l| m.listed_as(l) && !l.learner);
             if voter && etcd::serving(&m.client_url(self.topo.seed(side))).await {
                 ready += 1;
             }
@@ -144,10 +144,16 @@ impl Lab {
         if building {
             acted |= self.apply_records(side, p, &tag)?;
             acted |= self.apply_routes(side, p, &tag).await?;
+        } else {
+            // Tearing down: the names go first, so nothing dials them again (a restarted
+            // etcd member replays its log and dials a peer at the URL it was added with,
+            // keeping that connection after the peer's URL changed: seen here); the routes
+            // go last, once no connection uses them.
+            acted |= self.apply_records(side, p, &tag)?;
         }
         acted |= self.apply_etcd(side, p, &tag).await?;
         if !building {
-            acted |= self.apply_records(side, p, &tag)?;
+            self.wait_routes_unused(side, p, &tag).await?;
             acted |= self.apply_routes(side, p, &tag).await?;
         }
         Ok(acted)
@@ -194,11 +200,20 @@ impl Lab {
         Ok(true)
     }
 
-    /// Rewrites both seeds' hosts files from both migrations' records.
-    fn write_hosts(&self) -> Result<()> {
+    /// Rewrites both seeds' hosts files from both migrations' records, after each seed's
+    /// cluster DNS: the in-cluster peer names, which every seed resolves to its own pods.
+    pub(crate) fn write_hosts(&self) -> Result<()> {
         for resolver in [Side::Source, Side::Destination] {
             let seed = self.topo.seed(resolver);
-            let mut entries = Vec::new();
+            let mut entries: Vec<(String, String)> = (0..topology::MEMBERS)
+                .map(|index| {
+                    let m = MemberRef {
+                        side: resolver,
+                        index,
+                    };
+                    ("127.0.0.1".to_string(), m.in_cluster_dns())
+                })
+                .collect();
             for owner in [Side::Source, Side::Destination] {
                 let obs = &self.migrations[idx(owner)].obs;
                 for rec in obs.dns_records.values() {
@@ -248,13 +263,12 @@ impl Lab {
                     e.timestamp = annotations.get(TIMESTAMP).cloned();
                 }
                 let busy = match side {
-                    // druid rolls the source only for a new generation (its members are
-                    // gone by the time the source is planned at Shrink).
-                    Side::Source if changed => {
-                        self.check_advertised(fields)?;
+                    // A rolling update is done within the pass; the next pass sees it synced.
+                    Side::Source => {
+                        let wanted = self.wanted_urls(side, fields)?;
+                        acted |= self.roll(side, &wanted, tag).await?;
                         false
                     }
-                    Side::Source => false,
                     Side::Destination => self.druid_destination(fields, tag).await?,
                 };
                 if !busy {
@@ -269,8 +283,11 @@ impl Lab {
                     replicas,
                     ..EtcdFields::default()
                 };
-                // Nothing to roll: the members that advertised the exposure are gone.
+                // Members still running on this side (an abort) roll back to their
+                // in-cluster URLs; at `Complete` the source members are gone.
+                let wanted = self.wanted_urls(side, &released)?;
                 acted |= self.set_fields(side, released, tag);
+                acted |= self.roll(side, &wanted, tag).await?;
                 self.synced(side);
             }
         }
@@ -332,12 +349,19 @@ impl Lab {
         }
     }
 
-    /// The source's members were started with their exposed peer URLs as their only ones (see
-    /// docs/lab.md), so "restart with the extra URLs" is a check that they are the planned ones.
-    fn check_advertised(&self, fields: &EtcdFields) -> Result<()> {
+    /// The peer URLs etcd-druid gives `side`'s members in the cluster for `fields`: the
+    /// advertised ones, after the in-cluster one unless `overrideDefaultUrl`; the in-cluster
+    /// one alone for a member not advertised. An advertised URL must be the member's exposed
+    /// one (the only other name the lab's DNS and proxies serve).
+    fn wanted_urls(
+        &self,
+        side: Side,
+        fields: &EtcdFields,
+    ) -> Result<Vec<(MemberRef, Vec<String>)>> {
+        let spec = &self.migrations[idx(side)].spec;
+        let all = [topology::source(), topology::destination()].concat();
         for a in &fields.advertise {
-            let ok = self
-                .cluster
+            let ok = all
                 .iter()
                 .any(|m| m.name() == a.name && a.peer_urls == [m.peer_url()]);
             if !ok {
@@ -347,7 +371,39 @@ impl Lab {
                 )));
             }
         }
-        Ok(())
+        Ok(self
+            .cluster
+            .iter()
+            .filter(|m| m.side == side)
+            .map(|m| {
+                let urls = match fields.advertise.iter().find(|a| a.name == m.name()) {
+                    Some(a) if spec.override_default_url => a.peer_urls.clone(),
+                    Some(a) => [vec![m.in_cluster_url()], a.peer_urls.clone()].concat(),
+                    None => vec![m.in_cluster_url()],
+                };
+                (*m, urls)
+            })
+            .collect())
+    }
+
+    /// Waits until no connection uses the member routes this pass removes from `side`'s
+    /// proxy (the members stopped dialling the exposed names), as a controller must before
+    /// deleting a route in use.
+    async fn wait_routes_unused(&self, side: Side, p: &Plan, tag: &str) -> Result<()> {
+        let kept: Vec<String> = p.routes.iter().map(|r| r.listener.clone()).collect();
+        let proxy = &self.proxies[idx(side)];
+        etcd::retry(
+            &format!("{tag}: no connection on the member listeners being released"),
+            std::time::Duration::from_secs(60),
+            || async {
+                match proxy.member_connections(&kept).await {
+                    Some(open) if open.is_empty() => Ok(()),
+                    Some(open) => Err(Error::State(format!("connections open: {open:?}"))),
+                    None => Err(Error::State("the proxy's /metrics did not answer".into())),
+                }
+            },
+        )
+        .await
     }
 
     /// One druid step towards `fields` on the destination: add the next missing member as a
@@ -381,7 +437,7 @@ impl Lab {
             if !self
                 .cluster
                 .iter()
-                .any(|m| m.name() == b.name && b.peer_urls == [m.peer_url()])
+                .any(|m| m.name() == b.name && b.peer_urls == self.peer_urls(*m))
             {
                 return Err(Error::State(format!(
                     "bootstrap member {} ({:?}) is not in the cluster",
@@ -394,20 +450,29 @@ impl Lab {
             .filter(|m| m.index < replicas)
             .collect();
         for m in wanted {
-            // druid starts the member with the advertised URL: it must be the one we use.
-            if !fields
-                .advertise
-                .iter()
-                .any(|a| a.name == m.name() && a.peer_urls == [m.peer_url()])
-            {
-                return Err(Error::State(format!(
-                    "{} is not advertised at {}",
-                    m.name(),
-                    m.peer_url()
-                )));
-            }
             if !self.cluster.contains(&m) {
-                self.add_learner(m).await?;
+                // druid starts a joining member with the advertised URL: it must be the one
+                // the lab's DNS and proxies serve.
+                if !fields
+                    .advertise
+                    .iter()
+                    .any(|a| a.name == m.name() && a.peer_urls == [m.peer_url()])
+                {
+                    return Err(Error::State(format!(
+                        "{} is not advertised at {}",
+                        m.name(),
+                        m.peer_url()
+                    )));
+                }
+                let urls = if self.migrations[idx(Side::Destination)]
+                    .spec
+                    .override_default_url
+                {
+                    vec![m.peer_url()]
+                } else {
+                    vec![m.in_cluster_url(), m.peer_url()]
+                };
+                self.add_learner(m, urls).await?;
                 self.event(format!("{tag}: added {} as learner", m.name()));
                 return Ok(true);
             }
@@ -417,7 +482,10 @@ impl Lab {
                 return Ok(true);
             }
         }
-        Ok(false)
+        // Every member runs: the spec's URLs reach them by a rolling update (at `Complete`,
+        // back to the in-cluster URLs).
+        let urls = self.wanted_urls(Side::Destination, fields)?;
+        self.roll(Side::Destination, &urls, tag).await
     }
 
     /// Removes `name`, first moving leadership to a voter that stays if the leader is leaving
@@ -428,7 +496,7 @@ impl Lab {
         // A learner that has not started yet is listed by its peer URL only.
         let Some(m) = all
             .into_iter()
-            .find(|m| m.name() == name || m.peer_url() == name)
+            .find(|m| m.name() == name || m.peer_url() == name || m.in_cluster_url() == name)
         else {
             return Err(Error::State(format!(
                 "the plan removes unknown member {name}"

@@ -2,9 +2,15 @@
 //! etcd-druid would perform: add as learner, promote, remove, move leader — each retried while
 //! etcd refuses it for a transient reason ("unhealthy cluster", learner not yet in sync).
 //!
-//! Names and advertised peer URLs are the planner's (`crate::specs`); the ports members listen
+//! Names and exposed peer URLs are the planner's (`crate::specs`); the ports members listen
 //! on inside a seed are the lab's (peer 12380 + index behind the proxy, client 22379 + index):
 //! the proxy and all members share the seed's one namespace, where the proxy holds 2380+.
+//!
+//! A member has two possible peer URLs: its in-cluster one (etcd-druid's peer Service name,
+//! `<pod>.<etcd>-peer.<namespace>.svc`, spelled alike in both seeds and resolved by each seed
+//! to its own pod) and its exposed one. Which it advertises is the lab's druid stand-in's
+//! business (`crate::backend`); a listed member is recognised by its name, or by its exposed
+//! URL while it is a learner that has not started (learners are added with that URL).
 
 use crate::error::{Error, Result};
 use crate::seeds::Seed;
@@ -45,6 +51,30 @@ impl MemberRef {
     pub fn peer_url(&self) -> String {
         self.planned(|m| m.peer_url())
     }
+    /// The in-cluster peer name, etcd-druid's peer Service: `<pod>.<etcd>-peer.<namespace>.svc`.
+    /// The pod names are the same in both seeds (`etcd-main-<i>`), so the name is too.
+    pub fn in_cluster_dns(&self) -> String {
+        format!(
+            "{}.{}-peer.{}.svc",
+            self.planned(|m| m.pod),
+            crate::specs::ETCD,
+            crate::specs::NAMESPACE
+        )
+    }
+    /// The in-cluster peer URL: reaches the member directly inside its own seed (its listen
+    /// port, not the proxy's).
+    pub fn in_cluster_url(&self) -> String {
+        format!("https://{}:{}", self.in_cluster_dns(), self.peer_port())
+    }
+    /// Whether `l` is this member in etcd's list: by name, or, for a learner that has not
+    /// started (no name yet), by the exposed URL it was added with.
+    pub fn listed_as(&self, l: &Listed) -> bool {
+        if l.name.is_empty() {
+            l.peer_urls.contains(&self.peer_url())
+        } else {
+            l.name == self.name()
+        }
+    }
     fn planned(&self, f: impl FnOnce(isthmus_controller::plan::Member) -> String) -> String {
         // Every lab member (index < 3) has a planner entry; an empty name would fail loudly
         // in etcd's flag parsing rather than silently.
@@ -74,11 +104,13 @@ pub struct Member {
 }
 
 impl Member {
-    /// Starts the member in `seed`; `cluster` is `--initial-cluster`, `state` `new`/`existing`.
+    /// Starts the member in `seed` advertising `peer_urls`; `cluster` is `--initial-cluster`,
+    /// `state` `new`/`existing`.
     pub fn start(
         seed: &Seed,
         dir: &Path,
         r: MemberRef,
+        peer_urls: &[String],
         cluster: &str,
         state: &str,
         pre_vote: bool,
@@ -100,7 +132,7 @@ impl Member {
                 "--listen-peer-urls",
                 &format!("https://127.0.0.1:{}", r.peer_port()),
             ])
-            .args(["--initial-advertise-peer-urls", &r.peer_url()])
+            .args(["--initial-advertise-peer-urls", &peer_urls.join(",")])
             .args([
                 "--listen-client-urls",
                 &client,
@@ -140,6 +172,32 @@ impl Member {
         Ok(Self { r, child })
     }
 
+    /// Stops it as kubelet stops a pod: SIGTERM (a leader hands its leadership over first),
+    /// SIGKILL after `grace`. Says which it took.
+    pub async fn stop(&mut self, grace: Duration) -> Result<String> {
+        let t0 = Instant::now();
+        crate::seeds::run(
+            std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]),
+        )?;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => {
+                    return Ok(format!(
+                        "SIGTERM, exited after {:.1} s",
+                        t0.elapsed().as_secs_f64()
+                    ))
+                }
+                Ok(None) if t0.elapsed() < grace => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                _ => {
+                    self.kill9();
+                    return Ok(format!("SIGTERM, SIGKILL after {} s", grace.as_secs()));
+                }
+            }
+        }
+    }
+
     /// `kill -9`: the process dies without a word to its peers (a crashed container).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -159,11 +217,11 @@ impl Drop for Member {
     }
 }
 
-/// `name=peer-url,...` for `--initial-cluster`.
-pub fn initial_cluster(members: &[MemberRef]) -> String {
+/// `name=peer-url,...` for `--initial-cluster`: every URL of every member.
+pub fn initial_cluster(members: &[(MemberRef, Vec<String>)]) -> String {
     members
         .iter()
-        .map(|m| format!("{}={}", m.name(), m.peer_url()))
+        .flat_map(|(m, urls)| urls.iter().map(move |u| format!("{}={u}", m.name())))
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -183,7 +241,7 @@ pub async fn connect(endpoints: &[String]) -> Result<Client> {
 pub struct Listed {
     pub id: u64,
     pub name: String,
-    pub peer_url: String,
+    pub peer_urls: Vec<String>,
     pub learner: bool,
 }
 
@@ -198,7 +256,7 @@ pub async fn list(c: &mut Client) -> Result<Vec<Listed>> {
         .map(|m| Listed {
             id: m.id(),
             name: m.name().to_string(),
-            peer_url: m.peer_urls().first().cloned().unwrap_or_default(),
+            peer_urls: m.peer_urls().to_vec(),
             learner: m.is_learner(),
         })
         .collect())
@@ -226,22 +284,18 @@ where
     }
 }
 
-/// Adds `m` as a learner (idempotent: an existing member with its peer URL counts as done).
-pub async fn add_learner(c: &Client, m: MemberRef) -> Result<()> {
+/// Adds `m` as a learner advertising `urls` (idempotent: `m` listed counts as done).
+pub async fn add_learner(c: &Client, m: MemberRef, urls: &[String]) -> Result<()> {
     retry(
         &format!("add learner {}", m.name()),
         Duration::from_secs(60),
         || async {
             let mut c = c.clone();
-            if list(&mut c)
-                .await?
-                .iter()
-                .any(|l| l.peer_url == m.peer_url())
-            {
+            if list(&mut c).await?.iter().any(|l| m.listed_as(l)) {
                 return Ok(());
             }
             c.member_add(
-                [m.peer_url()],
+                urls.to_vec(),
                 Some(MemberAddOptions::new().with_is_learner()),
             )
             .await
@@ -280,7 +334,7 @@ pub async fn remove(c: &Client, m: MemberRef, endpoints_after: &[String]) -> Res
         || async {
             let mut c = c.clone();
             let members = list(&mut c).await?;
-            let Some(l) = members.iter().find(|l| l.peer_url == m.peer_url()) else {
+            let Some(l) = members.iter().find(|l| m.listed_as(l)) else {
                 return Ok(());
             };
             let voters_after = members
@@ -298,6 +352,27 @@ pub async fn remove(c: &Client, m: MemberRef, endpoints_after: &[String]) -> Res
                 .await
                 .map(|_| ())
                 .map_err(|e| Error::etcd("member remove", e))
+        },
+    )
+    .await
+}
+
+/// `member update`: `m` advertises `urls` from now on (what etcd-druid's backup-restore
+/// sidecar does when a pod starts with peer URLs the cluster does not list yet).
+pub async fn update_peer_urls(c: &Client, m: MemberRef, urls: &[String]) -> Result<()> {
+    retry(
+        &format!("member update {}", m.name()),
+        Duration::from_secs(60),
+        || async {
+            let mut c = c.clone();
+            let l = find(&mut c, m).await?;
+            if l.peer_urls == urls {
+                return Ok(());
+            }
+            c.member_update(l.id, urls.to_vec())
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::etcd("member update", e))
         },
     )
     .await
@@ -342,7 +417,8 @@ pub async fn leader(endpoints: &[String]) -> Result<String> {
         .unwrap_or_default())
 }
 
-async fn healthy_count(endpoints: &[String]) -> usize {
+/// How many of `endpoints` serve a linearizable read now.
+pub async fn healthy_count(endpoints: &[String]) -> usize {
     let mut n = 0;
     for e in endpoints {
         if let Ok(mut c) = connect(std::slice::from_ref(e)).await {
@@ -359,7 +435,7 @@ async fn find(c: &mut Client, m: MemberRef) -> Result<Listed> {
     list(c)
         .await?
         .into_iter()
-        .find(|l| l.peer_url == m.peer_url())
+        .find(|l| m.listed_as(l))
         .ok_or_else(|| Error::State(format!("{} is not a member", m.name())))
 }
 

@@ -12,6 +12,7 @@ use crate::proxy::{self, SeedProxy};
 use crate::report::Membership;
 use crate::topology::{self, Topology};
 use crate::webhook::WebhookLab;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -57,6 +58,11 @@ pub struct Lab {
     pub fault: Option<crate::report::Fault>,
     /// Leader and quorum at the start of each phase.
     pub quorum: Vec<crate::report::Quorum>,
+    /// The peer URLs each member advertises (etcd's member list as the lab set it); a member
+    /// not in it advertises its in-cluster URL.
+    pub advertised: HashMap<MemberRef, Vec<String>>,
+    /// Members the druid stand-in rolled to new peer URLs, in order.
+    pub rolled: Vec<crate::report::Rolled>,
 }
 
 impl Lab {
@@ -75,7 +81,7 @@ impl Lab {
             .into_iter()
             .chain(topology::destination())
         {
-            pki.member(dir, &m.name(), &m.dns())?;
+            pki.member(dir, &m.name(), &[&m.dns(), &m.in_cluster_dns()])?;
         }
         // Both proxies start with the listeners and no route; the planner adds the routes.
         let src_file = proxy::render(Side::Source, &topo.source, &[])?;
@@ -104,18 +110,20 @@ impl Lab {
             events: Vec::new(),
             fault: None,
             quorum: Vec::new(),
+            advertised: HashMap::new(),
+            rolled: Vec::new(),
         };
-        // The source's exposure comes first: the lab's source members advertise their exposed
-        // names as their only peer URLs (docs/lab.md). One planner pass at `Expose` writes the
-        // DNS records and routes (its `Etcd` does not exist yet: "EtcdNotFound").
-        lab.pass(Side::Source).await?;
-        let cluster = topology::source();
-        let ic = initial_cluster(&cluster);
-        for m in &cluster {
-            let member = Member::start(&lab.topo.source, dir, *m, &ic, "new", pre_vote)?;
+        // The source cluster as a seed runs it before any migration: its members advertise
+        // their in-cluster peer URLs only (the seeds' "cluster DNS" resolves those names from
+        // the start). The exposure and the roll to the exposed URLs come at `Expose`.
+        lab.write_hosts()?;
+        lab.cluster = topology::source();
+        let ic = lab.initial_cluster();
+        for m in lab.cluster.clone() {
+            let urls = lab.peer_urls(m);
+            let member = Member::start(&lab.topo.source, dir, m, &urls, &ic, "new", pre_vote)?;
             lab.members.push(member);
         }
-        lab.cluster = cluster;
         // gardenlet's `Etcd` of the source: 3 replicas, none of isthmus' fields yet.
         lab.migrations[idx(Side::Source)].obs.etcd = Some(isthmus_controller::plan::EtcdObs {
             generation: 1,
@@ -263,7 +271,7 @@ impl Lab {
             .map(|l| {
                 let name = all
                     .iter()
-                    .find(|m| m.peer_url() == l.peer_url)
+                    .find(|m| m.listed_as(&l))
                     .map(|m| m.name())
                     .unwrap_or(l.name);
                 if l.learner {
@@ -276,9 +284,49 @@ impl Lab {
     }
 
     /// Adds `m` as a learner and starts it (the first half of a join).
-    pub async fn add_learner(&mut self, m: MemberRef) -> Result<()> {
+    /// Every member's peer URLs as etcd lists them, by member name.
+    pub async fn peer_urls_listed(
+        &self,
+        urls: &[String],
+    ) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
+        let mut c = etcd::connect(urls).await?;
+        let all = [topology::source(), topology::destination()].concat();
+        Ok(etcd::list(&mut c)
+            .await?
+            .into_iter()
+            .map(|l| {
+                let name = all
+                    .iter()
+                    .find(|m| m.listed_as(&l))
+                    .map_or_else(|| l.name.clone(), |m| m.name());
+                (name, l.peer_urls)
+            })
+            .collect())
+    }
+
+    /// The peer URLs `m` advertises now.
+    pub fn peer_urls(&self, m: MemberRef) -> Vec<String> {
+        self.advertised
+            .get(&m)
+            .cloned()
+            .unwrap_or_else(|| vec![m.in_cluster_url()])
+    }
+
+    /// `--initial-cluster` of the members in the cluster, with the URLs they advertise.
+    pub fn initial_cluster(&self) -> String {
+        let entries: Vec<(MemberRef, Vec<String>)> = self
+            .cluster
+            .iter()
+            .map(|m| (*m, self.peer_urls(*m)))
+            .collect();
+        initial_cluster(&entries)
+    }
+
+    /// Adds `m` as a learner advertising `urls` and starts it.
+    pub async fn add_learner(&mut self, m: MemberRef, urls: Vec<String>) -> Result<()> {
         let admin = etcd::connect(&self.urls(&self.voters())).await?;
-        etcd::add_learner(&admin, m).await?;
+        etcd::add_learner(&admin, m, &urls).await?;
+        self.advertised.insert(m, urls.clone());
         // The new member asks the first peer that answers for the member list and exits if
         // that peer has not applied the addition yet ("member count is unequal", seen at 150 ms
         // RTT): start it only once every member lists it.
@@ -288,11 +336,7 @@ impl Lab {
                 Duration::from_secs(30),
                 || async {
                     let mut c = etcd::connect(std::slice::from_ref(&url)).await?;
-                    if etcd::list(&mut c)
-                        .await?
-                        .iter()
-                        .any(|l| l.peer_url == m.peer_url())
-                    {
+                    if etcd::list(&mut c).await?.iter().any(|l| m.listed_as(l)) {
                         Ok(())
                     } else {
                         Err(Error::State("not yet".into()))
@@ -302,11 +346,12 @@ impl Lab {
             .await?;
         }
         self.cluster.push(m);
-        let ic = initial_cluster(&self.cluster);
+        let ic = self.initial_cluster();
         let member = Member::start(
             self.topo.seed(m.side),
             &self.dir,
             m,
+            &urls,
             &ic,
             "existing",
             self.pre_vote,
@@ -338,6 +383,7 @@ impl Lab {
         self.cluster.retain(|x| *x != m);
         self.promoted.retain(|x| *x != m);
         self.members.retain(|x| x.r != m);
+        self.advertised.remove(&m);
         self.record_membership().await;
         Ok(())
     }
@@ -362,9 +408,10 @@ impl Lab {
         tokio::time::sleep(down).await;
         self.members.retain(|x| x.r != m);
         // The data directory exists: etcd ignores --initial-cluster and rejoins as itself.
-        let ic = initial_cluster(&self.cluster);
+        let ic = self.initial_cluster();
+        let urls = self.peer_urls(m);
         let seed = self.topo.seed(m.side);
-        let restarted = Member::start(seed, &self.dir, m, &ic, "existing", self.pre_vote)?;
+        let restarted = Member::start(seed, &self.dir, m, &urls, &ic, "existing", self.pre_vote)?;
         self.members.push(restarted);
         let url = m.client_url(seed);
         etcd::wait_serving(&url, Duration::from_secs(60)).await?;

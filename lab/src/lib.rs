@@ -21,6 +21,7 @@ pub mod migrate;
 pub mod pki;
 pub mod proxy;
 pub mod report;
+pub mod rolling;
 pub mod seeds;
 pub mod specs;
 pub mod svg;

@@ -5,17 +5,18 @@
 //! | phase | what is driven | ready when |
 //! |---|---|---|
 //! | `source` | the source kube-apiserver serves (API load, watch, webhook through the tunnel) | |
-//! | `expose` | both seeds at `Expose` | `SourceEtcdPreparedForPeerJoin`, `DestinationEtcdExposed` |
+//! | `expose` | both seeds at `Expose`: the source members roll from their in-cluster peer URLs to the exposed ones | `SourceEtcdPreparedForPeerJoin`, `DestinationEtcdExposed` |
 //! | `join` | `Join` (destination: 2 members as learners, promoted) | `DestinationEtcdPeersJoined` |
 //! | `five` | the destination kube-apiserver starts (`DestinationKubeAPIServerReady`); `Join` holds, 5 voters, the faults | its `/readyz` |
 //! | `grow` | the shoot API's name, the etcd client and the tunnel move (`MigrateDNSRecords`), then `Grow` (third member) | 3 destination members ready |
 //! | `six` | nothing: 6 voters (the `link-cut-six` fault) | |
 //! | `shrink` | the source kube-apiserver stops, `Shrink` (source members removed), source `Complete` | `EtcdMigrationComplete`, `SourceSeedCleanup` |
-//! | `destination` | nothing: the destination stays at `Shrink` (see docs/lab.md) | |
+//! | `destination` | destination `Complete`: its members roll back to their in-cluster peer URLs, then the exposure goes once no connection uses it | `MigrationCompleted` |
 //!
 //! Scenarios inject one fault each: a link cut, a proxy restart or a `kill -9` of the etcd
 //! leader in the 5-member phase, a link cut in the 6-member phase (no quorum anywhere), or an
-//! abort (destination `Abort`) after the first learner was added, before the join completes.
+//! abort (destination `Abort`, then source `Abort`) after the first learner was added, before
+//! the join completes.
 
 use crate::api::ShootApi;
 use crate::client::{self, Continuous};
@@ -146,7 +147,8 @@ pub async fn run(opts: &Options) -> Result<Report> {
             // here with 5 voters and says so.
             lab.event(format!("destination kube-apiserver not ready: {why}"));
             let five = lab.cluster.clone();
-            let mut report = finish(lab, client, opts, initial, Some(join_ms), &five).await?;
+            let mut report =
+                finish(lab, client, opts, initial, Some(join_ms), &five, false).await?;
             report.violations.push(format!(
                 "the destination kube-apiserver did not become ready at RTT {} ms: {why}",
                 client::ms(opts.rtt)
@@ -193,8 +195,9 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.enter("destination").await;
     lab.tunnel(TunnelStep::DrainTemporary { abort: false })
         .await?;
+    lab.step(Side::Destination, Step::Complete).await?;
     tokio::time::sleep(opts.hold).await;
-    finish(lab, client, opts, initial, Some(join_ms), &dest).await
+    finish(lab, client, opts, initial, Some(join_ms), &dest, true).await
 }
 
 async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
@@ -264,17 +267,18 @@ async fn abort(
         lab.cluster.iter().any(|m| m.side == Side::Destination)
     })
     .await?;
-    // `abort-live-migration=true` while DestinationEtcdPeersJoined is not True: the planner
-    // removes what was added and the exposure. The source stays at its step: its members'
-    // only peer URLs are the exposed names (docs/lab.md), so its exposure must stay.
+    // `abort-live-migration=true` while DestinationEtcdPeersJoined is not True: the
+    // destination removes what it added, then the source rolls its members back to their
+    // in-cluster peer URLs and removes its exposure once no connection uses it.
     lab.enter("abort").await;
     lab.event("abort-live-migration=true");
     lab.step(Side::Destination, Step::Abort).await?;
+    lab.step(Side::Source, Step::Abort).await?;
     lab.tunnel(TunnelStep::DrainTemporary { abort: true })
         .await?;
     lab.enter("source-after-abort").await;
     tokio::time::sleep(opts.hold).await;
-    finish(lab, client, opts, initial, None, &topology::source()).await
+    finish(lab, client, opts, initial, None, &topology::source(), true).await
 }
 
 async fn finish(
@@ -284,6 +288,7 @@ async fn finish(
     initial: Vec<String>,
     join_ms: Option<f64>,
     expected: &[crate::etcd::MemberRef],
+    released: bool,
 ) -> Result<Report> {
     lab.end_phases();
     let rec = client.stop().await;
@@ -333,6 +338,20 @@ async fn finish(
     lab.record_membership().await;
     let urls = lab.urls(expected);
     let final_members = lab.member_names(&urls).await?;
+    let final_peer_urls = lab.peer_urls_listed(&urls).await?;
+    if released {
+        // The exposure is gone: every member must be back on its in-cluster URL alone.
+        for m in expected {
+            let got = final_peer_urls.get(&m.name());
+            if got != Some(&vec![m.in_cluster_url()]) {
+                violations.push(format!(
+                    "{} advertises {got:?} after the migration, not its in-cluster URL {}",
+                    m.name(),
+                    m.in_cluster_url()
+                ));
+            }
+        }
+    }
     let missing = client::missing(&urls, &rec.acknowledged).await?;
     // Every request, for whoever wants to look closer than the report.
     let api_path = lab.dir.join("api_samples.json");
@@ -405,6 +424,8 @@ async fn finish(
             initial,
             r#final: final_members,
             timeline: lab.timeline.clone(),
+            final_peer_urls,
+            rolled: lab.rolled.clone(),
         },
         phases,
         events: lab.events.clone(),

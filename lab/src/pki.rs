@@ -37,9 +37,10 @@ impl Pki {
         self.issuer.der().to_vec()
     }
 
-    /// Writes `<stem>.crt` / `<stem>.key` for `dns_name`, usable as peer server and client.
-    pub fn member(&self, dir: &Path, stem: &str, dns_name: &str) -> Result<()> {
-        self.leaf(dir, stem, &[dns_name])
+    /// Writes `<stem>.crt` / `<stem>.key` for a member's DNS names (exposed and in-cluster),
+    /// usable as peer server and client.
+    pub fn member(&self, dir: &Path, stem: &str, dns_names: &[&str]) -> Result<()> {
+        self.leaf(dir, stem, dns_names)
     }
 
     /// Writes `<stem>.crt` / `<stem>.key` for `names` (DNS names or IP addresses; the first is

@@ -160,6 +160,28 @@ impl SeedProxy {
         v.get("hash")?.as_str().map(str::to_string)
     }
 
+    /// Connections open now on the member listeners (`peer-*`, `client-*`) other than
+    /// `kept`, per listener with any, from the proxy's `isthmus_proxy_active_connections`;
+    /// `None` if it does not answer.
+    pub async fn member_connections(&self, kept: &[String]) -> Option<Vec<(String, u64)>> {
+        let response = http_get(self.admin, "/metrics").await.ok()?;
+        let body = response.split_once("\r\n\r\n")?.1;
+        let mut open = Vec::new();
+        for line in body.lines() {
+            let Some(rest) = line.strip_prefix("isthmus_proxy_active_connections{listener=\"")
+            else {
+                continue;
+            };
+            let (listener, value) = rest.split_once("\"}")?;
+            let n = value.trim().parse::<u64>().ok()?;
+            let member = listener.starts_with("peer-") || listener.starts_with("client-");
+            if member && n > 0 && !kept.iter().any(|k| k == listener) {
+                open.push((listener.to_string(), n));
+            }
+        }
+        Some(open)
+    }
+
     /// Restarts with drain, as a DaemonSet rollout would: SIGTERM the old process, and as soon
     /// as it has closed its listeners start the new one (on the same file), while the old one
     /// still drains the connections it holds.

@@ -70,10 +70,9 @@ pub struct Quorum {
 
 /// What the lab stands in for: Gardener's controllers that cannot run without kubelets.
 pub const STAND_INS: &[&str] = &[
-    "etcd-druid: the lab's backend turns the planner's Etcd into member add/promote/move-leader/remove and member processes, and reports Etcd status",
-    "DNS provider: DNSRecords become the seeds' hosts files",
+    "etcd-druid: the lab's backend turns the planner's Etcd into member add/promote/move-leader/remove, member update + rolling restart of the peer URLs, member processes, and reports Etcd status",
+    "DNS provider: DNSRecords become the seeds' hosts files (the in-cluster peer names are static entries, each seed resolving them to its own members)",
     "gardenlet: the lab advances both EtcdMigration specs through the steps and moves the shoot API's name",
-    "the source's first step: its members start with their exposed peer URLs (no member update and rolling restart yet)",
 ];
 
 /// The membership at one instant.
@@ -171,6 +170,23 @@ pub struct Members {
     pub initial: Vec<String>,
     pub r#final: Vec<String>,
     pub timeline: Vec<Membership>,
+    /// The peer URLs each final member advertises, as etcd lists them.
+    pub final_peer_urls: std::collections::BTreeMap<String, Vec<String>>,
+    /// The druid stand-in's rolling updates of peer URLs, member by member.
+    pub rolled: Vec<Rolled>,
+}
+
+/// One member rolled to new peer URLs (`crate::rolling`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Rolled {
+    pub t_ms: f64,
+    pub member: String,
+    pub peer_urls: Vec<String>,
+    /// The member led, and leadership went here before it stopped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader_moved: Option<String>,
+    /// From the quorum check to the restarted member serving.
+    pub took_ms: f64,
 }
 
 /// The whole report.

@@ -69,8 +69,11 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         }),
         // The temporary VPN is the webhook part (`webhook.rs`), on loopback: no record, no route.
         vpn: None,
-        druid_api: DruidApi::default(),
-        override_default_url: false,
+        // Both seeds' `Etcd` is `etcd-main`: the in-cluster peer names are spelled alike in
+        // both and each seed resolves them to its own pods, so the members advertise the
+        // exposed URLs instead of (not beside) the in-cluster ones.
+        druid_api: DruidApi::AdditionalAdvertisedUrls,
+        override_default_url: true,
         etcd_client: Default::default(),
         seed_ingress: None,
         allowed_sources: Vec::new(),

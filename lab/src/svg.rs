@@ -371,6 +371,8 @@ mod tests {
                     t_ms: 0.0,
                     members: vec!["a".into()],
                 }],
+                final_peer_urls: Default::default(),
+                rolled: vec![],
             },
             phases: vec![phase("one", 0.0, 50.0), phase("two", 50.0, 100.0)],
             events: vec![
