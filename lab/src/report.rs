@@ -99,7 +99,7 @@ pub struct Webhook {
     pub via_source: usize,
     pub via_destination: usize,
     /// Calls by migration phase (by start time).
-    pub phases: Vec<WebhookPhase>,
+    pub phases: Vec<PhaseStats>,
     /// Where the tunnel runs (what the figures do and do not show).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -108,15 +108,41 @@ pub struct Webhook {
     pub calls: Vec<crate::webhook::Call>,
 }
 
-/// Webhook calls that started in one phase.
+/// Requests (API requests or webhook calls) that started in one phase.
 #[derive(Debug, Clone, Serialize)]
-pub struct WebhookPhase {
+pub struct PhaseStats {
     pub name: String,
     pub requests: usize,
     pub failed: usize,
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub max_ms: f64,
+}
+
+impl PhaseStats {
+    /// Statistics of the requests that started in `[start, end)`; each item is (start, latency,
+    /// ok) in ms. Used for the API's requests and the webhook's calls alike.
+    pub fn of(
+        name: &str,
+        start: f64,
+        end: f64,
+        items: impl Iterator<Item = (f64, f64, bool)>,
+    ) -> Self {
+        let inside: Vec<(f64, bool)> = items
+            .filter(|(at, _, _)| *at >= start && *at < end)
+            .map(|(_, latency, ok)| (latency, ok))
+            .collect();
+        let mut lat: Vec<f64> = inside.iter().map(|(l, _)| *l).collect();
+        lat.sort_by(f64::total_cmp);
+        Self {
+            name: name.into(),
+            requests: inside.len(),
+            failed: inside.iter().filter(|(_, ok)| !ok).count(),
+            p50_ms: pct(&lat, 50.0),
+            p99_ms: pct(&lat, 99.0),
+            max_ms: lat.last().copied().unwrap_or(0.0),
+        }
+    }
 }
 
 impl Webhook {
@@ -130,20 +156,8 @@ impl Webhook {
         let phases = phases
             .iter()
             .map(|(name, start, end)| {
-                let inside: Vec<_> = calls
-                    .iter()
-                    .filter(|c| c.start_ms >= *start && c.start_ms < *end)
-                    .collect();
-                let mut lat: Vec<f64> = inside.iter().map(|c| c.latency_ms).collect();
-                lat.sort_by(f64::total_cmp);
-                WebhookPhase {
-                    name: name.clone(),
-                    requests: inside.len(),
-                    failed: inside.iter().filter(|c| !c.ok).count(),
-                    p50_ms: pct(&lat, 50.0),
-                    p99_ms: pct(&lat, 99.0),
-                    max_ms: lat.last().copied().unwrap_or(0.0),
-                }
+                let items = calls.iter().map(|c| (c.start_ms, c.latency_ms, c.ok));
+                PhaseStats::of(name, *start, *end, items)
             })
             .collect();
         Self {

@@ -25,7 +25,7 @@ pub struct ApiReport {
     pub via_destination: usize,
     pub webhook: ApiWebhook,
     pub watch: WatchReport,
-    pub phases: Vec<ApiPhase>,
+    pub phases: Vec<crate::report::PhaseStats>,
     /// Every request, for the picture (`api_samples.json` has them).
     #[serde(skip)]
     pub samples: Vec<ApiSample>,
@@ -49,17 +49,6 @@ pub struct WatchReport {
     pub reconnects: usize,
     /// `410 Gone` answers, each followed by a relist.
     pub gone: usize,
-}
-
-/// API requests that started in one phase.
-#[derive(Debug, Clone, Serialize)]
-pub struct ApiPhase {
-    pub name: String,
-    pub requests: usize,
-    pub failed: usize,
-    pub p50_ms: f64,
-    pub p99_ms: f64,
-    pub max_ms: f64,
 }
 
 /// Every acknowledged object read back at the end.
@@ -227,19 +216,7 @@ impl ApiReport {
     }
 }
 
-fn phase(name: &str, start: f64, end: f64, samples: &[ApiSample]) -> ApiPhase {
-    let inside: Vec<&ApiSample> = samples
-        .iter()
-        .filter(|s| s.start_ms >= start && s.start_ms < end)
-        .collect();
-    let mut lat: Vec<f64> = inside.iter().map(|s| s.latency_ms).collect();
-    lat.sort_by(f64::total_cmp);
-    ApiPhase {
-        name: name.into(),
-        requests: inside.len(),
-        failed: inside.iter().filter(|s| !s.ok).count(),
-        p50_ms: crate::report::pct(&lat, 50.0),
-        p99_ms: crate::report::pct(&lat, 99.0),
-        max_ms: lat.last().copied().unwrap_or(0.0),
-    }
+fn phase(name: &str, start: f64, end: f64, samples: &[ApiSample]) -> crate::report::PhaseStats {
+    let items = samples.iter().map(|s| (s.start_ms, s.latency_ms, s.ok));
+    crate::report::PhaseStats::of(name, start, end, items)
 }
