@@ -112,9 +112,7 @@ async fn tick(
                 }
             }
             // No list, no membership decision this tick.
-            let Some(now) = c.try_members() else {
-                return None;
-            };
+            let now = c.try_members()?;
             for name in &own {
                 let listed = now
                     .iter()

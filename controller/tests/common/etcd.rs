@@ -33,6 +33,9 @@ impl MemberDef {
     }
 }
 
+/// `(id, name, peer urls, learner)` of one member as `member list` shows it.
+pub type Listed = (u64, String, Vec<String>, bool);
+
 /// The cluster: processes by member name, and the TLS material.
 pub struct TestEtcd {
     pub dir: Scratch,
@@ -212,13 +215,13 @@ impl TestEtcd {
     }
 
     /// `(id, name, peer urls, learner)` of every member.
-    pub fn members(&self) -> Vec<(u64, String, Vec<String>, bool)> {
+    pub fn members(&self) -> Vec<Listed> {
         self.try_members().unwrap_or_default()
     }
 
     /// The member list, `None` when etcd did not answer (not the same as no members: a
     /// stand-in that took it for one would add members that are there).
-    pub fn try_members(&self) -> Option<Vec<(u64, String, Vec<String>, bool)>> {
+    pub fn try_members(&self) -> Option<Vec<Listed>> {
         let out = self.etcdctl(&["member", "list", "-w", "json"]).ok()?;
         let v: Value = serde_json::from_str(&out).ok()?;
         v["members"].as_array().map(|a| {
