@@ -6,10 +6,11 @@
 //!   value is the owning seed's proxy address (`lb_address`); the lab has no address both seeds
 //!   reach the same way, so it translates per resolving seed (split horizon).
 //! - Proxy routes → `proxy::render` (the controller's renderer) + SIGHUP + `/config` hash check.
-//! - `Etcd` → what etcd-druid would do, one membership operation per pass: add a member as a
-//!   learner and start it, promote it, and for `members_to_remove` move leadership to a member
-//!   that stays, then remove one member (quorum checked). A change of the advertised peer URLs
-//!   is a rolling update (`crate::rolling`): `member update` and a restart, one member at a time.
+//! - `Etcd` → what etcd-druid would do (`crate::druid`), one membership operation per pass:
+//!   add a member as a learner and start it, promote it, and for `members_to_remove` move
+//!   leadership to a member that stays, then remove one member (quorum checked). A change of
+//!   the advertised peer URLs is a rolling update (`crate::rolling`): `member update` and a
+//!   restart, one member at a time.
 //!
 //! Exposure is built before etcd uses it and torn down after etcd stopped using it: routes
 //! go only once no connection uses them.
@@ -17,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::etcd::{self, MemberRef, Side};
 use crate::lab::Lab;
-use crate::specs::{self, NAMESPACE, PREFIX};
+use crate::specs::{self, NAMESPACE};
 use crate::topology::{self, Topology};
 use crate::{drive, proxy};
 use isthmus_controller::crd::EtcdMigrationSpec;
@@ -349,43 +350,6 @@ impl Lab {
         }
     }
 
-    /// The peer URLs etcd-druid gives `side`'s members in the cluster for `fields`: the
-    /// advertised ones, after the in-cluster one unless `overrideDefaultUrl`; the in-cluster
-    /// one alone for a member not advertised. An advertised URL must be the member's exposed
-    /// one (the only other name the lab's DNS and proxies serve).
-    fn wanted_urls(
-        &self,
-        side: Side,
-        fields: &EtcdFields,
-    ) -> Result<Vec<(MemberRef, Vec<String>)>> {
-        let spec = &self.migrations[idx(side)].spec;
-        let all = [topology::source(), topology::destination()].concat();
-        for a in &fields.advertise {
-            let ok = all
-                .iter()
-                .any(|m| m.name() == a.name && a.peer_urls == [m.peer_url()]);
-            if !ok {
-                return Err(Error::State(format!(
-                    "the plan advertises {} at {:?}; the lab's members cannot be rolled to it",
-                    a.name, a.peer_urls
-                )));
-            }
-        }
-        Ok(self
-            .cluster
-            .iter()
-            .filter(|m| m.side == side)
-            .map(|m| {
-                let urls = match fields.advertise.iter().find(|a| a.name == m.name()) {
-                    Some(a) if spec.override_default_url => a.peer_urls.clone(),
-                    Some(a) => [vec![m.in_cluster_url()], a.peer_urls.clone()].concat(),
-                    None => vec![m.in_cluster_url()],
-                };
-                (*m, urls)
-            })
-            .collect())
-    }
-
     /// Waits until no connection uses the member routes this pass removes from `side`'s
     /// proxy (the members stopped dialling the exposed names), as a controller must before
     /// deleting a route in use.
@@ -404,123 +368,5 @@ impl Lab {
             },
         )
         .await
-    }
-
-    /// One druid step towards `fields` on the destination: add the next missing member as a
-    /// learner (and start it), or promote the next learner. Returns whether it did something.
-    async fn druid_destination(&mut self, fields: &EtcdFields, tag: &str) -> Result<bool> {
-        if fields.member_name_prefix.as_deref() != Some(PREFIX) {
-            return Err(Error::State(format!(
-                "memberNamePrefix {:?}: the lab's destination members are named with {PREFIX:?}",
-                fields.member_name_prefix
-            )));
-        }
-        let replicas = fields
-            .replicas
-            .and_then(|r| u16::try_from(r).ok())
-            .unwrap_or(0);
-        if replicas == 0 {
-            // An abort stops the joining members first; the lab's learners are stopped when
-            // the plan removes them.
-            return Ok(false);
-        }
-        if self
-            .cluster
-            .iter()
-            .any(|m| m.side == Side::Destination && m.index >= replicas)
-        {
-            return Err(Error::State(format!(
-                "the plan scales the destination down to {replicas}: not a migration step"
-            )));
-        }
-        for b in &fields.bootstrap_members {
-            if !self
-                .cluster
-                .iter()
-                .any(|m| m.name() == b.name && b.peer_urls == self.peer_urls(*m))
-            {
-                return Err(Error::State(format!(
-                    "bootstrap member {} ({:?}) is not in the cluster",
-                    b.name, b.peer_urls
-                )));
-            }
-        }
-        let wanted: Vec<MemberRef> = topology::destination()
-            .into_iter()
-            .filter(|m| m.index < replicas)
-            .collect();
-        for m in wanted {
-            if !self.cluster.contains(&m) {
-                // druid starts a joining member with the advertised URL: it must be the one
-                // the lab's DNS and proxies serve.
-                if !fields
-                    .advertise
-                    .iter()
-                    .any(|a| a.name == m.name() && a.peer_urls == [m.peer_url()])
-                {
-                    return Err(Error::State(format!(
-                        "{} is not advertised at {}",
-                        m.name(),
-                        m.peer_url()
-                    )));
-                }
-                let urls = if self.migrations[idx(Side::Destination)]
-                    .spec
-                    .override_default_url
-                {
-                    vec![m.peer_url()]
-                } else {
-                    vec![m.in_cluster_url(), m.peer_url()]
-                };
-                self.add_learner(m, urls).await?;
-                self.event(format!("{tag}: added {} as learner", m.name()));
-                return Ok(true);
-            }
-            if !self.promoted.contains(&m) {
-                self.promote(m).await?;
-                self.event(format!("{tag}: promoted {}", m.name()));
-                return Ok(true);
-            }
-        }
-        // Every member runs: the spec's URLs reach them by a rolling update (at `Complete`,
-        // back to the in-cluster URLs).
-        let urls = self.wanted_urls(Side::Destination, fields)?;
-        self.roll(Side::Destination, &urls, tag).await
-    }
-
-    /// Removes `name`, first moving leadership to a voter that stays if the leader is leaving
-    /// (removing the leader would force an election that stalls requests).
-    /// Returns whether it did anything.
-    async fn remove_planned(&mut self, name: &str, leaving: &[String], tag: &str) -> Result<bool> {
-        let all = [topology::source(), topology::destination()].concat();
-        // A learner that has not started yet is listed by its peer URL only.
-        let Some(m) = all
-            .into_iter()
-            .find(|m| m.name() == name || m.peer_url() == name || m.in_cluster_url() == name)
-        else {
-            return Err(Error::State(format!(
-                "the plan removes unknown member {name}"
-            )));
-        };
-        if !self.cluster.contains(&m) {
-            // Already removed: the member list was observed on a member that had not applied
-            // the removal yet (member lists are served locally, not linearizably).
-            return Ok(false);
-        }
-        let urls = self.urls(&self.voters());
-        if leaving.contains(&etcd::leader(&urls).await?) {
-            let Some(target) = self
-                .voters()
-                .into_iter()
-                .find(|v| !leaving.contains(&v.name()))
-            else {
-                return Err(Error::State("no voter stays to take the leadership".into()));
-            };
-            etcd::move_leader(&urls, target).await?;
-            self.event(format!("{tag}: leader moved to {}", target.name()));
-        }
-        self.remove(m).await?;
-        self.event(format!("{tag}: removed {name}"));
-        Ok(true)
     }
 }

@@ -13,6 +13,7 @@ pub mod api;
 pub mod backend;
 pub mod client;
 pub mod drive;
+pub mod druid;
 pub mod error;
 pub mod etcd;
 pub mod lab;
