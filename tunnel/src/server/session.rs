@@ -40,7 +40,9 @@ pub(crate) async fn run(
     let _ = tcp.set_nodelay(true);
     // A TLS handshake that takes longer is abandoned (slowloris protection).
     let timeout = shared.limits.handshake_timeout;
-    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(tcp)).await {
+    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(crate::h2::buffered(tcp)))
+        .await
+    {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             shared.metrics.handshake(false);
