@@ -105,7 +105,14 @@ impl Bench {
         got
     }
 
-    async fn throughput(self: &Arc<Self>, tunnel: bool, streams: usize, per_stream: u64) -> f64 {
+    /// Gbit/s, and CPU seconds (the whole process: client, server, agent, source) per GB.
+    async fn throughput(
+        self: &Arc<Self>,
+        tunnel: bool,
+        streams: usize,
+        per_stream: u64,
+    ) -> (f64, f64) {
+        let cpu = cpu_seconds();
         let t = Instant::now();
         let tasks: Vec<_> = (0..streams)
             .map(|_| {
@@ -117,8 +124,24 @@ impl Bench {
         for task in tasks {
             total += task.await.unwrap();
         }
-        total as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9
+        let gbit = total as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9;
+        (gbit, (cpu_seconds() - cpu) / (total as f64 / 1e9))
     }
+}
+
+/// User + system CPU time of this process so far (Linux `/proc/self/stat`, 100 ticks/s), so
+/// that the cost per byte can be read even when other work on the machine slows the run.
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
 }
 
 fn main() {
@@ -192,9 +215,9 @@ async fn run() {
     for (label, tunnel) in [("direct", false), ("tunnel", true)] {
         // Warm-up, then measure.
         bench.throughput(tunnel, 1, 8 << 20).await;
-        let single = bench.throughput(tunnel, 1, one).await;
-        let multi = bench.throughput(tunnel, 32, each).await;
-        println!("  {label:6}: 1 stream {single:6.2} Gbit/s ({mib} MiB); 32 streams {multi:6.2} Gbit/s ({} MiB each)", each >> 20);
+        let (single, single_cpu) = bench.throughput(tunnel, 1, one).await;
+        let (multi, multi_cpu) = bench.throughput(tunnel, 32, each).await;
+        println!("  {label:6}: 1 stream {single:6.2} Gbit/s ({mib} MiB, {single_cpu:.2} CPU s/GB); 32 streams {multi:6.2} Gbit/s ({} MiB each, {multi_cpu:.2} CPU s/GB)", each >> 20);
     }
     let mut setup = Vec::new();
     let mut direct = Vec::new();

@@ -24,6 +24,16 @@ const MAX_FRAME: u32 = 256 * 1024;
 /// within it.
 const MAX_SEND_BUF: usize = 1024 * 1024;
 
+/// Bytes read from a session's socket at once. rustls reads the socket 4 KiB at a time
+/// (`read_tls`), one `recv` per 4 KiB; a buffer under the TLS layer makes that one `recv` per
+/// 64 KiB and serves rustls from memory. One per session, not per stream.
+const SESSION_READ_BUF: usize = 64 * 1024;
+
+/// A session's socket as the TLS layer reads it (see [`SESSION_READ_BUF`]).
+pub(crate) fn buffered<T: tokio::io::AsyncRead>(io: T) -> tokio::io::BufReader<T> {
+    tokio::io::BufReader::with_capacity(SESSION_READ_BUF, io)
+}
+
 /// The server end: the HTTP/2 client of a session.
 pub(crate) fn client(c: &Http2Config) -> hyper::client::conn::http2::Builder<TokioExecutor> {
     let mut b = hyper::client::conn::http2::Builder::new(TokioExecutor::new());

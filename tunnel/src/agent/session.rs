@@ -5,7 +5,7 @@
 
 use super::transport::{self, Route};
 use super::Shared;
-use crate::agent::target::Service;
+use crate::agent::target::{Leave, Service};
 use hyper_util::rt::TokioIo;
 use std::convert::Infallible;
 use std::hash::BuildHasher;
@@ -21,6 +21,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A session whose server has not sent its verifying probe by then is dropped and redialed:
 /// something that accepted our TLS is not a working tunnel server.
 const VERIFY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A server that asked to be told of a drain but does not acknowledge it by then gets the
+/// GOAWAY anyway.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Keeps a session to `route` until `drain` is cancelled; `verified` is true while the
 /// current connection has answered the server's probe; `aged` is set (and the agent woken)
@@ -56,9 +60,11 @@ pub(crate) async fn run(
             }
         };
         shared.targets.metrics.handshake(true);
+        let leave = Arc::new(Leave::new());
         let service = Service {
             targets: shared.targets.clone(),
             verified: verified.clone(),
+            leave: leave.clone(),
         };
         let svc = hyper::service::service_fn(move |req| {
             let s = service.clone();
@@ -97,9 +103,23 @@ pub(crate) async fn run(
                     shared.wake.notify_one();
                 }
                 _ = drain.cancelled() => {
-                    // GOAWAY: the server opens no new streams here; open ones finish.
                     state.set("draining");
                     tracing::info!(server = %route.addr, "session draining");
+                    // First the server stops opening streams here (the drain handshake,
+                    // `server/session.rs`), then GOAWAY; open streams finish.
+                    if leave.watched() {
+                        leave.ask();
+                        tokio::select! {
+                            r = &mut conn => {
+                                tracing::info!(server = %route.addr, result = ?r, "session closed");
+                                break;
+                            }
+                            _ = leave.acked() => {}
+                            _ = tokio::time::sleep(LEAVE_TIMEOUT) => {
+                                tracing::warn!(server = %route.addr, "server did not acknowledge the drain; GOAWAY anyway");
+                            }
+                        }
+                    }
                     conn.as_mut().graceful_shutdown();
                     if tokio::time::timeout(shared.drain_timeout, &mut conn).await.is_err() {
                         tracing::warn!(server = %route.addr, "drain timeout: closing open streams");
@@ -109,6 +129,8 @@ pub(crate) async fn run(
             }
         }
         verified.send_replace(false);
+        // Ends a `/drain` request still held by a connection that ended otherwise.
+        leave.ask();
         if !was_verified && !drain.is_cancelled() {
             drop(state);
             sleep_jittered(delay, &drain).await;

@@ -10,6 +10,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use isthmus_config::AllowRule;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -23,12 +24,50 @@ pub(crate) struct Targets {
     pub(crate) metrics: Metrics,
 }
 
+/// The agent's half of one connection's drain handshake (described in `server/session.rs`).
+#[derive(Debug)]
+pub(crate) struct Leave {
+    /// The server holds a `/drain` request: it stops opening streams when that is answered.
+    watched: AtomicBool,
+    /// Set when this connection should drain: answers `/drain`.
+    asked: watch::Sender<bool>,
+    /// Set by the server's `/drained`: it opens no more streams here.
+    acked: watch::Sender<bool>,
+}
+
+impl Leave {
+    pub(crate) fn new() -> Self {
+        Self {
+            watched: AtomicBool::new(false),
+            asked: watch::Sender::new(false),
+            acked: watch::Sender::new(false),
+        }
+    }
+
+    /// Whether the server takes part in the handshake.
+    pub(crate) fn watched(&self) -> bool {
+        self.watched.load(Ordering::SeqCst)
+    }
+
+    /// Answers the server's `/drain` (also ends that request when the connection ends).
+    pub(crate) fn ask(&self) {
+        self.asked.send_replace(true);
+    }
+
+    /// Returns once the server said it opens no more streams here.
+    pub(crate) async fn acked(&self) {
+        let mut rx = self.acked.subscribe();
+        let _ = rx.wait_for(|a| *a).await;
+    }
+}
+
 /// Per-session state of the service.
 #[derive(Debug, Clone)]
 pub(crate) struct Service {
     pub(crate) targets: Arc<Targets>,
     /// Set once the server's probe arrived: the session works both ways.
     pub(crate) verified: watch::Sender<bool>,
+    pub(crate) leave: Arc<Leave>,
 }
 
 fn answer(code: StatusCode) -> Response<Empty<Bytes>> {
@@ -39,9 +78,24 @@ fn answer(code: StatusCode) -> Response<Empty<Bytes>> {
 
 impl Service {
     pub(crate) async fn handle(self, mut req: Request<Incoming>) -> Response<Empty<Bytes>> {
-        if req.method() == Method::GET && req.uri().path() == "/ping" {
-            self.verified.send_replace(true);
-            return answer(StatusCode::OK);
+        if req.method() == Method::GET {
+            match req.uri().path() {
+                "/ping" => {
+                    self.verified.send_replace(true);
+                    return answer(StatusCode::OK);
+                }
+                "/drain" => {
+                    self.leave.watched.store(true, Ordering::SeqCst);
+                    let mut asked = self.leave.asked.subscribe();
+                    let _ = asked.wait_for(|a| *a).await;
+                    return answer(StatusCode::OK);
+                }
+                "/drained" => {
+                    self.leave.acked.send_replace(true);
+                    return answer(StatusCode::OK);
+                }
+                _ => {}
+            }
         }
         if req.method() != Method::CONNECT {
             return answer(StatusCode::METHOD_NOT_ALLOWED);

@@ -7,6 +7,7 @@ use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::io::BufReader;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
@@ -30,7 +31,7 @@ pub(crate) async fn connect(
     route: &Route,
     tls: &Arc<rustls::ClientConfig>,
     timeout: Duration,
-) -> Result<TlsStream<TcpStream>, Error> {
+) -> Result<TlsStream<BufReader<TcpStream>>, Error> {
     let fut = async {
         let mut tcp = TcpStream::connect(route.addr)
             .await
@@ -40,7 +41,7 @@ pub(crate) async fn connect(
             proxy_connect(&mut tcp, &route.address, header).await?;
         }
         TlsConnector::from(tls.clone())
-            .connect(route.server_name.clone(), tcp)
+            .connect(route.server_name.clone(), crate::h2::buffered(tcp))
             .await
             .map_err(|e| Error::io(format!("TLS with {}", route.addr), e))
     };

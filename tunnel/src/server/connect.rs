@@ -122,16 +122,14 @@ async fn try_sessions(
     }
     let mut only_refused = true;
     for session in sessions {
-        let counted = session.begin_stream();
         let Ok(req) = Request::connect(target).body(Empty::<Bytes>::new()) else {
             return Some(Err(StatusCode::BAD_REQUEST));
         };
-        let mut send = session.send.clone();
-        let resp = match send.ready().await {
-            Ok(()) => send.send_request(req).await,
-            Err(e) => Err(e),
+        // `None`: the session started draining since the list was made (nothing was sent).
+        let Some((resp, counted)) = session.open(req) else {
+            continue;
         };
-        let resp = match resp {
+        let resp = match resp.await {
             Ok(r) => r,
             Err(e) => {
                 // The stream never reached the agent's handler or was refused (GOAWAY):

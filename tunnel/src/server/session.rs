@@ -1,5 +1,14 @@
 //! One agent session on the server: TLS accept, HTTP/2 client handshake, a verifying request,
 //! then periodic round-trip probes until the connection ends.
+//!
+//! The drain handshake: before the verifying probe the server asks `GET /drain`, which the
+//! agent answers only when it wants to leave the session (rotation, handover, shutdown). The
+//! server then opens no new stream there and says so with `GET /drained`, queued behind every
+//! stream it opened before; only then does the agent send GOAWAY. With GOAWAY alone a stream
+//! the server queued just as the GOAWAY arrived could reach the agent after it had closed its
+//! stream count (h2 answers the GOAWAY's PING before writing queued HEADERS) and be refused,
+//! costing the CONNECT a second round trip (issue 17). An agent that does not know `/drain`
+//! answers it `405` and drains with GOAWAY alone, as before.
 
 use super::{Counted, Shared};
 use crate::Error;
@@ -15,6 +24,10 @@ use tokio::net::TcpStream;
 
 /// The path of the probe request; the agent answers it without dialing anything.
 const PING_URI: &str = "http://isthmus-agent/ping";
+/// Answered by the agent when it wants to leave the session.
+const DRAIN_URI: &str = "http://isthmus-agent/drain";
+/// Tells the agent that this server opens no more streams on the session.
+const DRAINED_URI: &str = "http://isthmus-agent/drained";
 
 /// Runs one session until it ends or the server stops. `handshaking` counts this connection
 /// among the handshakes in progress until the handshake is over.
@@ -27,7 +40,9 @@ pub(crate) async fn run(
     let _ = tcp.set_nodelay(true);
     // A TLS handshake that takes longer is abandoned (slowloris protection).
     let timeout = shared.limits.handshake_timeout;
-    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(tcp)).await {
+    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(crate::h2::buffered(tcp)))
+        .await
+    {
         Ok(Ok(tls)) => tls,
         Ok(Err(e)) => {
             shared.metrics.handshake(false);
@@ -58,6 +73,15 @@ pub(crate) async fn run(
     // The connection runs in its own task so that probes awaited below never stop it.
     let mut conn = tokio::spawn(conn);
     let _abort = AbortOnDrop(conn.abort_handle());
+    // Queued (synchronously) before the probe, so the agent knows of it once verified.
+    let leave = get(DRAIN_URI).map(|req| send.clone().send_request(req));
+    let mut leave = std::pin::pin!(async move {
+        match leave {
+            Ok(answer) => answer.await.map(|r| r.status()).ok(),
+            Err(_) => None,
+        }
+    });
+    let mut left = false;
     // Verify before use: the session joins the table only after one request has made the
     // round trip, so a half-open session never gets a stream (make before break).
     let verified = tokio::select! {
@@ -86,7 +110,24 @@ pub(crate) async fn run(
                 break;
             }
             _ = shared.shutdown.cancelled() => break,
-            _ = ticker.tick() => {
+            status = &mut leave, if !left => {
+                left = true;
+                // `None`: the connection ended; another status: an agent without the handshake.
+                if status == Some(StatusCode::OK) {
+                    session.drain();
+                    tracing::info!(session = session.id, %peer, "agent leaves the session");
+                    // Behind every stream queued before `drain` returned (see `sessions.rs`).
+                    if let Ok(req) = get(DRAINED_URI) {
+                        let answer = send.clone().send_request(req);
+                        tokio::spawn(async move {
+                            let _ = answer.await;
+                        });
+                    }
+                }
+            }
+            // A draining session carries no new request: one queued after the acknowledgement
+            // could be refused by the GOAWAY that follows it.
+            _ = ticker.tick(), if !session.is_draining() => {
                 match probe(send.clone()).await {
                     Ok(rtt) => shared.metrics.ping_rtt.observe(rtt.as_secs_f64()),
                     Err(e) => tracing::debug!(session = session.id, error = %e, "probe failed"),
@@ -100,9 +141,7 @@ pub(crate) async fn run(
 
 /// One request/answer round trip on the session.
 async fn probe(mut send: SendRequest<Empty<Bytes>>) -> Result<Duration, Error> {
-    let req = Request::get(PING_URI)
-        .body(Empty::new())
-        .map_err(|e| Error::io("probe", std::io::Error::other(e)))?;
+    let req = get(PING_URI)?;
     let start = Instant::now();
     send.ready().await?;
     let resp = send.send_request(req).await?;
@@ -113,6 +152,12 @@ async fn probe(mut send: SendRequest<Empty<Bytes>>) -> Result<Duration, Error> {
         ));
     }
     Ok(start.elapsed())
+}
+
+fn get(uri: &str) -> Result<Request<Empty<Bytes>>, Error> {
+    Request::get(uri)
+        .body(Empty::new())
+        .map_err(|e| Error::io("request", std::io::Error::other(e)))
 }
 
 /// Ends the connection task when the session task ends (server stop, or a panic upstream).

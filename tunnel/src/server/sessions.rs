@@ -1,10 +1,18 @@
 //! The server's table of agent sessions and the policy that picks one for a new stream:
 //! healthy, not draining, fewest streams in flight.
+//!
+//! A stream is queued on a session only through [`Session::open`], and [`Session::drain`] takes
+//! the same gate: once `drain` returns, every stream this server will ever open on the session
+//! is already queued on its connection, so a request queued after it (the drain
+//! acknowledgement, `session.rs`) reaches the agent after all of them.
 
 use crate::metrics::{Metrics, SessionState};
 use bytes::Bytes;
 use http_body_util::Empty;
+use hyper::body::Incoming;
 use hyper::client::conn::http2::SendRequest;
+use hyper::{Request, Response};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +26,8 @@ pub(crate) struct Session {
     pub(crate) send: SendRequest<Empty<Bytes>>,
     in_flight: AtomicUsize,
     draining: AtomicBool,
+    /// Held while a stream is queued and while the session is marked draining.
+    gate: Mutex<()>,
     state: Mutex<SessionState>,
     stream_ended: Arc<Notify>,
 }
@@ -25,6 +35,7 @@ pub(crate) struct Session {
 impl Session {
     /// Marks the session as draining: no new streams; open ones continue.
     pub(crate) fn drain(&self) {
+        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
         if !self.draining.swap(true, Ordering::SeqCst) {
             tracing::info!(session = self.id, peer = %self.peer, "session draining");
             self.state
@@ -42,10 +53,23 @@ impl Session {
         self.in_flight.load(Ordering::SeqCst)
     }
 
-    /// Counts a stream on this session until the guard drops.
-    pub(crate) fn begin_stream(self: &Arc<Self>) -> SessionStream {
+    /// Queues `req` on this session unless it drains, and counts the stream on it until the
+    /// guard drops. The request is on the connection's queue when this returns (hyper queues
+    /// synchronously); the future answers it.
+    pub(crate) fn open(
+        self: &Arc<Self>,
+        req: Request<Empty<Bytes>>,
+    ) -> Option<(
+        impl Future<Output = hyper::Result<Response<Incoming>>>,
+        SessionStream,
+    )> {
+        let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
+        if self.is_draining() || self.send.is_closed() {
+            return None;
+        }
         self.in_flight.fetch_add(1, Ordering::SeqCst);
-        SessionStream(self.clone())
+        let counted = SessionStream(self.clone());
+        Some((self.send.clone().send_request(req), counted))
     }
 }
 
@@ -100,6 +124,7 @@ impl Sessions {
             send,
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            gate: Mutex::new(()),
             state: Mutex::new(metrics.session_state("active")),
             stream_ended: self.stream_ended.clone(),
         });
