@@ -284,15 +284,26 @@ async fn accept_backs_off_on_emfile_and_recovers() {
     let admin = admin_addr_from_log(&mut child);
     let p = Running { child };
     let addr = bound(admin, "l").await;
-    // Far more idle connections than descriptors: the kernel completes the handshakes, the
-    // proxy's accept(2) fails with EMFILE once its table is full.
+    // Far more idle connections than descriptors, queued while the proxy is stopped: the
+    // kernel completes the handshakes, and once it runs again its accept loop drains the
+    // queue in one go (the connections over the cap are closed by tasks that run only when
+    // the loop yields), so accept(2) fails with EMFILE once its table is full. Without the
+    // stop, whether the table fills depends on how fast this client connects (seen: 119
+    // connections refused and 0 EMFILE in one CI run).
+    let pid = p.child.id().to_string();
+    let signal = |sig: &str| {
+        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
+        assert!(ok.success(), "kill {sig} {pid}");
+    };
+    signal("-STOP");
     let mut idle = Vec::new();
-    for _ in 0..120 {
+    for _ in 0..300 {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
         // One byte of a ClientHello: past TCP_DEFER_ACCEPT, the proxy must accept it.
         let _ = s.write_all(&[0x16]).await;
         idle.push(s);
     }
+    signal("-CONT");
     // Stay saturated for a while: the condition under test, not a synchronisation.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The admin keeps answering while the listener's descriptors are exhausted (the proxy
