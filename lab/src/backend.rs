@@ -118,15 +118,7 @@ impl Lab {
         let voters = self.voters();
         let mut c = etcd::connect(&self.urls(&voters)).await?;
         let listed = etcd::list(&mut c).await?;
-        let all = [topology::source(), topology::destination()].concat();
-        let names = listed
-            .iter()
-            .map(|l| {
-                all.iter()
-                    .find(|m| m.listed_as(l))
-                    .map_or_else(|| l.name.clone(), MemberRef::name)
-            })
-            .collect();
+        let names = listed.iter().map(etcd::Listed::lab_name).collect();
         let mut ready = 0;
         for m in voters.iter().filter(|m| m.side == side) {
             let voter = listed.iter().any(|l| m.listed_as(l) && !l.learner);

@@ -245,6 +245,18 @@ pub struct Listed {
     pub learner: bool,
 }
 
+impl Listed {
+    /// The lab's name for this member: etcd's, or, for a learner that has not started (no
+    /// name in etcd yet), the name of the lab member it was added as.
+    pub fn lab_name(&self) -> String {
+        [crate::topology::source(), crate::topology::destination()]
+            .concat()
+            .iter()
+            .find(|m| m.listed_as(self))
+            .map_or_else(|| self.name.clone(), MemberRef::name)
+    }
+}
+
 /// The member list.
 pub async fn list(c: &mut Client) -> Result<Vec<Listed>> {
     let r = c

@@ -264,44 +264,7 @@ impl Lab {
     /// Member names as etcd lists them (learners marked), asked of `urls`.
     pub async fn member_names(&self, urls: &[String]) -> Result<Vec<String>> {
         let mut c = etcd::connect(urls).await?;
-        let all = [topology::source(), topology::destination()].concat();
-        Ok(etcd::list(&mut c)
-            .await?
-            .into_iter()
-            .map(|l| {
-                let name = all
-                    .iter()
-                    .find(|m| m.listed_as(&l))
-                    .map(|m| m.name())
-                    .unwrap_or(l.name);
-                if l.learner {
-                    format!("{name} (learner)")
-                } else {
-                    name
-                }
-            })
-            .collect())
-    }
-
-    /// Adds `m` as a learner and starts it (the first half of a join).
-    /// Every member's peer URLs as etcd lists them, by member name.
-    pub async fn peer_urls_listed(
-        &self,
-        urls: &[String],
-    ) -> Result<std::collections::BTreeMap<String, Vec<String>>> {
-        let mut c = etcd::connect(urls).await?;
-        let all = [topology::source(), topology::destination()].concat();
-        Ok(etcd::list(&mut c)
-            .await?
-            .into_iter()
-            .map(|l| {
-                let name = all
-                    .iter()
-                    .find(|m| m.listed_as(&l))
-                    .map_or_else(|| l.name.clone(), |m| m.name());
-                (name, l.peer_urls)
-            })
-            .collect())
+        Ok(etcd::list(&mut c).await?.iter().map(marked_name).collect())
     }
 
     /// The peer URLs `m` advertises now.
@@ -322,7 +285,7 @@ impl Lab {
         initial_cluster(&entries)
     }
 
-    /// Adds `m` as a learner advertising `urls` and starts it.
+    /// Adds `m` as a learner advertising `urls` and starts it (the first half of a join).
     pub async fn add_learner(&mut self, m: MemberRef, urls: Vec<String>) -> Result<()> {
         let admin = etcd::connect(&self.urls(&self.voters())).await?;
         etcd::add_learner(&admin, m, &urls).await?;
@@ -443,5 +406,15 @@ impl Lab {
             }
         }
         Error::State(format!("{e}{logs}"))
+    }
+}
+
+/// A member's lab name, marked when it is a learner (the membership timeline's spelling).
+pub fn marked_name(l: &etcd::Listed) -> String {
+    let name = l.lab_name();
+    if l.learner {
+        format!("{name} (learner)")
+    } else {
+        name
     }
 }

@@ -337,8 +337,13 @@ async fn finish(
     );
     lab.record_membership().await;
     let urls = lab.urls(expected);
-    let final_members = lab.member_names(&urls).await?;
-    let final_peer_urls = lab.peer_urls_listed(&urls).await?;
+    // One member list gives the final names and the URLs they advertise.
+    let listed = etcd::list(&mut etcd::connect(&urls).await?).await?;
+    let final_members: Vec<String> = listed.iter().map(crate::lab::marked_name).collect();
+    let final_peer_urls: std::collections::BTreeMap<String, Vec<String>> = listed
+        .into_iter()
+        .map(|l| (l.lab_name(), l.peer_urls))
+        .collect();
     if released {
         // The exposure is gone: every member must be back on its in-cluster URL alone.
         for m in expected {
