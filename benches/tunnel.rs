@@ -5,6 +5,9 @@
 //! per single stream (default 256; the 32 streams carry an eighth of it each).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/byte_source.rs"]
+mod byte_source;
+
 use isthmus_config::{AllowRule, Http2Config, ServerEntryConfig};
 use isthmus_testkit::{percentile, TestPki};
 use isthmus_tunnel::agent::{Agent, AgentOptions, DnsResolver};
@@ -30,22 +33,7 @@ async fn start_source() -> SocketAddr {
         loop {
             let (mut s, _) = l.accept().await.unwrap();
             let _ = s.set_nodelay(true);
-            tokio::spawn(async move {
-                let mut n = [0u8; 8];
-                if s.read_exact(&mut n).await.is_err() {
-                    return;
-                }
-                let mut left = u64::from_be_bytes(n);
-                let chunk = vec![0xa5u8; 256 * 1024];
-                while left > 0 {
-                    let k = left.min(chunk.len() as u64) as usize;
-                    if s.write_all(&chunk[..k]).await.is_err() {
-                        return;
-                    }
-                    left -= k as u64;
-                }
-                let _ = s.shutdown().await;
-            });
+            tokio::spawn(async move { byte_source::serve(&mut s).await });
         }
     });
     addr
@@ -94,15 +82,7 @@ impl Bench {
 
     async fn pull(&self, tunnel: bool, bytes: u64) -> u64 {
         let (mut io, _) = self.open(tunnel).await;
-        io.write_all(&bytes.to_be_bytes()).await.unwrap();
-        let mut buf = vec![0u8; 256 * 1024];
-        let mut got = 0u64;
-        while got < bytes {
-            let n = io.read(&mut buf).await.unwrap();
-            assert!(n > 0, "stream ended early at {got} bytes");
-            got += n as u64;
-        }
-        got
+        byte_source::pull(&mut io, bytes).await
     }
 
     /// Gbit/s, and CPU seconds (the whole process: client, server, agent, source) per GB.

@@ -13,6 +13,8 @@
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "common/byte_source.rs"]
+mod byte_source;
 #[path = "tunnels/load.rs"]
 mod load;
 #[path = "tunnels/targets.rs"]

@@ -105,15 +105,8 @@ impl Dialer {
     }
 
     pub async fn pull(&self, bytes: u64) -> u64 {
-        let mut io = self.source(bytes).await.unwrap();
-        let mut buf = vec![0u8; 256 * 1024];
-        let mut got = 0u64;
-        while got < bytes {
-            let n = io.read(&mut buf).await.unwrap();
-            assert!(n > 0, "stream ended early at {got} bytes");
-            got += n as u64;
-        }
-        got
+        let mut io = self.dial(self.source).await.unwrap();
+        crate::byte_source::pull(&mut io, bytes).await
     }
 }
 

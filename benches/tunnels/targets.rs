@@ -103,23 +103,5 @@ async fn serve_webhook(acceptor: TlsAcceptor, tcp: TcpStream) -> std::io::Result
 
 async fn serve_source(mut s: TcpStream) {
     let _ = s.set_nodelay(true);
-    let mut n = [0u8; 8];
-    if s.read_exact(&mut n).await.is_err() {
-        return;
-    }
-    let mut left = u64::from_be_bytes(n);
-    if left == 0 {
-        let mut b = [0u8; 64];
-        while matches!(s.read(&mut b).await, Ok(n) if n > 0) {}
-        return;
-    }
-    let chunk = vec![0xa5u8; 256 * 1024];
-    while left > 0 {
-        let k = left.min(chunk.len() as u64) as usize;
-        if s.write_all(&chunk[..k]).await.is_err() {
-            return;
-        }
-        left -= k as u64;
-    }
-    let _ = s.shutdown().await;
+    crate::byte_source::serve(&mut s).await;
 }

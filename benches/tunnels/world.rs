@@ -162,11 +162,14 @@ impl World {
     }
 
     /// The targets as seen from the host over the shoot's veth.
-    pub fn targets(&self) -> (SocketAddr, SocketAddr) {
-        (
-            SocketAddr::from((SHOOT, WEBHOOK_PORT)),
-            SocketAddr::from((SHOOT, SOURCE_PORT)),
-        )
+    /// A dialer of the shoot's targets (webhook and source) through `entry`.
+    pub fn dialer(&self, entry: Entry) -> Dialer {
+        Dialer {
+            entry,
+            webhook: SocketAddr::from((SHOOT, WEBHOOK_PORT)),
+            source: SocketAddr::from((SHOOT, SOURCE_PORT)),
+            tls: self.caller_tls.clone(),
+        }
     }
 }
 
@@ -259,13 +262,9 @@ impl Peer {
 /// The floor: calls straight across the link to the targets.
 pub async fn direct(w: &World, rtt: Duration) -> Peer {
     let link = Link::new(rtt);
-    let (webhook, source) = w.targets();
-    let dialer = Dialer {
-        entry: Entry::Tcp,
-        webhook: relay(&link, Ipv4Addr::LOCALHOST, webhook).await,
-        source: relay(&link, Ipv4Addr::LOCALHOST, source).await,
-        tls: w.caller_tls.clone(),
-    };
+    let mut dialer = w.dialer(Entry::Tcp);
+    dialer.webhook = relay(&link, Ipv4Addr::LOCALHOST, dialer.webhook).await;
+    dialer.source = relay(&link, Ipv4Addr::LOCALHOST, dialer.source).await;
     Peer {
         name: "direct",
         dialer,
@@ -339,13 +338,7 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
             .arg(&agent_yaml),
         &w.dir.join(&format!("isthmus-agent-{tag}.log")),
     );
-    let (webhook, source) = w.targets();
-    let dialer = Dialer {
-        entry: Entry::Connect(sock),
-        webhook,
-        source,
-        tls: w.caller_tls.clone(),
-    };
+    let dialer = w.dialer(Entry::Connect(sock));
     Peer {
         name: "isthmus",
         dialer,
@@ -425,13 +418,7 @@ pub async fn konnectivity(w: &World, rtt: Duration, tag: &str) -> Option<Peer> {
         ]),
         &w.dir.join(&format!("konn-agent-{tag}.log")),
     );
-    let (webhook, source) = w.targets();
-    let dialer = Dialer {
-        entry: Entry::Connect(sock),
-        webhook,
-        source,
-        tls: w.caller_tls.clone(),
-    };
+    let dialer = w.dialer(Entry::Connect(sock));
     Some(Peer {
         name: "konnectivity",
         dialer,
