@@ -182,6 +182,63 @@ fn dst_completed() -> Observed {
     o
 }
 
+/// `role`'s first pass at `step` (a release) applied: DNS records deleted and the proxies
+/// serving what it planned; etcd-druid has not acted yet, or (`rolled`) has rolled the members.
+fn released(mut o: Observed, role: Role, step: Step, rolled: bool) -> Observed {
+    let p = plan::plan(&spec(role, step), &o);
+    o.previous = p.status.clone();
+    let no_druid = Behaviour {
+        dns: true,
+        proxy: true,
+        druid: false,
+    };
+    apply(&mut o, &p, no_druid, role);
+    if rolled {
+        druid(&mut o, role);
+    }
+    o
+}
+/// The release after the roll, with its plan (no routes) applied and served.
+fn unrouted(o: Observed, role: Role, step: Step) -> Observed {
+    let mut o = released(o, role, step, true);
+    let p = plan::plan(&spec(role, step), &o);
+    o.previous = p.status.clone();
+    apply(&mut o, &p, ALL, role);
+    o
+}
+fn src_complete_rolling() -> Observed {
+    released(src_exposed(), Role::Source, Step::Complete, false)
+}
+fn src_complete_rolled() -> Observed {
+    released(src_exposed(), Role::Source, Step::Complete, true)
+}
+fn src_complete_unrouted() -> Observed {
+    unrouted(src_exposed(), Role::Source, Step::Complete)
+}
+fn src_exposed_no_etcd() -> Observed {
+    let mut o = src_exposed();
+    o.etcd = None;
+    o
+}
+fn src_abort_rolling() -> Observed {
+    released(src_exposed(), Role::Source, Step::Abort, false)
+}
+fn src_abort_rolled() -> Observed {
+    released(src_exposed(), Role::Source, Step::Abort, true)
+}
+fn src_abort_unrouted() -> Observed {
+    unrouted(src_exposed(), Role::Source, Step::Abort)
+}
+fn dst_complete_rolling() -> Observed {
+    released(dst_shrunk(), Role::Destination, Step::Complete, false)
+}
+fn dst_complete_rolled() -> Observed {
+    released(dst_shrunk(), Role::Destination, Step::Complete, true)
+}
+fn dst_complete_unrouted() -> Observed {
+    unrouted(dst_shrunk(), Role::Destination, Step::Complete)
+}
+
 #[rustfmt::skip]
 fn cases() -> Vec<Case> {
     use Role::*;
@@ -203,8 +260,8 @@ fn cases() -> Vec<Case> {
         Case { name: "restart mid-join, VPN record pending", role: Destination, step: Join, world: dst_joined_vpn_pending, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
         Case { name: "destination completed", role: Destination, step: Complete, world: dst_completed, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
         Case { name: "step moved back after Complete re-exposes", role: Destination, step: Shrink, world: dst_completed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForDNSRecords"), ready: false },
-        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
-        Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 6, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination expose", role: Destination, step: Expose, world: dst_empty, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "destination join before exposure: no Etcd yet", role: Destination, step: Join, world: dst_empty, etcd: "keep", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "destination join after exposure creates Etcd", role: Destination, step: Join, world: dst_exposed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForEtcd"), ready: false },
@@ -214,8 +271,19 @@ fn cases() -> Vec<Case> {
         Case { name: "destination grown", role: Destination, step: Grow, world: dst_grown, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "ThirdMemberJoined"), ready: true },
         Case { name: "destination shrinking, one source member gone", role: Destination, step: Shrink, world: dst_shrinking, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "RemovingSourceMembers"), ready: false },
         Case { name: "destination shrunk", role: Destination, step: Shrink, world: dst_shrunk, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "True", "SourceMembersRemoved"), ready: true },
-        Case { name: "destination complete removes exposure and VPN record", role: Destination, step: Complete, world: dst_shrunk, etcd: "apply", records: 0, deletions: 4, routes: 0, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination complete removes exposure and VPN record", role: Destination, step: Complete, world: dst_shrunk, etcd: "apply", records: 0, deletions: 4, routes: 6, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination abort before join", role: Destination, step: Abort, world: dst_exposed, etcd: "keep", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        // A released exposure: records now, routes once etcd-druid rolled the members back.
+        Case { name: "source complete, druid rolling: routes kept", role: Source, step: Complete, world: src_complete_rolling, etcd: "release", records: 0, deletions: 0, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete, druid rolled: routes go", role: Source, step: Complete, world: src_complete_rolled, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete, routes served empty", role: Source, step: Complete, world: src_complete_unrouted, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
+        Case { name: "source complete, Etcd gone: routes at once", role: Source, step: Complete, world: src_exposed_no_etcd, etcd: "keep", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source abort, druid rolling: routes kept", role: Source, step: Abort, world: src_abort_rolling, etcd: "release", records: 0, deletions: 0, routes: 6, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source abort, druid rolled: routes go", role: Source, step: Abort, world: src_abort_rolled, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source abort, routes served empty", role: Source, step: Abort, world: src_abort_unrouted, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
+        Case { name: "destination complete, druid rolling: routes kept", role: Destination, step: Complete, world: dst_complete_rolling, etcd: "apply", records: 0, deletions: 0, routes: 6, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination complete, druid rolled: routes go", role: Destination, step: Complete, world: dst_complete_rolled, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "destination complete, routes served empty", role: Destination, step: Complete, world: dst_complete_unrouted, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
         Case { name: "destination abort after join is refused", role: Destination, step: Abort, world: dst_joined, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("LiveMigrationAborted", "False", "AbortRefused"), ready: true },
     ]
 }
@@ -281,6 +349,58 @@ fn source_run_expose_to_cleanup() {
         .etcd
         .as_ref()
         .is_some_and(|e| e.fields.advertise.is_empty()));
+}
+
+/// docs/lab.md, "Traps": a restarted etcd member dials its peers at their old exposed URLs, so
+/// a released exposure's routes stay until etcd-druid rolled the members back, and the other
+/// migrations on the seed render them too (from `status.exposedMembers`) meanwhile.
+#[test]
+fn released_routes_stay_until_druid_rolled_the_members_back() {
+    let message = |p: &Plan, t: &str| {
+        let c = p.status.conditions.iter().find(|c| c.type_ == t);
+        c.map(|c| c.message.clone()).unwrap_or_default()
+    };
+    #[rustfmt::skip]
+    let runs = [
+        (Role::Source, Step::Complete, src_exposed(), "SourceSeedCleanup"),
+        (Role::Source, Step::Abort, src_exposed(), "LiveMigrationAborted"),
+        (Role::Destination, Step::Complete, dst_shrunk(), "MigrationCompleted"),
+    ];
+    for (role, step, world, t) in runs {
+        let s = spec(role, step);
+        let members = plan::routes(&s, NS, false);
+        // First pass: the records go and the Etcd is released at once; the routes stay.
+        let p = plan::plan(&s, &world);
+        assert!(p.dns_records.is_empty() && !p.dns_deletions.is_empty());
+        assert!(matches!(
+            p.etcd,
+            EtcdAction::Release | EtcdAction::Apply { .. }
+        ));
+        assert_eq!(p.routes, members, "{role:?} {step:?}");
+        assert_eq!(plan::wanted_routes(&s, NS, &p.status), members);
+        assert!(message(&p, t).contains("in-cluster URLs"), "{p:?}");
+        // druid observed the generation carrying the release but still rolls the members.
+        let mut obs = released(world, role, step, true);
+        if let Some(e) = obs.etcd.as_mut() {
+            e.all_members_updated = Some(false);
+        }
+        let p = plan::plan(&s, &obs);
+        assert_eq!(p.routes, members, "{role:?} {step:?}: rolling");
+        // Every member runs the plain spec: now the routes go, everywhere.
+        if let Some(e) = obs.etcd.as_mut() {
+            e.all_members_updated = Some(true);
+        }
+        let p = plan::plan(&s, &obs);
+        assert!(p.routes.is_empty(), "{role:?} {step:?}: rolled");
+        assert!(plan::wanted_routes(&s, NS, &p.status).is_empty());
+        assert!(!message(&p, t).contains("in-cluster URLs"), "{p:?}");
+        let done = converge(&s, &mut obs, 3);
+        assert!(
+            done.status.step_ready,
+            "{role:?} {step:?}: {:?}",
+            done.status
+        );
+    }
 }
 
 /// The destination's Shrink removes the source members while the source keeps being planned
@@ -503,6 +623,8 @@ fn destination_abort_removes_joined_members_and_etcd() {
     apply(&mut obs, &p, ALL, Role::Destination);
     let p = plan::plan(&spec(Role::Destination, Step::Abort), &obs);
     assert_eq!(p.etcd, EtcdAction::Delete);
+    // The Etcd goes with its members: nothing left to roll back, so the routes go at once.
+    assert!(p.routes.is_empty() && p.status.exposed_members.is_empty());
     let done = converge(&spec(Role::Destination, Step::Abort), &mut obs, 10);
     assert_eq!(
         condition(&done, "LiveMigrationAborted"),

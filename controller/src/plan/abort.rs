@@ -153,6 +153,8 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
             "CleanedUp",
             "joined members removed, exposure removed",
         )
+    } else if ctx.routes_held {
+        Verdict::waiting(cond::ABORTED, "CleanUpInProgress", super::release::HELD)
     } else {
         Verdict::waiting(
             cond::ABORTED,

@@ -61,6 +61,7 @@
 mod abort;
 pub mod conditions;
 pub mod names;
+mod release;
 mod roles;
 mod steps;
 
@@ -300,7 +301,8 @@ pub struct Plan {
     pub dns_records: Vec<DnsRecordDesired>,
     /// `DNSRecord` object names to confirm and delete (only those that exist).
     pub dns_deletions: Vec<String>,
-    /// This migration's proxy routes; empty means none.
+    /// This migration's proxy routes; empty means none. A released exposure keeps the members'
+    /// routes until etcd-druid rolled the members back to their in-cluster URLs.
     pub routes: Vec<MemberRoute>,
     /// The `Etcd`.
     pub etcd: EtcdAction,

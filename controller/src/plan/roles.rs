@@ -34,7 +34,7 @@ impl Outcome {
 pub const DEFAULT_JOIN_TIMEOUT_SECS: i64 = 600;
 
 /// Whether the observed fields carry what `want` asks (options `None` are not ours).
-fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
+pub(super) fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
     (want.replicas.is_none() || have.replicas == want.replicas)
         && (want.member_name_prefix.is_none() || have.member_name_prefix == want.member_name_prefix)
         && (want.skip_client_san_verification.is_none()
@@ -162,6 +162,8 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
 pub(super) fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
     if ctx.cleaned {
         Verdict::done(kind, "CleanedUp", "exposure removed")
+    } else if ctx.routes_held {
+        Verdict::waiting(kind, "CleanUpInProgress", super::release::HELD)
     } else {
         Verdict::waiting(
             kind,
@@ -390,11 +392,8 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
             out
         }
         Step::Complete => {
-            let fields = EtcdFields {
-                replicas: Some(3),
-                member_name_prefix: Some(dest.member_name_prefix.clone()),
-                ..EtcdFields::default()
-            };
+            // One definition with the check that releases the routes once druid rolled.
+            let fields = super::release::released_fields(ctx.spec).unwrap_or_default();
             let t = cond::MIGRATION_COMPLETED;
             let ready = ctx.cleaned && etcd_ready(ctx, &fields, 3);
             let v = if ready {
@@ -403,6 +402,8 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     "MigrationCompleted",
                     "exposure and temporary VPN record removed",
                 )
+            } else if ctx.routes_held {
+                Verdict::waiting(t, "CleanUpInProgress", super::release::HELD)
             } else {
                 Verdict::waiting(
                     t,

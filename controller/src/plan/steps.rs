@@ -3,7 +3,7 @@
 
 use super::conditions::{self as cond, Verdict};
 use super::names::{members_named, routes, Member, VPN_RECORD};
-use super::{abort, roles};
+use super::{abort, release, roles};
 use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, OPERATION, TIMESTAMP};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 use std::collections::BTreeMap;
@@ -20,6 +20,9 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     // left behind in the member list.
     let hold = step == Step::Abort && abort::abort_holds_exposure(spec, obs, &members);
     let exposing = wanted_exposure || hold;
+    // A released exposure keeps its member routes until etcd-druid rolled the members off the
+    // exposed URLs (`release`): records and `Etcd` go now, routes after the roll.
+    let routes_held = !exposing && release::routes_held(spec, obs, step);
 
     let wanted = if exposing {
         desired_records(spec, obs, &members, with_vpn)
@@ -32,7 +35,8 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         .filter(|name| !wanted.iter().any(|w| &w.object_name == *name))
         .cloned()
         .collect();
-    let my_routes = if exposing {
+    // Not exposing means no VPN (`with_vpn` is false): held routes are the members' only.
+    let my_routes = if exposing || routes_held {
         routes(spec, &obs.namespace, with_vpn)
     } else {
         Vec::new()
@@ -58,7 +62,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
                         .get(VPN_RECORD)
                         .is_some_and(|o| o.spec == w.spec && o.ready())
             });
-    let cleaned = dns_deletions.is_empty() && !exposing && routes_served;
+    let cleaned = dns_deletions.is_empty() && !exposing && !routes_held && routes_served;
 
     let ctx = Ctx {
         spec,
@@ -67,6 +71,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         exposure,
         vpn_ready,
         cleaned,
+        routes_held,
     };
     let out = match spec.role {
         Role::Source => roles::source(&ctx, step),
@@ -90,7 +95,9 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
             observed_generation: obs.generation,
             step: Some(step),
             step_ready: out.ready,
-            exposed_members: if exposing {
+            // Listed while routes are held too: the other migrations' passes render our routes
+            // into the shared proxy file from it (`wanted_routes`).
+            exposed_members: if exposing || routes_held {
                 members.iter().map(Member::urls).collect()
             } else {
                 Vec::new()
@@ -180,6 +187,8 @@ pub(super) struct Ctx<'a> {
     pub(super) vpn_ready: bool,
     /// Records deleted and every proxy serves none of our routes.
     pub(super) cleaned: bool,
+    /// The exposure is released but its routes stay until etcd-druid rolled the members back.
+    pub(super) routes_held: bool,
 }
 
 fn desired_records(
