@@ -6,6 +6,7 @@ packages=(
   etcd-server etcd-client      # real etcd 3.4 for the proxy and lab tests
   protobuf-compiler libprotobuf-dev   # protoc and its well-known .proto files (descriptor.proto), for the etcd-client crate's build
   iproute2 curl openssl        # network namespaces, admin scraping, certificates
+  nftables                     # the lab's pod addresses (DNAT inside a seed) when the controllers drive it
   openvpn                      # OpenVPN through the http_connect listener
   nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
 )

@@ -46,6 +46,7 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
         interval: Duration::from_millis(25),
         hold: Duration::from_secs(2),
         pre_vote: true,
+        controllers: false,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt

@@ -405,11 +405,14 @@ fn released_routes_stay_until_druid_rolled_the_members_back() {
 
 /// The destination's Shrink removes the source members while the source keeps being planned
 /// (found by the lab): the source stays prepared; before Shrink, members down are a rollout.
+/// A removed member exits, so etcd-druid reports the source `Etcd` not ready from then on
+/// (found when the lab's seeds ran the controller against a druid stand-in that says so).
 #[test]
 fn source_stays_prepared_while_the_destination_removes_its_members() {
     let mut obs = world_after(Role::Source, &[Step::Expose, Step::Join, Step::Grow]);
     if let Some(e) = obs.etcd.as_mut() {
         e.ready_replicas = 0;
+        e.ready = Some(false);
         e.members.clear();
     }
     let p = plan::plan(&spec(Role::Source, Step::Shrink), &obs);

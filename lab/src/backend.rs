@@ -114,7 +114,7 @@ impl Lab {
 
     /// etcd's member names (learners included; a learner not started yet has no name in etcd,
     /// so names come from peer URLs) and how many of `side`'s members are voters that serve.
-    async fn etcd_status(&self, side: Side) -> Result<(Vec<String>, i32)> {
+    pub(crate) async fn etcd_status(&self, side: Side) -> Result<(Vec<String>, i32)> {
         let voters = self.voters();
         let mut c = etcd::connect(&self.urls(&voters)).await?;
         let listed = etcd::list(&mut c).await?;
@@ -199,12 +199,15 @@ impl Lab {
         for resolver in [Side::Source, Side::Destination] {
             let seed = self.topo.seed(resolver);
             let mut entries: Vec<(String, String)> = (0..topology::MEMBERS)
-                .map(|index| {
+                .flat_map(|index| {
                     let m = MemberRef {
                         side: resolver,
                         index,
                     };
-                    ("127.0.0.1".to_string(), m.in_cluster_dns())
+                    [
+                        ("127.0.0.1".to_string(), m.in_cluster_dns()),
+                        (m.pod_ip().to_string(), m.pod_dns()),
+                    ]
                 })
                 .collect();
             for owner in [Side::Source, Side::Destination] {

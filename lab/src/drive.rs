@@ -1,6 +1,7 @@
 //! The orchestrator's side: set a seed's `spec.step`, then run planner passes (observe → plan
 //! → apply through [`crate::backend`]) until the planner reports the step ready — the loop the
-//! kube adapter runs, without Kubernetes.
+//! kube adapter runs, without Kubernetes. With the controllers driving (`crate::control`), the
+//! same calls go through the seeds' APIs to the `isthmus controller` processes.
 
 use crate::backend::idx;
 use crate::error::{Error, Result};
@@ -16,18 +17,26 @@ use tokio::time::Instant;
 const STEP_BUDGET: Duration = Duration::from_secs(180);
 
 impl Lab {
-    /// The orchestrator sets `spec.step` of `side` (a new spec generation).
-    pub fn set_step(&mut self, side: Side, step: Step) {
+    /// The orchestrator sets `spec.step` of `side` (a new spec generation); with the
+    /// controllers driving, through the seed's API (`crate::control::gardenlet`).
+    pub async fn set_step(&mut self, side: Side, step: Step) -> Result<()> {
+        if self.control.is_some() {
+            return self.gardenlet_step(side, step).await;
+        }
         let m = &mut self.migrations[idx(side)];
         if m.spec.step != step {
             m.spec.step = step;
             m.obs.generation = Some(m.obs.generation.unwrap_or(0) + 1);
         }
+        Ok(())
     }
 
     /// The orchestrator copies the source's `status.exposedMembers` into the destination's
     /// `spec.destination.sourceMembers` (the members the destination joins).
-    pub fn copy_source_members(&mut self) {
+    pub async fn copy_source_members(&mut self) -> Result<()> {
+        if self.control.is_some() {
+            return self.gardenlet_copy_members().await;
+        }
         let exposed = self.migrations[idx(Side::Source)]
             .obs
             .previous
@@ -40,6 +49,7 @@ impl Lab {
                 dest.obs.generation = Some(dest.obs.generation.unwrap_or(0) + 1);
             }
         }
+        Ok(())
     }
 
     /// One planner pass of `side`; returns the plan and whether the backend did anything.
@@ -58,12 +68,15 @@ impl Lab {
 
     /// Passes until the step is ready, or `stop` holds after a pass (the abort scenario stops
     /// the join after the first learner was added).
-    pub async fn drive(&mut self, side: Side, stop: impl Fn(&Lab) -> bool) -> Result<Plan> {
+    pub async fn drive(&mut self, side: Side, stop: impl Fn(&Lab) -> bool) -> Result<()> {
+        if self.control.is_some() {
+            return self.gardenlet_wait(side, stop).await;
+        }
         let deadline = Instant::now() + STEP_BUDGET;
         loop {
             let (p, acted) = self.pass(side).await?;
             if p.status.step_ready || stop(self) {
-                return Ok(p);
+                return Ok(());
             }
             if Instant::now() > deadline {
                 return Err(Error::Timeout {
@@ -84,8 +97,8 @@ impl Lab {
     }
 
     /// Sets `step` on `side` and drives it until ready.
-    pub async fn step(&mut self, side: Side, step: Step) -> Result<Plan> {
-        self.set_step(side, step);
+    pub async fn step(&mut self, side: Side, step: Step) -> Result<()> {
+        self.set_step(side, step).await?;
         self.drive(side, |_| false).await
     }
 

@@ -77,7 +77,14 @@ impl Lab {
             if !self
                 .cluster
                 .iter()
-                .any(|m| m.name() == b.name && b.peer_urls == self.peer_urls(*m))
+                // Listed with URLs the member advertises (with etcd-druid v0.38's API the
+                // exposed URL is advertised beside the in-cluster one).
+                .any(|m| {
+                    let urls = self.peer_urls(*m);
+                    m.name() == b.name
+                        && !b.peer_urls.is_empty()
+                        && b.peer_urls.iter().all(|u| urls.contains(u))
+                })
             {
                 return Err(Error::State(format!(
                     "bootstrap member {} ({:?}) is not in the cluster",

@@ -61,6 +61,20 @@ impl MemberRef {
             crate::specs::NAMESPACE
         )
     }
+    /// Its pod's in-cluster DNS name as etcd-druid's headless peer Service spells it in a
+    /// cluster (`<pod>.etcd-main-peer.<ns>.svc.cluster.local`): where the controller's rendered
+    /// proxy routes point. Each seed resolves its own members' names to [`Self::pod_ip`].
+    pub fn pod_dns(&self) -> String {
+        format!("{}.cluster.local", self.in_cluster_dns())
+    }
+    /// The member's "pod address" inside its seed: a loopback address of its own whose pod
+    /// ports (2380 peer, 2379 client) the seed translates to the member's lab ports
+    /// ([`crate::seeds::Seed::pod_ports`], what kube-proxy and pod networking do in a cluster;
+    /// the seed's proxy holds 2380 and 2379 on every local address itself).
+    pub fn pod_ip(&self) -> std::net::Ipv4Addr {
+        let i = u8::try_from(self.index).unwrap_or(0);
+        std::net::Ipv4Addr::new(127, 0, 1, 10u8.saturating_add(i))
+    }
     /// The in-cluster peer URL: reaches the member directly inside its own seed (its listen
     /// port, not the proxy's).
     pub fn in_cluster_url(&self) -> String {
@@ -84,6 +98,11 @@ impl MemberRef {
     /// the proxy and every member share the seed's one namespace, and the proxy holds 2380+.
     pub fn peer_port(&self) -> u16 {
         12380 + self.index
+    }
+    /// Where the member serves clients over TLS (the client exposure's upstream, its pod
+    /// port 2379 in a cluster), inside its seed.
+    pub fn tls_client_port(&self) -> u16 {
+        24379 + self.index
     }
     /// Where the member listens for clients (on the seed side of the veth), for the same reason
     /// not the planner's client port.
@@ -135,10 +154,15 @@ impl Member {
             .args(["--initial-advertise-peer-urls", &peer_urls.join(",")])
             .args([
                 "--listen-client-urls",
-                &client,
+                &format!("{client},https://127.0.0.1:{}", r.tls_client_port()),
                 "--advertise-client-urls",
                 &client,
             ])
+            // The TLS client listener (the client exposure, what the controller reads etcd's
+            // member list through) takes client certificates of the lab CA only.
+            .args(["--cert-file", &d(&format!("{name}.crt"))])
+            .args(["--key-file", &d(&format!("{name}.key"))])
+            .args(["--trusted-ca-file", &d("ca.crt"), "--client-cert-auth"])
             .args([
                 "--initial-cluster",
                 cluster,

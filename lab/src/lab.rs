@@ -12,6 +12,7 @@ use crate::proxy::{self, SeedProxy};
 use crate::report::Membership;
 use crate::topology::{self, Topology};
 use crate::webhook::WebhookLab;
+use isthmus_controller::proxy_config::CONFIG_KEY;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -38,8 +39,13 @@ pub struct Lab {
     pub api: Option<crate::api::ShootApi>,
     /// The webhook called through the tunnel; taken by the report at the end.
     pub webhook: Option<WebhookLab>,
+    /// The seeds' API servers and controllers, when the controllers drive the run.
+    pub control: Option<crate::control::ControlPlane>,
     pub members: Vec<Member>,
     pub proxies: [SeedProxy; 2],
+    /// The seeds' tunnel ingress proxies, when the controllers drive the run (otherwise the
+    /// tunnel route rides in `proxies`).
+    pub ingress: Vec<SeedProxy>,
     pub topo: Topology,
     /// Each seed's `EtcdMigration` (source, destination): spec and observed world.
     pub migrations: [Migration; 2],
@@ -72,6 +78,7 @@ impl Lab {
         proxy_bin: &Path,
         dir: &Path,
         pre_vote: bool,
+        control: Option<&crate::control::ControlOptions>,
     ) -> Result<Self> {
         let epoch = Instant::now();
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
@@ -83,11 +90,88 @@ impl Lab {
         {
             pki.member(dir, &m.name(), &[&m.dns(), &m.in_cluster_dns()])?;
         }
-        // Both proxies start with the listeners and no route; the planner adds the routes.
-        let src_file = proxy::render(Side::Source, &topo.source, &[])?;
-        let dst_file = proxy::render(Side::Destination, &topo.destination, &[])?;
-        let src = SeedProxy::start(proxy_bin, &topo.source, dir, &src_file).await?;
-        let dst = SeedProxy::start(proxy_bin, &topo.destination, dir, &dst_file).await?;
+        // What a controller reads etcd's member list with (the `etcd-client-tls` Secret).
+        pki.leaf(dir, "etcd-client", &["etcd-client"])?;
+        let mut plane = match control {
+            Some(opts) => {
+                // The controller's routes dial the members' pod names on the pod ports.
+                for side in [Side::Source, Side::Destination] {
+                    let rules: Vec<_> = (0..topology::MEMBERS)
+                        .map(|index| MemberRef { side, index })
+                        .flat_map(|m| {
+                            [
+                                (m.pod_ip(), 2380, m.peer_port()),
+                                (m.pod_ip(), 2379, m.tls_client_port()),
+                            ]
+                        })
+                        .collect();
+                    topo.seed(side).pod_ports(&rules)?;
+                    // The proxy's resolver reads the hosts file when it starts: the pod names
+                    // must be there first.
+                    let names: Vec<(String, String)> = (0..topology::MEMBERS)
+                        .map(|index| MemberRef { side, index })
+                        .map(|m| (m.pod_ip().to_string(), m.pod_dns()))
+                        .collect();
+                    topo.seed(side).set_hosts(&names)?;
+                }
+                Some(crate::control::ControlPlane::start(opts, &topo, dir).await?)
+            }
+            None => None,
+        };
+        let mut ingress = Vec::new();
+        let [src, dst] = match plane.as_mut() {
+            // The proxies read the controller's ConfigMap from their volumes; the tunnel's
+            // ingress is a proxy of its own.
+            Some(plane) => {
+                let initial = proxy::controller_initial()?;
+                let tunnel = proxy::render_tunnel_ingress()?;
+                let mut started = Vec::new();
+                for side in [Side::Source, Side::Destination] {
+                    let seed = topo.seed(side);
+                    let volume = &mut plane.seeds[idx(side)].volume;
+                    let data = [(CONFIG_KEY.to_string(), initial.text.clone())].into();
+                    volume.write(&data)?;
+                    let log = dir.join(format!("proxy-{}.log", seed.label));
+                    let p = SeedProxy::start_at(
+                        proxy_bin,
+                        seed,
+                        volume.path(CONFIG_KEY),
+                        log,
+                        proxy::ADMIN_PORT,
+                        &initial.hash,
+                    )
+                    .await?;
+                    started.push(p);
+                    let config = dir.join(format!("ingress-{}.yaml", seed.label));
+                    std::fs::write(&config, &tunnel.text)
+                        .map_err(|e| Error::io(config.display(), e))?;
+                    let log = dir.join(format!("ingress-{}.log", seed.label));
+                    ingress.push(
+                        SeedProxy::start_at(
+                            proxy_bin,
+                            seed,
+                            config,
+                            log,
+                            proxy::TUNNEL_ADMIN_PORT,
+                            &tunnel.hash,
+                        )
+                        .await?,
+                    );
+                }
+                started
+                    .try_into()
+                    .map_err(|_| Error::State("two proxies".into()))?
+            }
+            // Both proxies start with the listeners and no route; the planner adds the routes.
+            None => {
+                let src_file = proxy::render(Side::Source, &topo.source, &[])?;
+                let dst_file = proxy::render(Side::Destination, &topo.destination, &[])?;
+                [
+                    SeedProxy::start(proxy_bin, &topo.source, dir, &src_file).await?,
+                    SeedProxy::start(proxy_bin, &topo.destination, dir, &dst_file).await?,
+                ]
+            }
+        };
         let migrations = [
             Migration::new(Side::Source, &topo),
             Migration::new(Side::Destination, &topo),
@@ -97,8 +181,10 @@ impl Lab {
             dir: dir.to_path_buf(),
             api: None,
             webhook: None,
+            control: plane,
             members: Vec::new(),
             proxies: [src, dst],
+            ingress,
             topo,
             migrations,
             cluster: Vec::new(),
@@ -141,6 +227,17 @@ impl Lab {
                 .map_err(|e| lab.explain(e))?;
         }
         lab.record_membership().await;
+        if let Some(opts) = control {
+            // gardenlet's objects, then the controllers (as their ServiceAccount).
+            lab.gardenlet_create().await?;
+            if let Some(plane) = lab.control.as_mut() {
+                plane.start_controllers(proxy_bin, &lab.topo, opts.replicas, dir)?;
+            }
+            lab.event(format!(
+                "seed API servers ready; {} isthmus controller replica(s) per seed started",
+                opts.replicas
+            ));
+        }
         // The shoot's webhook is called through the source seed's tunnel from the start: a
         // tunnel server process per seed, the shoot's agents reaching them through each seed's
         // proxy across a link with the same RTT.

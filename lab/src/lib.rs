@@ -12,6 +12,7 @@
 pub mod api;
 pub mod backend;
 pub mod client;
+pub mod control;
 pub mod drive;
 pub mod druid;
 pub mod error;

@@ -66,6 +66,13 @@ struct Demo {
     /// force an election (a multi-second write stall).
     #[arg(long)]
     no_pre_vote: bool,
+    /// Let the controllers drive the migration: each seed gets its own kube-apiserver (on its
+    /// own etcd v3.6) with the pinned etcd-druid and Gardener CRDs and deploy/'s RBAC, and runs
+    /// two `isthmus controller` replicas as their ServiceAccount; stand-ins for etcd-druid,
+    /// the DNS provider, kubelet and gardenlet act on what they write, through the API only.
+    /// Without it, the lab calls the controller's planner as a library.
+    #[arg(long)]
+    controllers: bool,
     /// Scratch directory (certificates, configs, etcd data and logs); cleared at the start,
     /// kept after the run.
     #[arg(long, value_name = "DIR", default_value = "target/demo/run")]
@@ -186,6 +193,7 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
         interval: args.interval,
         hold: args.hold,
         pre_vote: !args.no_pre_vote,
+        controllers: args.controllers,
     };
     let rt = tokio::runtime::Runtime::new()?;
     // On Ctrl-C the lab's future is dropped, which stops its processes and deletes its

@@ -83,11 +83,26 @@ pub struct Options {
     /// Run etcd with `--pre-vote` (on by default; off shows the election a rejoining,
     /// partitioned member forces).
     pub pre_vote: bool,
+    /// The controllers drive the migration: each seed runs its own kube-apiserver and
+    /// `isthmus controller` replicas (`crate::control`), instead of the lab calling the
+    /// controller's planner as a library.
+    pub controllers: bool,
 }
 
 /// Runs the scenario and returns its report (invariant violations inside it).
 pub async fn run(opts: &Options) -> Result<Report> {
-    let mut lab = Lab::start(opts.rtt, &opts.proxy_bin, &opts.dir, opts.pre_vote).await?;
+    let control = opts.controllers.then(|| crate::control::ControlOptions {
+        kube_apiserver_bin: opts.kube_apiserver_bin.clone(),
+        replicas: 2,
+    });
+    let mut lab = Lab::start(
+        opts.rtt,
+        &opts.proxy_bin,
+        &opts.dir,
+        opts.pre_vote,
+        control.as_ref(),
+    )
+    .await?;
     let initial = lab.member_names(&lab.urls(&lab.cluster.clone())).await?;
     let client =
         Continuous::start(lab.epoch, &lab.urls(&topology::source()), opts.interval).await?;
@@ -118,7 +133,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
     lab.enter("join").await;
     lab.tunnel(TunnelStep::JoinTemporary).await?;
     let join_start = lab.now_ms();
-    lab.copy_source_members();
+    lab.copy_source_members().await?;
     lab.step(Side::Source, Step::Join).await?;
     if opts.scenario == Scenario::Abort {
         return abort(lab, client, opts, initial).await;
@@ -186,7 +201,7 @@ pub async fn run(opts: &Options) -> Result<Report> {
         lab.event(format!("source kube-apiserver stopped: {how}"));
     }
     lab.enter("shrink").await;
-    lab.set_step(Side::Source, Step::Shrink);
+    lab.set_step(Side::Source, Step::Shrink).await?;
     lab.step(Side::Destination, Step::Shrink).await?;
     // The source, planned again without members, still counts as prepared.
     lab.drive(Side::Source, |_| false).await?;
@@ -262,7 +277,7 @@ async fn abort(
     initial: Vec<String>,
 ) -> Result<Report> {
     // The join runs until the first destination member was added as a learner.
-    lab.set_step(Side::Destination, Step::Join);
+    lab.set_step(Side::Destination, Step::Join).await?;
     lab.drive(Side::Destination, |lab| {
         lab.cluster.iter().any(|m| m.side == Side::Destination)
     })

@@ -29,6 +29,13 @@ pub const TUNNEL_PORT: u16 = 8443;
 pub const TUNNEL_SNI: &str = "vpn-seed.lab";
 pub const TUNNEL_UPSTREAM_PORT: u16 = 9443;
 
+/// The VPN listener port of the controller-rendered proxy file in controller-driven runs: the
+/// seed's tunnel ingress on [`TUNNEL_PORT`] is a proxy of its own there
+/// ([`render_tunnel_ingress`]), so the migration's proxy serves exactly the controller's file.
+pub const UNUSED_VPN_PORT: u16 = 8444;
+/// The admin port of the tunnel-ingress proxy (controller-driven runs).
+pub const TUNNEL_ADMIN_PORT: u16 = 9905;
+
 /// Settings the lab adds to the controller's file: a faster file watch and a short drain, so a
 /// restart in the `five` phase takes a second rather than the defaults' 5 s + 30 s. (In a
 /// cluster they would come with the proxy's deployment values.)
@@ -82,6 +89,43 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
     Ok(ProxyFile { text, hash })
 }
 
+/// The file `isthmus controller` renders for a seed with no migration routes (its standard
+/// layout with `--vpn-port` [`UNUSED_VPN_PORT`]): what the proxy's volume holds before the
+/// controller's first ConfigMap arrives.
+pub fn controller_initial() -> Result<ProxyFile> {
+    let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
+    let layout = Layout::standard(PortScheme::default(), 3, UNUSED_VPN_PORT, admin);
+    let r = proxy_config::render(&layout, &[]).map_err(|e| Error::State(e.to_string()))?;
+    Ok(ProxyFile {
+        text: r.text,
+        hash: r.hash,
+    })
+}
+
+/// The seed's tunnel ingress alone (controller-driven runs): TLS passthrough on
+/// [`TUNNEL_SNI`] to the seed's tunnel server.
+pub fn render_tunnel_ingress() -> Result<ProxyFile> {
+    let admin = SocketAddr::from(([0, 0, 0, 0], TUNNEL_ADMIN_PORT));
+    let listener = format!("vpn-{TUNNEL_PORT}");
+    let layout = Layout {
+        admin,
+        listeners: vec![(listener.clone(), TUNNEL_PORT)],
+        trusted_proxies: Vec::new(),
+    };
+    let route = MemberRoute {
+        listener,
+        port: TUNNEL_PORT,
+        sni: TUNNEL_SNI.into(),
+        upstream: "tunnel-server".into(),
+        endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
+        allowed_sources: Vec::new(),
+    };
+    let r = proxy_config::render(&layout, &[route]).map_err(|e| Error::State(e.to_string()))?;
+    let text = format!("{}\n{LAB_SETTINGS}", r.text.trim_end());
+    let hash = isthmus_config::hash_bytes(text.as_bytes());
+    Ok(ProxyFile { text, hash })
+}
+
 /// The proxy process of one seed.
 #[derive(Debug)]
 pub struct SeedProxy {
@@ -101,14 +145,28 @@ impl SeedProxy {
     pub async fn start(bin: &Path, seed: &Seed, dir: &Path, file: &ProxyFile) -> Result<Self> {
         let config = dir.join(format!("proxy-{}.yaml", seed.label));
         write(&config, &file.text)?;
+        let log = dir.join(format!("proxy-{}.log", seed.label));
+        Self::start_at(bin, seed, config, log, ADMIN_PORT, &file.hash).await
+    }
+
+    /// Starts the proxy in `seed` on the file at `config` (already written; its hash `hash`)
+    /// with its admin on `admin_port`; returns once it serves that file.
+    pub async fn start_at(
+        bin: &Path,
+        seed: &Seed,
+        config: PathBuf,
+        log: PathBuf,
+        admin_port: u16,
+        hash: &str,
+    ) -> Result<Self> {
         let mut p = Self {
             bin: bin.to_path_buf(),
             config,
-            log: dir.join(format!("proxy-{}.log", seed.label)),
-            admin: SocketAddr::from((seed.seed_ip, ADMIN_PORT)),
+            log,
+            admin: SocketAddr::from((seed.seed_ip, admin_port)),
             child: None,
             draining: Vec::new(),
-            written: file.hash.clone(),
+            written: hash.to_string(),
         };
         p.spawn(seed)?;
         p.wait_hash().await?;

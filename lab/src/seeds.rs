@@ -120,6 +120,25 @@ impl Seed {
         std::fs::write(&path, text).map_err(|e| Error::io(path.display(), e))
     }
 
+    /// Translates each `(pod address, pod port, local port)` to `127.0.0.1:<local port>` for
+    /// connections made inside the seed (nftables DNAT on output): the members' pod addresses.
+    pub fn pod_ports(&self, rules: &[(Ipv4Addr, u16, u16)]) -> Result<()> {
+        let mut text = String::from(
+            "table ip pods {\n chain output {\n  type nat hook output priority -100;\n",
+        );
+        for (ip, port, local) in rules {
+            text.push_str(&format!(
+                "  ip daddr {ip} tcp dport {port} dnat to 127.0.0.1:{local}\n"
+            ));
+        }
+        text.push_str(" }\n}\n");
+        let path = std::env::temp_dir().join(format!("isthmus-lab-{}.nft", self.netns));
+        std::fs::write(&path, text).map_err(|e| Error::io(path.display(), e))?;
+        let r = run(self.command("nft").arg("-f").arg(&path));
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
     /// A command that runs `program` inside the seed.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");

@@ -1,5 +1,5 @@
-//! The lab's fixed topology: two seeds, the link between them (a relay per peer port, the
-//! planner's 2380 + index, in each direction) and the members of each seed. What each seed's DNS
+//! The lab's fixed topology: two seeds, the link between them (a relay per peer and client
+//! port of the planner's port scheme, in each direction) and the members of each seed. What each seed's DNS
 //! and proxy hold is the planner's business (`crate::backend`).
 
 use crate::error::Result;
@@ -52,8 +52,15 @@ impl Topology {
         let source = Seed::new("src", (a, n))?;
         let destination = Seed::new("dst", (a, n.wrapping_add(1)))?;
         let link = Link::new(rtt);
-        for i in 0..MEMBERS {
-            let port = PortScheme::default().peer(u8::try_from(i).unwrap_or(u8::MAX));
+        let ports = (0..MEMBERS).flat_map(|i| {
+            let i = u8::try_from(i).unwrap_or(u8::MAX);
+            // Peer ports, and the client exposure's (what a controller reads etcd through).
+            [
+                PortScheme::default().peer(i),
+                PortScheme::default().client(i),
+            ]
+        });
+        for port in ports {
             // The source seed reaches the destination's proxy through the host side of its veth.
             link.relay(
                 SocketAddr::from((source.host_ip, port)),

@@ -68,6 +68,14 @@ fn etcd_ready(ctx: &Ctx<'_>, fields: &EtcdFields, replicas: i32) -> bool {
     })
 }
 
+/// etcd-druid observed the generation carrying `fields` (nothing said of the members' health).
+fn etcd_synced(ctx: &Ctx<'_>, fields: &EtcdFields) -> bool {
+    ctx.obs
+        .etcd
+        .as_ref()
+        .is_some_and(|e| e.synced() && e.operation.is_none() && covers(&e.fields, fields))
+}
+
 /// The members to advertise: only indices below `replicas` (etcd-druid's CEL rule). Client
 /// URLs exist only in the `additionalAdvertisedURLs` API.
 fn advertised(ctx: &Ctx<'_>, replicas: i32) -> Vec<MemberUrls> {
@@ -141,12 +149,18 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
                 skip_client_san_verification: Some(true),
                 ..EtcdFields::default()
             };
-            // At Shrink the destination's etcd-druid removes the source members one by one:
-            // fewer ready source replicas is the migration working, not a rollout to wait for.
-            let ready_needed = if step == Step::Shrink { 0 } else { replicas };
+            // At Shrink the destination's etcd-druid removes the source members one by one;
+            // a removed member exits, so the source `Etcd` is not ready again: that is the
+            // migration working, not a rollout to wait for. Druid having acted on our fields
+            // is all that counts then.
+            let prepared = if step == Step::Shrink {
+                etcd_synced(ctx, &fields)
+            } else {
+                etcd_ready(ctx, &fields, replicas)
+            };
             let verdict = match &ctx.exposure {
                 Some((reason, msg)) => Verdict::waiting(t, reason, msg.clone()),
-                None if etcd_ready(ctx, &fields, ready_needed) => Verdict::done(
+                None if prepared => Verdict::done(
                     t,
                     "EtcdExposedViaPeerURLs",
                     "Source etcd members exposed and ready for peer connections",

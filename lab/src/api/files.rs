@@ -111,7 +111,7 @@ impl Files {
 /// An unguessable token without a random-number crate: std's `RandomState` keys SipHash from
 /// the OS's random source (128 bits, once per thread, stepped per instance), so its outputs
 /// cannot be predicted without that key.
-fn random_token() -> String {
+pub(crate) fn random_token() -> String {
     let word = || {
         std::collections::hash_map::RandomState::new()
             .build_hasher()

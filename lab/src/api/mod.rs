@@ -320,11 +320,16 @@ async fn client(files: &Files, seed: &Seed) -> Result<Client> {
         files.token
     );
     std::fs::write(&path, text).map_err(|e| Error::io(path.display(), e))?;
-    let kc = Kubeconfig::read_from(&path).map_err(|e| Error::State(format!("{e}")))?;
+    kubeconfig_client(&path).await
+}
+
+/// A client from a kubeconfig file.
+pub async fn kubeconfig_client(path: &std::path::Path) -> Result<Client> {
+    let kc = Kubeconfig::read_from(path).map_err(|e| Error::State(format!("{e}")))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| Error::State(format!("{}: {e}", path.display())))?;
-    Client::try_from(config).map_err(|e| kube_err("client", e))
+    Client::try_from(config).map_err(|e| Error::State(format!("{}: {e}", path.display())))
 }
 
 fn kube_err(what: &str, e: kube::Error) -> Error {

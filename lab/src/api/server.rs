@@ -43,14 +43,6 @@ impl ApiServer {
         etcd: &[String],
         client: &Client,
     ) -> Result<Self> {
-        let addr = SocketAddr::from((seed.seed_ip, PORT));
-        let log = files.dir.join(format!("kube-apiserver-{}.log", seed.label));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map_err(|e| Error::io(log.display(), e))?;
-        let err = out.try_clone().map_err(|e| Error::io(log.display(), e))?;
         let d = |f: &Path| f.display().to_string();
         let args = [
             format!("--etcd-servers={}", etcd.join(",")),
@@ -84,8 +76,29 @@ impl ApiServer {
             "--profiling=false".into(),
             "--v=1".into(),
         ];
+        let addr = SocketAddr::from((seed.seed_ip, PORT));
+        let log = files.dir.join(format!("kube-apiserver-{}.log", seed.label));
+        Self::spawn(bin, seed, addr, &args, log, client).await
+    }
+
+    /// Starts `bin` with `args` inside `seed` (serving on `addr`, logging to `log`) and waits
+    /// until `/readyz` answers `ok` through `client`.
+    pub async fn spawn(
+        bin: &Path,
+        seed: &Seed,
+        addr: SocketAddr,
+        args: &[String],
+        log: PathBuf,
+        client: &Client,
+    ) -> Result<Self> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .map_err(|e| Error::io(log.display(), e))?;
+        let err = out.try_clone().map_err(|e| Error::io(log.display(), e))?;
         let child = seed
-            .command(&d(bin))
+            .command(&bin.display().to_string())
             .args(args)
             .stdin(Stdio::null())
             .stdout(out)

@@ -1,0 +1,257 @@
+//! A seed's own kube-apiserver (the seed cluster's control plane, not the shoot's): the real
+//! binary inside the seed's namespace on `<seed address>:7443`, stored in its own etcd v3.6
+//! (`scripts/build-etcd.sh`; kube-apiserver 1.34's watches need etcd's progress requests),
+//! RBAC, service-account tokens. The lab reaches it over the seed's veth; the seed's
+//! `isthmus controller` reaches it from inside the seed.
+
+use crate::api::server::ApiServer;
+use crate::error::{Error, Result};
+use crate::pki::Pki;
+use crate::seeds::Seed;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::Client;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The seed API's port on the seed's address (the shoot's kube-apiserver has 6443).
+pub const PORT: u16 = 7443;
+/// The seed store's etcd ports inside the seed (clear of every member and proxy port).
+const STORE_CLIENT: u16 = 32379;
+const STORE_PEER: u16 = 32380;
+
+/// etcd v3.6 as `scripts/build-etcd.sh` leaves it, overridable with `ISTHMUS_ETCD`.
+pub fn store_binary(kube_apiserver_bin: &Path) -> PathBuf {
+    if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
+        return PathBuf::from(p);
+    }
+    // `target/kube-apiserver/kube-apiserver-v…` → `target/etcd/etcd-v3.6.16`.
+    let target = kube_apiserver_bin
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(Path::new("target"));
+    target.join("etcd/etcd-v3.6.16")
+}
+
+/// One seed's API server, its store and an admin client; processes stop on drop.
+pub struct SeedApi {
+    pub dir: PathBuf,
+    pub server: Option<ApiServer>,
+    store: Child,
+    pub admin: Client,
+    pub url: String,
+    args: Vec<String>,
+    bin: PathBuf,
+}
+
+impl std::fmt::Debug for SeedApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeedApi")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for SeedApi {
+    fn drop(&mut self) {
+        let _ = self.store.kill();
+        let _ = self.store.wait();
+    }
+}
+
+impl SeedApi {
+    /// Starts the store and kube-apiserver in `seed` (files under `dir`) and waits until ready.
+    pub async fn start(bin: &Path, seed: &Seed, dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
+        let pki = Pki::new(dir)?;
+        let ip = seed.seed_ip.to_string();
+        pki.leaf(dir, "serving", &[&ip, "kubernetes.default.svc"])?;
+        let sa = rcgen::KeyPair::generate()?;
+        write(&dir.join("sa.key"), &sa.serialize_pem())?;
+        write(&dir.join("sa.pub"), &sa.public_key_pem())?;
+        let token = crate::api::files::random_token();
+        write(
+            &dir.join("tokens.csv"),
+            &format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
+        )?;
+        let store = start_store(bin, seed, dir)?;
+        let d = |f: &str| dir.join(f).display().to_string();
+        let args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{STORE_CLIENT}"),
+            format!("--bind-address={ip}"),
+            format!("--advertise-address={ip}"),
+            format!("--secure-port={PORT}"),
+            format!("--cert-dir={}", d("certs")),
+            format!("--tls-cert-file={}", d("serving.crt")),
+            format!("--tls-private-key-file={}", d("serving.key")),
+            format!("--token-auth-file={}", d("tokens.csv")),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!("--service-account-key-file={}", d("sa.pub")),
+            format!("--service-account-signing-key-file={}", d("sa.key")),
+            "--service-cluster-ip-range=10.0.0.0/24".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+            "--v=1".into(),
+        ];
+        let url = format!("https://{ip}:{PORT}");
+        let admin_path = dir.join("admin.kubeconfig");
+        kubeconfig(&admin_path, &url, &dir.join("ca.crt"), &token)?;
+        let admin = crate::api::kubeconfig_client(&admin_path).await?;
+        let addr = SocketAddr::from((seed.seed_ip, PORT));
+        let log = dir.join("kube-apiserver.log");
+        let server = ApiServer::spawn(bin, seed, addr, &args, log, &admin).await?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            server: Some(server),
+            store,
+            admin,
+            url,
+            args,
+            bin: bin.to_path_buf(),
+        })
+    }
+
+    /// Stops kube-apiserver (SIGTERM, as kubelet stops a pod) and starts it again on the same
+    /// store; returns once it is ready.
+    pub async fn restart(&mut self, seed: &Seed) -> Result<String> {
+        let how = match self.server.take() {
+            Some(s) => s.stop().await?,
+            None => "not running".into(),
+        };
+        let addr = SocketAddr::from((seed.seed_ip, PORT));
+        let log = self.dir.join("kube-apiserver.log");
+        let s = ApiServer::spawn(&self.bin, seed, addr, &self.args, log, &self.admin).await?;
+        self.server = Some(s);
+        Ok(how)
+    }
+
+    /// Applies every document of a multi-document YAML text (server-side apply as the
+    /// installer would, strict field validation); CRDs are waited for until discoverable.
+    pub async fn apply_yaml(&self, what: &str, yaml: &str) -> Result<()> {
+        let docs: Vec<Value> =
+            serde_saphyr::from_multiple(yaml).map_err(|e| Error::State(format!("{what}: {e}")))?;
+        for doc in docs
+            .into_iter()
+            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
+        {
+            self.apply(&doc)
+                .await
+                .map_err(|e| Error::State(format!("{what}: {e}")))?;
+        }
+        Ok(())
+    }
+
+    /// Server-side applies one object as admin (field manager `isthmus-lab`).
+    pub async fn apply(&self, doc: &Value) -> Result<()> {
+        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let gvk = GroupVersionKind::gvk(group, version, kind);
+        // A kind whose CRD was applied a moment ago takes a moment to be discoverable.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let (ar, caps) = loop {
+            match kube::discovery::pinned_kind(&self.admin, &gvk).await {
+                Ok(found) => break found,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(Error::State(format!(
+                        "discovery of {api_version} {kind}: {e}"
+                    )))
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        };
+        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
+            let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+            Api::namespaced_with(self.admin.clone(), ns, &ar)
+        } else {
+            Api::all_with(self.admin.clone(), &ar)
+        };
+        let pp = PatchParams::apply("isthmus-lab")
+            .force()
+            .validation_strict();
+        api.patch(name, &pp, &Patch::Apply(doc))
+            .await
+            .map_err(|e| Error::State(format!("applying {kind} {name}: {e}")))?;
+        Ok(())
+    }
+
+    /// A kubeconfig (bearer token from a TokenRequest) for ServiceAccount `namespace/name`:
+    /// what a pod of that ServiceAccount gets mounted.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {
+        let sas: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), namespace);
+        let tr = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(24 * 3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let token = sas
+            .create_token_request(name, &PostParams::default(), &tr)
+            .await
+            .map_err(|e| Error::State(format!("TokenRequest for {namespace}/{name}: {e}")))?
+            .status
+            .map(|s| s.token)
+            .ok_or_else(|| {
+                Error::State(format!("TokenRequest for {namespace}/{name}: no token"))
+            })?;
+        let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        kubeconfig(&path, &self.url, &self.dir.join("ca.crt"), &token)?;
+        Ok(path)
+    }
+}
+
+fn start_store(kube_apiserver_bin: &Path, seed: &Seed, dir: &Path) -> Result<Child> {
+    let bin = store_binary(kube_apiserver_bin);
+    let log_path = dir.join("store.log");
+    let log = std::fs::File::create(&log_path).map_err(|e| Error::io(log_path.display(), e))?;
+    let client = format!("http://127.0.0.1:{STORE_CLIENT}");
+    let peer = format!("http://127.0.0.1:{STORE_PEER}");
+    seed.command(&bin.display().to_string())
+        .args(["--name", "store", "--data-dir"])
+        .arg(dir.join("store.data"))
+        .args([
+            "--listen-client-urls",
+            &client,
+            "--advertise-client-urls",
+            &client,
+        ])
+        .args([
+            "--listen-peer-urls",
+            &peer,
+            "--initial-advertise-peer-urls",
+            &peer,
+        ])
+        .args(["--initial-cluster", &format!("store={peer}")])
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Command {
+            command: format!("{} in {}", bin.display(), seed.label),
+            detail: e.to_string(),
+        })
+}
+
+fn kubeconfig(path: &Path, server: &str, ca: &Path, token: &str) -> Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: seed\nclusters:\n- name: seed\n  \
+         cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n\
+         - name: seed\n  context:\n    cluster: seed\n    user: user\nusers:\n- name: user\n  \
+         user:\n    token: {token}\n",
+        ca.display()
+    );
+    write(path, &text)
+}
+
+fn write(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
+}
