@@ -4,7 +4,9 @@
 # runs `isthmus-lab demo`, which moves a real 3-member etcd between two seeds (network namespaces)
 # through isthmus proxies while the shoot's real kube-apiservers (target/kube-apiserver/, built by
 # scripts/build-kube-apiserver.sh from install-deps.sh) serve API load from it and call a webhook
-# through the isthmus tunnel. Needs root (network namespaces).
+# through the isthmus tunnel. `--controllers`: each seed runs its own kube-apiserver and two
+# `isthmus controller` replicas, which drive the migration (docs/lab.md). Needs root (network
+# namespaces).
 # Extra arguments go to `isthmus-lab demo` (e.g. `--rtt 150ms`, `--scenario link-cut`; `--help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,5 +18,5 @@ scripts/install-deps.sh
 cargo build --release -p isthmus -p isthmus-lab
 bin="${CARGO_TARGET_DIR:-target}/release"
 mkdir -p target/demo
-exec "$bin/isthmus-lab" demo --isthmus "$bin/isthmus" \
+exec "$bin/isthmus-lab" demo --controllers --isthmus "$bin/isthmus" \
   --report target/demo/report.json --picture target/demo/timeline.svg "$@"

@@ -4,6 +4,12 @@
 //! writes and reads; every scenario must end with 0 failed requests and every acknowledged
 //! write present with its value.
 //!
+//! The `controllers` tests run the same migration through the production controller: each seed
+//! a real kube-apiserver with the pinned CRDs and deploy/'s RBAC, two `isthmus controller`
+//! processes, and stand-ins (etcd-druid, DNS provider, kubelet, gardenlet) acting only through
+//! the API; and the control plane's faults: a controller killed mid-step, a seed API server
+//! restarted mid-step, an invalid `EtcdMigration` beside the real one.
+//!
 //! Labs run one at a time (a lock): each is a whole etcd cluster, and the CI machine is small.
 //! Needs root, iproute2 and etcd; `.ci/run` installs them.
 
@@ -18,6 +24,12 @@ use std::time::Duration;
 static ONE_LAB_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
+    lab_with(name, rtt_ms, scenario, scenario.needs_controllers())
+}
+
+/// A run; with `controllers`, each seed runs its own kube-apiserver and two `isthmus
+/// controller` replicas that drive the migration (`isthmus_lab::control`).
+fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> Report {
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for tool in ["etcd", "ip"] {
         assert!(
@@ -46,7 +58,7 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
         interval: Duration::from_millis(25),
         hold: Duration::from_secs(2),
         pre_vote: true,
-        controllers: false,
+        controllers,
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
     let report = rt
@@ -414,4 +426,131 @@ fn rtt_200_ms_reports_whether_the_destination_kube_apiserver_comes_up() {
             r.violations
         ),
     }
+}
+
+/// What the controllers did, as the stand-ins and the seeds' API servers saw it: both seeds'
+/// conditions in the order of the steps; each `Etcd` generation written once and in order; each
+/// destination member added once; the invalid migration refused by the CRD's rule.
+fn assert_controlled(r: &Report, name: &str) {
+    let c = r.control.as_ref().expect("the controllers drove the run");
+    let conditions: Vec<&str> = c.conditions.iter().map(|e| e.what.as_str()).collect();
+    let mut at = 0;
+    for want in [
+        "(source): SourceEtcdPreparedForPeerJoin True",
+        "(destination): DestinationEtcdPeersJoined True",
+        "(destination): EtcdMigrationComplete True",
+        "(source): SourceSeedCleanup True",
+        "(destination): MigrationCompleted True",
+    ] {
+        let found = conditions[at..]
+            .iter()
+            .position(|c| c.contains(want))
+            .unwrap_or_else(|| panic!("{name}: no {want:?} after #{at}: {conditions:#?}"));
+        at += found + 1;
+    }
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.contains("(destination): DestinationEtcdExposed True")),
+        "{name}: {conditions:#?}"
+    );
+    for seed in ["source", "destination"] {
+        let generations: Vec<i64> = c
+            .objects
+            .iter()
+            .filter_map(|e| e.what.strip_prefix(&format!("{seed}: Etcd generation ")))
+            .map(|g| g.split(':').next().unwrap().parse().unwrap())
+            .collect();
+        assert!(
+            !generations.is_empty() && generations.windows(2).all(|w| w[0] < w[1]),
+            "{name}: {seed} Etcd generations {generations:?}"
+        );
+        assert!(
+            c.objects.iter().any(|e| e
+                .what
+                .starts_with(&format!("{seed}: ConfigMap isthmus-proxy-routes"))),
+            "{name}: no route ConfigMap delivered in {seed}"
+        );
+    }
+    for i in 0..3 {
+        let adds = r
+            .events
+            .iter()
+            .filter(|e| {
+                e.what
+                    .contains(&format!("added dest-etcd-main-{i} as learner"))
+            })
+            .count();
+        assert_eq!(adds, 1, "{name}: dest-etcd-main-{i} added {adds} times");
+    }
+    assert_eq!(c.refused.len(), 1, "{name}: {:?}", c.refused);
+    assert!(
+        c.refused[0].starts_with("422")
+            && c.refused[0].contains("clientBase must be below peerBase"),
+        "{name}: {:?}",
+        c.refused
+    );
+}
+
+#[test]
+fn controllers_drive_the_migration() {
+    let r = lab_with("controllers", 50, Scenario::Migrate, true);
+    assert_clean(&r, "controllers");
+    assert_moved(&r);
+    assert_controlled(&r, "controllers");
+    let c = r.control.as_ref().unwrap();
+    assert!(
+        c.leases
+            .iter()
+            .any(|e| e.what.starts_with("source: Lease held by controller-src-"))
+            && c.leases.iter().any(|e| e
+                .what
+                .starts_with("destination: Lease held by controller-dst-")),
+        "{:?}",
+        c.leases
+    );
+}
+
+#[test]
+fn a_controller_killed_mid_join_is_replaced_through_the_lease() {
+    let r = lab("kill-controller", 50, Scenario::KillController);
+    assert_clean(&r, "kill-controller");
+    assert_moved(&r);
+    assert_controlled(&r, "kill-controller");
+    let killed = r
+        .events
+        .iter()
+        .find_map(|e| {
+            e.what
+                .strip_prefix("kill -9 of the destination controller ")
+        })
+        .map(|w| w.split(' ').next().unwrap().to_string())
+        .expect("a controller was killed");
+    let c = r.control.as_ref().unwrap();
+    let holders: Vec<&str> = c
+        .leases
+        .iter()
+        .filter_map(|e| e.what.strip_prefix("destination: Lease held by "))
+        .collect();
+    // The killed replica held the Lease, then the other one took it over.
+    let pos = holders.iter().position(|h| *h == killed).unwrap();
+    assert!(
+        holders[pos + 1..].iter().any(|h| *h != killed),
+        "{killed}: {holders:?}"
+    );
+}
+
+#[test]
+fn a_seed_api_server_restarted_mid_join_delays_but_does_not_break_the_migration() {
+    let r = lab("restart-seed-api", 50, Scenario::RestartSeedApi);
+    assert_clean(&r, "restart-seed-api");
+    assert_moved(&r);
+    assert_controlled(&r, "restart-seed-api");
+    assert!(
+        r.events.iter().any(|e| e
+            .what
+            .starts_with("destination seed kube-apiserver restarted")),
+        "{:?}",
+        r.events
+    );
 }

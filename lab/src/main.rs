@@ -108,6 +108,10 @@ enum ScenarioName {
     KillLeader,
     /// The inter-seed link is cut for `--cut` in the 6-member phase (no quorum anywhere).
     LinkCutSix,
+    /// The destination controller holding the Lease is killed mid-Join (implies `--controllers`).
+    KillController,
+    /// The destination seed's kube-apiserver restarts mid-Join (implies `--controllers`).
+    RestartSeedApi,
 }
 
 fn main() -> ExitCode {
@@ -172,6 +176,8 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
         ScenarioName::ProxyRestart => Scenario::ProxyRestart,
         ScenarioName::KillLeader => Scenario::KillLeader,
         ScenarioName::LinkCutSix => Scenario::LinkCutSix { cut: args.cut },
+        ScenarioName::KillController => Scenario::KillController,
+        ScenarioName::RestartSeedApi => Scenario::RestartSeedApi,
     };
     let proxy_bin = isthmus_binary(args.isthmus)?;
     anyhow::ensure!(
@@ -193,7 +199,7 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
         interval: args.interval,
         hold: args.hold,
         pre_vote: !args.no_pre_vote,
-        controllers: args.controllers,
+        controllers: args.controllers || scenario.needs_controllers(),
     };
     let rt = tokio::runtime::Runtime::new()?;
     // On Ctrl-C the lab's future is dropped, which stops its processes and deletes its

@@ -47,6 +47,20 @@ pub enum Scenario {
     /// the cut (plus [`RECOVERY`]) are reported as the fault's, not as violations; nothing
     /// acknowledged may be lost.
     LinkCutSix { cut: Duration },
+    /// `kill -9` of the destination controller holding the Lease while its Join runs (after
+    /// the first learner was added); the other replica must take the Lease and finish the
+    /// step; the killed one starts again. Needs the controllers.
+    KillController,
+    /// The destination seed's kube-apiserver restarts while its Join runs. Needs the
+    /// controllers.
+    RestartSeedApi,
+}
+
+impl Scenario {
+    /// Whether the scenario acts on the seeds' control planes (so the controllers must drive).
+    pub fn needs_controllers(&self) -> bool {
+        matches!(self, Self::KillController | Self::RestartSeedApi)
+    }
 }
 
 /// How long after a quorum-losing cut ends failures still count as the cut's.
@@ -61,6 +75,8 @@ impl Scenario {
             Self::ProxyRestart => "proxy-restart",
             Self::KillLeader => "kill-leader",
             Self::LinkCutSix { .. } => "link-cut-six",
+            Self::KillController => "kill-controller",
+            Self::RestartSeedApi => "restart-seed-api",
         }
     }
 }
@@ -138,7 +154,18 @@ pub async fn run(opts: &Options) -> Result<Report> {
     if opts.scenario == Scenario::Abort {
         return abort(lab, client, opts, initial).await;
     }
-    lab.step(Side::Destination, Step::Join).await?;
+    if opts.scenario.needs_controllers() {
+        // The fault lands mid-step: after the first destination member was added.
+        lab.set_step(Side::Destination, Step::Join).await?;
+        lab.drive(Side::Destination, |lab| {
+            lab.cluster.iter().any(|m| m.side == Side::Destination)
+        })
+        .await?;
+        control_fault(&mut lab, opts.scenario).await?;
+        lab.drive(Side::Destination, |_| false).await?;
+    } else {
+        lab.step(Side::Destination, Step::Join).await?;
+    }
     let join_ms = lab.now_ms() - join_start;
 
     lab.enter("five").await;
@@ -215,6 +242,60 @@ pub async fn run(opts: &Options) -> Result<Report> {
     finish(lab, client, opts, initial, Some(join_ms), &dest, true).await
 }
 
+/// The control-plane faults, in the destination seed.
+async fn control_fault(lab: &mut Lab, scenario: Scenario) -> Result<()> {
+    let t0 = tokio::time::Instant::now();
+    let Some(plane) = lab.control.as_mut() else {
+        return Err(crate::Error::State(format!(
+            "{} needs the controllers",
+            scenario.name()
+        )));
+    };
+    match scenario {
+        Scenario::KillController => {
+            let killed = plane.kill_leader(Side::Destination).await?;
+            lab.event(format!(
+                "kill -9 of the destination controller {killed} (Lease holder)"
+            ));
+            let deadline = t0 + Duration::from_secs(10 * crate::control::controller::LEASE_SECONDS);
+            let holder = loop {
+                let t_ms = lab.now_ms();
+                let plane = lab
+                    .control
+                    .as_mut()
+                    .ok_or_else(|| crate::Error::State("no control plane".into()))?;
+                match plane.watch_lease(Side::Destination, t_ms).await? {
+                    Some(h) if h != killed => break h,
+                    _ if tokio::time::Instant::now() > deadline => {
+                        return Err(crate::Error::Timeout {
+                            what: "the other destination controller to take the Lease".into(),
+                            after: deadline - t0,
+                        })
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(200)).await,
+                }
+            };
+            lab.event(format!(
+                "{holder} took the destination Lease {:.1} s after the kill",
+                t0.elapsed().as_secs_f64()
+            ));
+            if let Some(plane) = lab.control.as_mut() {
+                plane.restart_replica(Side::Destination, &killed)?;
+            }
+            lab.event(format!("{killed} started again (a standby now)"));
+        }
+        Scenario::RestartSeedApi => {
+            let how = plane.seeds[1].api.restart(&lab.topo.destination).await?;
+            lab.event(format!(
+                "destination seed kube-apiserver restarted ({how}), ready again after {:.1} s",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
 async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
     tokio::time::sleep(opts.hold / 2).await;
     match opts.scenario {
@@ -234,7 +315,11 @@ async fn five_member_phase(lab: &mut Lab, opts: &Options) -> Result<()> {
         Scenario::KillLeader => {
             lab.kill_leader_and_restart(Duration::from_secs(2)).await?;
         }
-        Scenario::Migrate | Scenario::Abort | Scenario::LinkCutSix { .. } => {}
+        Scenario::Migrate
+        | Scenario::Abort
+        | Scenario::LinkCutSix { .. }
+        | Scenario::KillController
+        | Scenario::RestartSeedApi => {}
     }
     tokio::time::sleep(opts.hold / 2).await;
     // All five serve again before the migration goes on (the destination caught up).
@@ -425,8 +510,34 @@ async fn finish(
     if rec.acknowledged.is_empty() {
         violations.push("no write was acknowledged".into());
     }
+    let control = lab.control.as_ref().map(|c| report::Control {
+        real: format!(
+            "each seed: kube-apiserver {} on etcd v3.6, the pinned etcd-druid and Gardener CRDs, \
+             deploy/'s RBAC; {} isthmus controller replicas as its ServiceAccount",
+            control_plane.kube_apiserver,
+            c.seeds[0].replicas.len()
+        ),
+        conditions: c.timeline.clone(),
+        objects: c.written.clone(),
+        leases: c.leases.clone(),
+        refused: c.refused.clone(),
+    });
+    if let Some(c) = &control {
+        if c.refused.iter().any(|r| r == "ACCEPTED") || c.refused.is_empty() {
+            violations.push(format!(
+                "an invalid EtcdMigration was not refused by the API server: {:?}",
+                c.refused
+            ));
+        }
+    }
+    let stand_ins = if control.is_some() {
+        report::CONTROLLED_STAND_INS
+    } else {
+        report::STAND_INS
+    };
     Ok(Report {
-        stand_ins: report::STAND_INS.iter().map(|s| s.to_string()).collect(),
+        stand_ins: stand_ins.iter().map(|s| s.to_string()).collect(),
+        control,
         quorum: lab.quorum.clone(),
         scenario: opts.scenario.name().into(),
         rtt_ms: client::ms(opts.rtt),

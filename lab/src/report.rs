@@ -75,6 +75,29 @@ pub const STAND_INS: &[&str] = &[
     "gardenlet: the lab advances both EtcdMigration specs through the steps and moves the shoot API's name",
 ];
 
+/// What the lab stands in for when the controllers drive the run (`--controllers`).
+pub const CONTROLLED_STAND_INS: &[&str] = &[
+    "etcd-druid: reads each seed's Etcd from its API server and turns it into member add/promote/remove, member update + rolling restart of the peer URLs and member processes (etcd-druid needs StatefulSets and kubelets); writes the status etcd-druid writes",
+    "DNS provider: reads every DNSRecord and writes the seeds' hosts files (no DNS service runs here), then status.lastOperation Succeeded",
+    "kubelet: delivers the controller's route ConfigMap into the proxy's volume with a ..data symlink swap (no kubelet runs here)",
+    "gardenlet: creates and advances both EtcdMigrations through their API servers, copies exposedMembers, moves the shoot API's name (gardenlet needs a Garden)",
+];
+
+/// The seeds' control planes as the lab saw them (runs the controllers drive).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Control {
+    /// What runs for real.
+    pub real: String,
+    /// Every condition change of both `EtcdMigration`s, in order (the condition timeline).
+    pub conditions: Vec<Event>,
+    /// Every object the controllers wrote, as the stand-ins saw it change.
+    pub objects: Vec<Event>,
+    /// Changes of the controllers' Lease holders.
+    pub leases: Vec<Event>,
+    /// The API servers' answers to invalid `EtcdMigration`s.
+    pub refused: Vec<String>,
+}
+
 /// The membership at one instant.
 #[derive(Debug, Clone, Serialize)]
 pub struct Membership {
@@ -208,6 +231,9 @@ pub struct Rolled {
 pub struct Report {
     /// The parts of Gardener the lab stands in for ([`STAND_INS`]).
     pub stand_ins: Vec<String>,
+    /// The seeds' API servers and controllers, when they drove the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control: Option<Control>,
     /// Leader location and quorum margin at the start of each phase.
     pub quorum: Vec<Quorum>,
     pub scenario: String,
@@ -360,6 +386,23 @@ impl Report {
         }
         for e in &self.events {
             s += &format!("  {:>7.1} s  {}\n", e.t_ms / 1000.0, e.what);
+        }
+        if let Some(c) = &self.control {
+            s += &format!("control plane: {}\n", c.real);
+            s += "condition timeline (both seeds' EtcdMigration):\n";
+            for e in &c.conditions {
+                s += &format!("  {:>7.1} s  {}\n", e.t_ms / 1000.0, e.what);
+            }
+            s += &format!(
+                "{} object changes by the controllers; Leases: {}; invalid EtcdMigrations: {:?}\n",
+                c.objects.len(),
+                c.leases
+                    .iter()
+                    .map(|e| format!("{:.1} s {}", e.t_ms / 1000.0, e.what))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                c.refused
+            );
         }
         s += "stand-ins (what Gardener runs, the lab imitates through the same contracts):\n";
         for st in &self.stand_ins {

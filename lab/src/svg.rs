@@ -50,11 +50,14 @@ pub fn timeline(r: &Report) -> String {
     let x = |t: f64| LEFT + (t / end).clamp(0.0, 1.0) * (W - LEFT - RIGHT);
     let y = |ms: f64| log_y(ms, LOG_MIN, LOG_MAX, TOP, PLOT_H);
     let wy = |ms: f64| log_y(ms, WEB_LOG_MIN, LOG_MAX, WEB_TOP, WEB_H);
+    // Runs the controllers drove get two lanes under the picture: each seed's conditions and
+    // the objects its controller wrote.
+    let total_h = if r.control.is_some() { H + LANES_H } else { H };
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">
-<rect width="{W}" height="{H}" fill="white"/>
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="11">
+<rect width="{W}" height="{total_h}" fill="white"/>
 <text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — kube-apiserver {}: {} API requests, {} failed, worst {:.0} ms, longest write gap {:.0} ms — {} objects written, {} lost — webhook {} calls, {} failed</text>
 <text x="{LEFT}" y="31" font-size="11" fill="dimgray">etcd (lab client): {} requests, {} failed, {} writes acknowledged, {} missing — webhook (lab caller through the tunnel): {} calls, {} failed</text>
 "#,
@@ -270,8 +273,71 @@ pub fn timeline(r: &Report) -> String {
         TOP + PLOT_H + 16.0,
         end / 1000.0
     );
+    if let Some(c) = &r.control {
+        lanes(&mut s, c, &x);
+    }
     s.push_str("</svg>\n");
     s
+}
+
+/// Height of the condition lanes.
+const LANES_H: f64 = 80.0;
+
+/// One lane per seed under the picture: a dot per condition change (green True, amber
+/// Progressing, red otherwise; labelled when True) and a grey tick per object the controller
+/// wrote (hover for what).
+fn lanes(s: &mut String, c: &crate::report::Control, x: &dyn Fn(f64) -> f64) {
+    for (i, seed) in ["source", "destination"].iter().enumerate() {
+        let yy = H + 18.0 + 32.0 * i as f64;
+        let _ = writeln!(
+            s,
+            r##"<line x1="{LEFT}" x2="{}" y1="{yy:.1}" y2="{yy:.1}" stroke="#ccc"/><text x="4" y="{:.1}">{seed} seed</text>"##,
+            W - RIGHT,
+            yy + 4.0
+        );
+        let prefix = format!("{seed}: ");
+        for e in c.objects.iter().filter(|e| e.what.starts_with(&prefix)) {
+            let xx = x(e.t_ms);
+            let _ = writeln!(
+                s,
+                r##"<line x1="{xx:.1}" x2="{xx:.1}" y1="{:.1}" y2="{:.1}" stroke="#777"><title>{:.1} s: {}</title></line>"##,
+                yy - 6.0,
+                yy + 6.0,
+                e.t_ms / 1000.0,
+                esc(&e.what)
+            );
+        }
+        let tag = format!("condition ({seed}): ");
+        let mut row = 0;
+        for e in c.conditions.iter().filter(|e| e.what.starts_with(&tag)) {
+            let what = e.what.trim_start_matches(&tag);
+            let color = if what.contains(" True ") {
+                "#2a9d3a"
+            } else if what.contains(" Progressing ") {
+                "#e08a00"
+            } else {
+                "#d00"
+            };
+            let xx = x(e.t_ms);
+            let _ = writeln!(
+                s,
+                r##"<circle cx="{xx:.1}" cy="{yy:.1}" r="3" fill="{color}"><title>{:.1} s: {}</title></circle>"##,
+                e.t_ms / 1000.0,
+                esc(what)
+            );
+            if what.contains(" True ") && !what.starts_with("ObjectsApplied") {
+                let name = what.split(' ').next().unwrap_or(what);
+                let (lx, anchor) = label_at(xx);
+                let _ = writeln!(
+                    s,
+                    r##"<text x="{lx:.1}" y="{:.1}" font-size="9" fill="#2a7d3a" text-anchor="{anchor}">{}</text>"##,
+                    yy + 14.0 + 9.0 * f64::from(row % 2),
+                    esc(name)
+                );
+                row += 1;
+            }
+        }
+    }
 }
 
 /// Where a label next to a vertical line at `xx` starts: to its right, or, in the right half of
@@ -325,6 +391,7 @@ mod tests {
         };
         let r = Report {
             stand_ins: Vec::new(),
+            control: None,
             quorum: Vec::new(),
             scenario: "a<b".into(),
             rtt_ms: 50.0,

@@ -18,6 +18,8 @@ pub struct Replica {
     pub identity: String,
     pub log: PathBuf,
     child: Option<Child>,
+    /// How to start it again (a killed pod's replacement).
+    command: Vec<std::ffi::OsString>,
 }
 
 impl Drop for Replica {
@@ -37,14 +39,8 @@ impl Replica {
         dir: &Path,
     ) -> Result<Self> {
         let log = dir.join(format!("controller-{identity}.log"));
-        let out = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .map_err(|e| Error::io(log.display(), e))?;
-        let child = seed
-            .command(&bin.display().to_string())
-            .arg("controller")
+        let mut c = seed.command(&bin.display().to_string());
+        c.arg("controller")
             .arg("--kubeconfig")
             .arg(kubeconfig)
             .args(["--identity", identity])
@@ -52,21 +48,49 @@ impl Replica {
             .args(["--metrics-address", &format!("127.0.0.1:{metrics_port}")])
             // The seed's tunnel ingress is its own proxy in the lab (`crate::webhook`); the
             // migration's proxy keeps the VPN listener on a port nothing dials.
-            .args(["--vpn-port", &crate::proxy::UNUSED_VPN_PORT.to_string()])
+            .args(["--vpn-port", &crate::proxy::UNUSED_VPN_PORT.to_string()]);
+        let command: Vec<std::ffi::OsString> = std::iter::once(c.get_program().to_owned())
+            .chain(c.get_args().map(ToOwned::to_owned))
+            .collect();
+        let mut r = Self {
+            identity: identity.into(),
+            log,
+            child: None,
+            command,
+        };
+        r.spawn()?;
+        Ok(r)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .map_err(|e| Error::io(self.log.display(), e))?;
+        let (program, args) = self
+            .command
+            .split_first()
+            .ok_or_else(|| Error::State("empty controller command".into()))?;
+        let child = std::process::Command::new(program)
+            .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(out)
             .spawn()
             .map_err(|e| Error::Command {
-                command: format!("{} controller in {}", bin.display(), seed.label),
+                command: format!("controller {}", self.identity),
                 detail: e.to_string(),
             })?;
-        Ok(Self {
-            identity: identity.into(),
-            log,
-            child: Some(child),
-        })
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Starts it again after [`Replica::kill`] (the Deployment's replacement pod).
+    pub fn restart(&mut self) -> Result<()> {
+        self.kill();
+        self.spawn()
     }
 
     /// `kill -9`, as a node failure ends a pod.

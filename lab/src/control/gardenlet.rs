@@ -83,6 +83,29 @@ impl Lab {
             self.migrations[idx(side)].spec = s;
         }
         self.event("gardenlet stand-in: source Etcd and both EtcdMigrations created (Expose)");
+        self.gardenlet_invalid().await
+    }
+
+    /// Tries to create an `EtcdMigration` with an invalid field (client ports above the peer
+    /// ports, refused by a CEL rule of the CRD) beside the real one on the destination seed,
+    /// as a mistyped manifest would be; records the API server's answer. A migration the API
+    /// server accepts is a violation (`finish`), and the real one must go on unaffected.
+    pub async fn gardenlet_invalid(&mut self) -> Result<()> {
+        let mut s = spec(Side::Destination, Step::Expose);
+        s.ports.client_base = s.ports.peer_base + 20;
+        let obj = EtcdMigration::new("invalid-ports", s);
+        let api = migrations(self, Side::Destination)?;
+        let answer = match api.create(&kube::api::PostParams::default(), &obj).await {
+            Ok(_) => "ACCEPTED".to_string(),
+            Err(kube::Error::Api(e)) => format!("{} {}: {}", e.code, e.reason, e.message),
+            Err(e) => return Err(kube("creating the invalid migration", e)),
+        };
+        self.event(format!(
+            "gardenlet stand-in: an EtcdMigration with clientBase above peerBase: {answer}"
+        ));
+        if let Some(c) = self.control.as_mut() {
+            c.refused.push(answer);
+        }
         Ok(())
     }
 
@@ -127,6 +150,21 @@ impl Lab {
         Ok(())
     }
 
+    /// One pass of the stand-ins and the Leases; `side`'s migration as it is now.
+    async fn gardenlet_pass(&mut self, side: Side) -> Result<EtcdMigration> {
+        self.control_tick().await?;
+        let t_ms = self.now_ms();
+        if let Some(c) = self.control.as_mut() {
+            for s in [Side::Source, Side::Destination] {
+                c.watch_lease(s, t_ms).await?;
+            }
+        }
+        migrations(self, side)?
+            .get(MIGRATION)
+            .await
+            .map_err(|e| kube("reading the migration", e))
+    }
+
     /// Runs the stand-ins until the controller reports `side`'s step ready for the generation
     /// set last, or `stop` holds.
     pub(crate) async fn gardenlet_wait(
@@ -136,11 +174,16 @@ impl Lab {
     ) -> Result<()> {
         let deadline = Instant::now() + STEP_BUDGET;
         loop {
-            self.control_tick().await?;
-            let m = migrations(self, side)?
-                .get(MIGRATION)
-                .await
-                .map_err(|e| kube("reading the migration", e))?;
+            // A seed API server that is away (restarted) is waited for, within the budget.
+            let m = match self.gardenlet_pass(side).await {
+                Ok(m) => m,
+                Err(e) if Instant::now() < deadline => {
+                    tracing::warn!(error = %e, "stand-ins: retried");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             let generation = m.metadata.generation;
             let status = m.status.unwrap_or_default();
             let current = status.observed_generation == generation

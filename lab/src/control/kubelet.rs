@@ -83,3 +83,31 @@ impl Volume {
         Ok(rv)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Volume;
+
+    #[test]
+    fn each_version_is_swapped_in_whole_and_the_old_one_goes() {
+        let dir = std::env::temp_dir().join(format!("isthmus-volume-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut v = Volume::new(&dir).unwrap();
+        let path = v.path("proxy.yaml");
+        v.write(&[("proxy.yaml".to_string(), "one".to_string())].into())
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "one");
+        // The path a container reads stays a symlink into `..data`; the swap changes the target.
+        let first = std::fs::read_link(dir.join("..data")).unwrap();
+        v.write(&[("proxy.yaml".to_string(), "two".to_string())].into())
+            .unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "two");
+        assert_eq!(
+            std::fs::read_link(&path).unwrap(),
+            std::path::Path::new("..data/proxy.yaml")
+        );
+        assert_ne!(std::fs::read_link(dir.join("..data")).unwrap(), first);
+        assert!(!dir.join(first).exists(), "the old version is removed");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -65,6 +65,12 @@ pub struct ControlPlane {
     pub conditions: [Vec<(String, String)>; 2],
     /// Every condition change of both migrations (the condition timeline).
     pub timeline: Vec<crate::report::Event>,
+    /// Invalid `EtcdMigration`s the API servers refused, with their answers.
+    pub refused: Vec<String>,
+    /// Leader changes of the controllers' Leases.
+    pub leases: Vec<crate::report::Event>,
+    /// The Lease holder last seen per seed.
+    holders: [Option<String>; 2],
 }
 
 impl ControlPlane {
@@ -103,6 +109,9 @@ impl ControlPlane {
             written: Vec::new(),
             conditions: Default::default(),
             timeline: Vec::new(),
+            refused: Vec::new(),
+            leases: Vec::new(),
+            holders: Default::default(),
         })
     }
 
@@ -125,6 +134,60 @@ impl ControlPlane {
             }
         }
         Ok(())
+    }
+
+    /// The holder of `side`'s controller Lease, if any.
+    pub async fn lease_holder(&self, side: Side) -> Result<Option<String>> {
+        let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(self.admin(side), SYSTEM);
+        let lease = leases
+            .get_opt("isthmus-controller")
+            .await
+            .map_err(|e| Error::State(format!("reading the controller Lease: {e}")))?;
+        Ok(lease.and_then(|l| l.spec).and_then(|s| s.holder_identity))
+    }
+
+    /// Records a change of `side`'s Lease holder (at `t_ms`); returns the holder.
+    pub async fn watch_lease(&mut self, side: Side, t_ms: f64) -> Result<Option<String>> {
+        let holder = self.lease_holder(side).await?;
+        let i = crate::backend::idx(side);
+        if holder != self.holders[i] {
+            self.holders[i] = holder.clone();
+            self.leases.push(crate::report::Event {
+                t_ms,
+                what: format!(
+                    "{}: Lease held by {}",
+                    crate::specs::seed_name(side),
+                    holder.as_deref().unwrap_or("nobody")
+                ),
+            });
+        }
+        Ok(holder)
+    }
+
+    /// `kill -9` of the replica holding `side`'s Lease; returns its identity.
+    pub async fn kill_leader(&mut self, side: Side) -> Result<String> {
+        let holder = self
+            .lease_holder(side)
+            .await?
+            .ok_or_else(|| Error::State("no controller holds the Lease".into()))?;
+        let r = self.seeds[crate::backend::idx(side)]
+            .replicas
+            .iter_mut()
+            .find(|r| r.identity == holder)
+            .ok_or_else(|| Error::State(format!("{holder} is not a lab replica")))?;
+        r.kill();
+        Ok(holder)
+    }
+
+    /// Starts `identity` again (in `side`'s seed).
+    pub fn restart_replica(&mut self, side: Side, identity: &str) -> Result<()> {
+        let r = self.seeds[crate::backend::idx(side)]
+            .replicas
+            .iter_mut()
+            .find(|r| r.identity == identity)
+            .ok_or_else(|| Error::State(format!("{identity} is not a lab replica")))?;
+        r.restart()
     }
 
     /// The admin client of `side`'s seed API.
