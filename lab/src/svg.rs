@@ -127,8 +127,12 @@ pub fn timeline(r: &Report) -> String {
     }
     // Events as thin orange ticks (hover shows what happened); the ones that change the
     // client's path or inject a fault get a label.
-    let (tunnel, others): (Vec<_>, Vec<_>) =
-        r.events.iter().partition(|e| e.what.starts_with("tunnel:"));
+    // The controllers' objects and conditions have their lanes under the picture.
+    let (tunnel, others): (Vec<_>, Vec<_>) = r
+        .events
+        .iter()
+        .filter(|e| !e.what.starts_with("condition (") && !e.what.starts_with("controller wrote "))
+        .partition(|e| e.what.starts_with("tunnel:"));
     for (i, e) in others.into_iter().enumerate() {
         let xx = x(e.t_ms);
         let _ = writeln!(
@@ -138,7 +142,17 @@ pub fn timeline(r: &Report) -> String {
             e.t_ms / 1000.0,
             esc(&e.what)
         );
-        let notable = ["link", "proxy", "leader", "client", "abort"]
+        let stand_in = e.what.contains("stand-in");
+        let notable = !stand_in
+            && [
+                "link",
+                "proxy",
+                "leader",
+                "client",
+                "abort",
+                "kill",
+                "restarted",
+            ]
             .iter()
             .any(|k| e.what.contains(k));
         if notable {
