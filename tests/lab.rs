@@ -554,3 +554,41 @@ fn a_seed_api_server_restarted_mid_join_delays_but_does_not_break_the_migration(
         r.events
     );
 }
+
+/// The abort through the controllers: the destination's controller stops and removes its
+/// learner, deletes its `Etcd` and exposure; then the source's releases its exposure once (its
+/// DNS records are deleted one time, not deleted and re-created while it can no longer read
+/// etcd through them, as before `a_released_source_abort_does_not_need_etcd_again`).
+#[test]
+fn an_abort_through_the_controllers_releases_each_exposure_once() {
+    let r = lab_with("abort-controllers", 50, Scenario::Abort, true);
+    assert_clean(&r, "abort-controllers");
+    let mut fin = r.members.r#final.clone();
+    fin.sort();
+    assert_eq!(fin, ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+    assert_rolled(&r, Side::Source, Rolls::OutAndBack);
+    let c = r.control.as_ref().unwrap();
+    let conditions: Vec<&str> = c.conditions.iter().map(|e| e.what.as_str()).collect();
+    for seed in ["destination", "source"] {
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.contains(&format!("({seed}): LiveMigrationAborted True (CleanedUp)"))),
+            "{seed}: {conditions:#?}"
+        );
+        let records: Vec<&str> = c
+            .objects
+            .iter()
+            .filter_map(|e| e.what.strip_prefix(&format!("{seed}: DNSRecords now ")))
+            .collect();
+        assert_eq!(
+            records.iter().filter(|r| **r == "[]").count(),
+            1,
+            "{seed}: {records:?}"
+        );
+    }
+    assert!(
+        !conditions.iter().any(|c| c.contains("EtcdUnreachable")),
+        "{conditions:#?}"
+    );
+}

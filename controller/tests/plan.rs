@@ -774,3 +774,35 @@ fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
     assert!(done.status.step_ready, "{:?}", done.status);
     assert!(obs.dns_records.is_empty());
 }
+
+/// Once the source's abort released its exposure, its controller can no longer read etcd
+/// through the exposed client names (their DNS records are gone). That must not bring the
+/// exposure back: found when the lab's seeds ran the controller (the records were deleted and
+/// re-created every few seconds, `EtcdUnreachable` and `CleanUpInProgress` alternating).
+#[test]
+fn a_released_source_abort_does_not_need_etcd_again() {
+    for (what, mut o) in [
+        ("rolling", src_abort_rolling()),
+        ("rolled", src_abort_rolled()),
+        ("unrouted", src_abort_unrouted()),
+    ] {
+        o.etcd_cluster = None;
+        let p = plan::plan(&spec(Role::Source, Step::Abort), &o);
+        assert!(p.dns_records.is_empty(), "{what}: {:?}", p.dns_records);
+        assert_eq!(etcd_kind(&p), "release", "{what}");
+        let c = condition(&p, "LiveMigrationAborted").unwrap();
+        assert_ne!(c.1, "EtcdUnreachable", "{what}: {:?}", p.status);
+        if what == "unrouted" {
+            assert!(p.status.step_ready, "{what}: {:?}", p.status);
+        }
+    }
+    // Before the release, an unreadable etcd still holds everything.
+    let mut o = src_exposed();
+    o.etcd_cluster = None;
+    let p = plan::plan(&spec(Role::Source, Step::Abort), &o);
+    assert_eq!(
+        condition(&p, "LiveMigrationAborted"),
+        Some(("Progressing", "EtcdUnreachable"))
+    );
+    assert!(!p.dns_records.is_empty());
+}

@@ -118,6 +118,9 @@ impl Lab {
                 return Ok(true);
             }
             if !self.promoted.contains(&m) {
+                if self.hold_promotion {
+                    return Ok(false);
+                }
                 self.promote(m).await?;
                 self.event(format!("{tag}: promoted {}", m.name()));
                 return Ok(true);

@@ -69,6 +69,9 @@ pub struct Lab {
     pub advertised: HashMap<MemberRef, Vec<String>>,
     /// Members the druid stand-in rolled to new peer URLs, in order.
     pub rolled: Vec<crate::report::Rolled>,
+    /// The druid stand-in leaves learners unpromoted (a learner still catching up): the abort
+    /// scenario's window, which a controller's reaction time would otherwise miss.
+    pub hold_promotion: bool,
 }
 
 impl Lab {
@@ -198,6 +201,7 @@ impl Lab {
             quorum: Vec::new(),
             advertised: HashMap::new(),
             rolled: Vec::new(),
+            hold_promotion: false,
         };
         // The source cluster as a seed runs it before any migration: its members advertise
         // their in-cluster peer URLs only (the seeds' "cluster DNS" resolves those names from

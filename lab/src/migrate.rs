@@ -361,7 +361,9 @@ async fn abort(
     opts: &Options,
     initial: Vec<String>,
 ) -> Result<Report> {
-    // The join runs until the first destination member was added as a learner.
+    // The join runs until the first destination member was added as a learner; it stays a
+    // learner (still catching up) while the abort is decided.
+    lab.hold_promotion = true;
     lab.set_step(Side::Destination, Step::Join).await?;
     lab.drive(Side::Destination, |lab| {
         lab.cluster.iter().any(|m| m.side == Side::Destination)

@@ -55,7 +55,7 @@ pub(super) fn voter_blocking_abort(
 }
 
 /// The abort still needs the exposure: members it added are in etcd (or etcd cannot be
-/// asked while an `Etcd` exists).
+/// asked while an `Etcd` exists and the abort has not seen them gone yet).
 pub(super) fn abort_holds_exposure(
     spec: &EtcdMigrationSpec,
     obs: &Observed,
@@ -63,8 +63,18 @@ pub(super) fn abort_holds_exposure(
 ) -> bool {
     match &obs.etcd_cluster {
         Some(c) => !abort_targets(spec, c, members).is_empty(),
-        None => obs.etcd.is_some(),
+        None => obs.etcd.is_some() && !released(obs),
     }
+}
+
+/// A previous pass saw the joined members gone and started releasing. From then on etcd is
+/// not asked again: the controller reads it through the exposed client names, which the
+/// release deletes (found in the lab: records deleted and re-created every few seconds).
+/// Nothing can join again meanwhile: the destination's `Etcd` went first.
+fn released(obs: &Observed) -> bool {
+    obs.previous.conditions.iter().any(|c| {
+        c.type_ == cond::ABORTED && matches!(c.reason.as_str(), "CleanUpInProgress" | "CleanedUp")
+    })
 }
 
 /// Destination abort, first step: `replicas: 0` (the only decrease druid's CEL rule allows),
@@ -85,17 +95,11 @@ fn scale_to_zero(ctx: &Ctx<'_>) -> Option<EtcdAction> {
 }
 
 pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
-    let Some(cluster) = &ctx.obs.etcd_cluster else {
-        if ctx.obs.etcd.is_some() {
-            let v = Verdict::waiting(
-                cond::ABORTED,
-                "EtcdUnreachable",
-                "cannot read etcd's member list; nothing is removed before it can",
-            );
-            return Outcome::new(EtcdAction::Keep, v, false);
-        }
-        let v = cleanup_verdict(ctx, cond::ABORTED);
-        return Outcome::new(EtcdAction::Keep, v, ctx.cleaned);
+    let empty = EtcdCluster::default();
+    let cluster = match &ctx.obs.etcd_cluster {
+        Some(c) => c,
+        None if released(ctx.obs) => &empty,
+        None => return unreachable(ctx),
     };
     let targets = abort_targets(ctx.spec, cluster, ctx.members);
     if !targets.is_empty() {
@@ -163,6 +167,21 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
         )
     };
     Outcome::new(etcd, v, done)
+}
+
+/// etcd's member list cannot be read: nothing is removed before it can (while an `Etcd`
+/// exists); without one there is nothing left but the exposure.
+fn unreachable(ctx: &Ctx<'_>) -> Outcome {
+    if ctx.obs.etcd.is_some() {
+        let v = Verdict::waiting(
+            cond::ABORTED,
+            "EtcdUnreachable",
+            "cannot read etcd's member list; nothing is removed before it can",
+        );
+        return Outcome::new(EtcdAction::Keep, v, false);
+    }
+    let v = cleanup_verdict(ctx, cond::ABORTED);
+    Outcome::new(EtcdAction::Keep, v, ctx.cleaned)
 }
 
 /// The abort has been in progress on this seed for longer than the grace (its condition's
