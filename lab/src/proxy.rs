@@ -261,6 +261,11 @@ impl SeedProxy {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // The file may have changed since this process wrote it (the controller's ConfigMap,
+        // delivered by the kubelet stand-in): the new process must serve what is there now.
+        if let Ok(bytes) = std::fs::read(&self.config) {
+            self.written = isthmus_config::hash_bytes(&bytes);
+        }
         self.spawn(seed)?;
         self.wait_hash().await
     }
