@@ -60,10 +60,22 @@ fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> R
         pre_vote: true,
         controllers,
     };
-    let rt = tokio::runtime::Runtime::new().unwrap();
-    let report = rt
-        .block_on(isthmus_lab::run(&opts))
-        .unwrap_or_else(|e| panic!("lab {name} failed (logs in {}): {e}", dir.display()));
+    // The lab's future is one deep state machine; unoptimised, it overflowed a test thread's
+    // 2 MiB stack (the abort scenario, once the controller-driven code was added). It runs on
+    // the heap, polled from a thread with room.
+    let run_opts = opts.clone();
+    let result = std::thread::Builder::new()
+        .name(format!("lab-{name}"))
+        .stack_size(64 << 20)
+        .spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(Box::pin(isthmus_lab::run(&run_opts)))
+        })
+        .unwrap()
+        .join()
+        .unwrap();
+    let report =
+        result.unwrap_or_else(|e| panic!("lab {name} failed (logs in {}): {e}", dir.display()));
     std::fs::write(
         dir.join("report.json"),
         serde_json::to_string_pretty(&report).unwrap(),

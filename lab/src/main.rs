@@ -206,7 +206,8 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
     // namespaces, veth pairs and hosts files.
     let report = rt.block_on(async {
         tokio::select! {
-            r = isthmus_lab::run(&opts) => r.map_err(anyhow::Error::from),
+            // On the heap: the lab's future is one deep state machine.
+            r = Box::pin(isthmus_lab::run(&opts)) => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; the lab was cleaned up")),
         }
     })?;
