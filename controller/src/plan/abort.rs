@@ -14,7 +14,6 @@ use super::roles::{apply, cleanup_verdict, label, listed, urls, Outcome};
 use super::steps::Ctx;
 use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
 use crate::crd::{EtcdMigrationSpec, Role};
-use k8s_openapi::jiff::Timestamp;
 
 /// How long the source's abort leaves foreign members to the destination before it removes
 /// them itself.
@@ -196,11 +195,5 @@ fn grace_over(ctx: &Ctx<'_>) -> bool {
     else {
         return false;
     };
-    let (Ok(since), Ok(now)) = (
-        c.last_transition_time.parse::<Timestamp>(),
-        ctx.obs.now.parse::<Timestamp>(),
-    ) else {
-        return false;
-    };
-    now.as_second() - since.as_second() > SOURCE_ABORT_GRACE_SECS
+    cond::seconds_since(c, &ctx.obs.now).is_some_and(|s| s > SOURCE_ABORT_GRACE_SECS)
 }

@@ -105,3 +105,14 @@ pub fn is_true(previous: &[Condition], type_: &str) -> bool {
         .iter()
         .any(|c| c.type_ == type_ && c.status == "True")
 }
+
+/// Seconds since `c` last changed status, at `now` (RFC 3339); `None` if either time does not
+/// parse (a condition written by something else, or a clock we cannot read).
+pub(super) fn seconds_since(c: &Condition, now: &str) -> Option<i64> {
+    let since = c
+        .last_transition_time
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()?;
+    let now = now.parse::<k8s_openapi::jiff::Timestamp>().ok()?;
+    Some(now.as_second() - since.as_second())
+}

@@ -7,7 +7,6 @@ use super::names::Member;
 use super::steps::{annotations, Ctx};
 use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp};
 use crate::crd::{DruidApi, MemberUrls, Step};
-use k8s_openapi::jiff::Timestamp;
 
 /// What a role decided.
 pub(super) struct Outcome {
@@ -231,13 +230,7 @@ fn join_timed_out(ctx: &Ctx<'_>, timeout: Option<&str>) -> bool {
     if c.status == "False" && c.reason == "JoinTimedOut" {
         return true;
     }
-    let (Ok(since), Ok(now)) = (
-        c.last_transition_time.parse::<Timestamp>(),
-        ctx.obs.now.parse::<Timestamp>(),
-    ) else {
-        return false;
-    };
-    c.status == "Progressing" && now.as_second() - since.as_second() > limit
+    c.status == "Progressing" && cond::seconds_since(c, &ctx.obs.now).is_some_and(|s| s > limit)
 }
 
 pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
