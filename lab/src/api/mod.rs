@@ -309,18 +309,26 @@ impl ShootApi {
 
 async fn client(files: &Files, seed: &Seed) -> Result<Client> {
     let path = files.dir.join(format!("shoot-{}.kubeconfig", seed.label));
-    let text = format!(
-        "apiVersion: v1\nkind: Config\ncurrent-context: shoot\nclusters:\n- name: shoot\n  \
-         cluster:\n    server: https://{}:{}\n    certificate-authority: {}\ncontexts:\n\
-         - name: shoot\n  context:\n    cluster: shoot\n    user: lab\nusers:\n- name: lab\n  \
-         user:\n    token: {}\n",
-        seed.seed_ip,
-        server::PORT,
-        files.dir.join("ca.crt").display(),
-        files.token
-    );
-    std::fs::write(&path, text).map_err(|e| Error::io(path.display(), e))?;
+    let server = format!("https://{}:{}", seed.seed_ip, server::PORT);
+    write_kubeconfig(&path, &server, &files.dir.join("ca.crt"), &files.token)?;
     kubeconfig_client(&path).await
+}
+
+/// Writes a kubeconfig for `server` (its CA file `ca`) with a bearer `token`.
+pub(crate) fn write_kubeconfig(
+    path: &std::path::Path,
+    server: &str,
+    ca: &std::path::Path,
+    token: &str,
+) -> Result<()> {
+    let text = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: lab\nclusters:\n- name: lab\n  \
+         cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n\
+         - name: lab\n  context:\n    cluster: lab\n    user: user\nusers:\n- name: user\n  \
+         user:\n    token: {token}\n",
+        ca.display()
+    );
+    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
 }
 
 /// A client from a kubeconfig file.

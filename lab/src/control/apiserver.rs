@@ -5,6 +5,7 @@
 //! `isthmus controller` reaches it from inside the seed.
 
 use crate::api::server::ApiServer;
+use crate::api::write_kubeconfig;
 use crate::error::{Error, Result};
 use crate::pki::Pki;
 use crate::seeds::Seed;
@@ -103,7 +104,7 @@ impl SeedApi {
         ];
         let url = format!("https://{ip}:{PORT}");
         let admin_path = dir.join("admin.kubeconfig");
-        kubeconfig(&admin_path, &url, &dir.join("ca.crt"), &token)?;
+        write_kubeconfig(&admin_path, &url, &dir.join("ca.crt"), &token)?;
         let admin = crate::api::kubeconfig_client(&admin_path).await?;
         let addr = SocketAddr::from((seed.seed_ip, PORT));
         let log = dir.join("kube-apiserver.log");
@@ -205,7 +206,7 @@ impl SeedApi {
                 Error::State(format!("TokenRequest for {namespace}/{name}: no token"))
             })?;
         let path = self.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
-        kubeconfig(&path, &self.url, &self.dir.join("ca.crt"), &token)?;
+        write_kubeconfig(&path, &self.url, &self.dir.join("ca.crt"), &token)?;
         Ok(path)
     }
 }
@@ -239,17 +240,6 @@ fn start_store(kube_apiserver_bin: &Path, seed: &Seed, dir: &Path) -> Result<Chi
             command: format!("{} in {}", bin.display(), seed.label),
             detail: e.to_string(),
         })
-}
-
-fn kubeconfig(path: &Path, server: &str, ca: &Path, token: &str) -> Result<()> {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\ncurrent-context: seed\nclusters:\n- name: seed\n  \
-         cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n\
-         - name: seed\n  context:\n    cluster: seed\n    user: user\nusers:\n- name: user\n  \
-         user:\n    token: {token}\n",
-        ca.display()
-    );
-    write(path, &text)
 }
 
 fn write(path: &Path, text: &str) -> Result<()> {

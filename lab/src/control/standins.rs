@@ -14,7 +14,7 @@
 //! Every change a stand-in sees is recorded (the report's list of what the controllers wrote),
 //! and so is every condition change of both migrations (the condition timeline).
 
-use super::{ROUTES, SYSTEM};
+use super::{ControlPlane, ROUTES, SYSTEM};
 use crate::backend::idx;
 use crate::error::{Error, Result};
 use crate::etcd::{self, MemberRef, Side};
@@ -51,14 +51,16 @@ impl Lab {
     /// Records what a stand-in saw the controllers write.
     fn written(&mut self, side: Side, what: String) {
         let what = format!("{}: {what}", specs::seed_name(side));
+        self.control_event(|c| &mut c.written, what.clone());
+        self.event(format!("controller wrote {what}"));
+    }
+
+    /// Adds `what`, now, to the control plane's list that `list` picks.
+    fn control_event(&mut self, list: fn(&mut ControlPlane) -> &mut Vec<Event>, what: String) {
         let t_ms = self.now_ms();
         if let Some(c) = self.control.as_mut() {
-            c.written.push(Event {
-                t_ms,
-                what: what.clone(),
-            });
+            list(c).push(Event { t_ms, what });
         }
-        self.event(format!("controller wrote {what}"));
     }
 
     /// One pass of every stand-in over both seeds.
@@ -347,13 +349,7 @@ impl Lab {
         for (t, s) in now {
             if !before.contains(&(t.clone(), s.clone())) {
                 let what = format!("condition ({}): {t} {s}", specs::seed_name(side));
-                let t_ms = self.now_ms();
-                if let Some(ctl) = self.control.as_mut() {
-                    ctl.timeline.push(Event {
-                        t_ms,
-                        what: what.clone(),
-                    });
-                }
+                self.control_event(|c| &mut c.timeline, what.clone());
                 self.event(what);
             }
         }
