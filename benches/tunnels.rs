@@ -99,7 +99,7 @@ impl Table {
 async fn run(opts: Opts) {
     let world = World::new();
     if world::konnectivity_bins().is_none() {
-        // Built on first use (about 3 min on 2 cores, cached in target/): only this bench needs
+        // Built on first use (about 3 min on 2 cores, cached in ~/.cache/isthmus): only this bench needs
         // it, so the test command does not pay for it.
         let script =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/build-konnectivity.sh");

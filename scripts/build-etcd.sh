@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned etcd (v3.6.16) that testkit's KubeApiServer stores its data in, from the
 # published Go module go.etcd.io/etcd/server/v3, through the wrapper module in scripts/etcd/.
-# Output: target/etcd/etcd-v3.6.16.
+# Output: $ISTHMUS_CACHE/etcd-v3.6.16/etcd (scripts/cache.sh).
 #
 # Why not Debian's etcd 3.4.23: kube-apiserver v1.34 finds no RequestWatchProgress support in it
 # and then refuses every streaming-list watch (`sendInitialEvents=true`, the WatchList feature,
@@ -12,8 +12,9 @@
 # Idempotent: does nothing when the binary exists and runs. A build takes a few minutes.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/cache.sh"
 version=v3.6.16
-out="$root/target/etcd/etcd-$version"
+out="$ISTHMUS_CACHE/etcd-$version/etcd"
 
 if [[ -x "$out" ]] && "$out" --version >/dev/null 2>&1; then
   exit 0
@@ -26,4 +27,4 @@ cd "$root/scripts/etcd"
 GO111MODULE=on GOFLAGS= go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
   -o "$out.tmp" go.etcd.io/etcd/server/v3
 mv "$out.tmp" "$out"
-echo "build-etcd: $("$out" --version | head -1) built in $(($(date +%s) - start)) s -> ${out#"$root"/}"
+echo "build-etcd: $("$out" --version | head -1) built in $(($(date +%s) - start)) s -> $out"

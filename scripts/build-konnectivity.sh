@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Builds konnectivity's proxy-server and proxy-agent (apiserver-network-proxy v0.34.0) from the
 # published Go module, through the wrapper module in scripts/konnectivity/ (go.mod pins the
-# version, go.sum every checksum). Output: target/konnectivity/{proxy-server,proxy-agent}-v0.34.0,
+# version, go.sum every checksum). Output: $ISTHMUS_CACHE/konnectivity-v0.34.0/{proxy-server,proxy-agent},
 # used by `cargo bench --bench tunnels` as the konnectivity peer.
 #
 # Idempotent: does nothing when both binaries exist and run. Otherwise one build; the timing is
 # printed at the end. Needs Go (>= 1.24) and the Go module proxy.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/cache.sh"
 version=v0.34.0
-dir="$root/target/konnectivity"
-server="$dir/proxy-server-$version"
-agent="$dir/proxy-agent-$version"
+dir="$ISTHMUS_CACHE/konnectivity-$version"
+server="$dir/proxy-server"
+agent="$dir/proxy-agent"
 
 if [[ -x "$server" && -x "$agent" ]] && "$server" --help >/dev/null 2>&1 && "$agent" --help >/dev/null 2>&1; then
   exit 0
@@ -28,4 +29,4 @@ GO111MODULE=on GOFLAGS= go build -mod=readonly -buildvcs=false -trimpath -ldflag
   -o "$agent.tmp" sigs.k8s.io/apiserver-network-proxy/cmd/agent
 mv "$server.tmp" "$server"
 mv "$agent.tmp" "$agent"
-echo "build-konnectivity: built in $(($(date +%s) - start)) s -> ${dir#"$root"/}"
+echo "build-konnectivity: built in $(($(date +%s) - start)) s -> $dir"

@@ -2,17 +2,19 @@
 # Builds the pinned kube-apiserver (Kubernetes v1.34.4) from the published Go module
 # k8s.io/kubernetes, through the wrapper module in scripts/kube-apiserver/ (go.mod pins it and
 # points the staging modules at their published v0.34.4 versions; go.sum pins every checksum).
-# Output: target/kube-apiserver/kube-apiserver-v1.34.4, used by testkit's KubeApiServer.
+# Output: $ISTHMUS_CACHE/kubernetes-v1.34.4/kube-apiserver (scripts/cache.sh), used by testkit's
+# KubeApiServer and the lab.
 #
 # Idempotent: does nothing when the binary exists and runs. Otherwise one build: measured 18 min
 # wall-clock on the 2-core CI machine (modules already downloaded, cargo builds running beside
 # it); the timing is printed at the end. Needs Go (>= 1.24) and the Go module proxy.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/cache.sh"
 version=v1.34.4
 major=1
 minor=34
-out="$root/target/kube-apiserver/kube-apiserver-$version"
+out="$ISTHMUS_CACHE/kubernetes-$version/kube-apiserver"
 
 if [[ -x "$out" ]] && "$out" --version >/dev/null 2>&1; then
   exit 0
@@ -33,4 +35,4 @@ cd "$root/scripts/kube-apiserver"
 GO111MODULE=on GOFLAGS= go build -mod=readonly -buildvcs=false -trimpath -ldflags "$ldflags" \
   -o "$out.tmp" k8s.io/kubernetes/cmd/kube-apiserver
 mv "$out.tmp" "$out"
-echo "build-kube-apiserver: $("$out" --version) built in $(($(date +%s) - start)) s -> ${out#"$root"/}"
+echo "build-kube-apiserver: $("$out" --version) built in $(($(date +%s) - start)) s -> $out"

@@ -24,6 +24,7 @@ fi
 for s in nginx haproxy sniproxy openvpn; do
   (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
 done
-# The pinned upstream CRDs, kube-apiserver and its etcd (Go modules; cached in target/, built once per machine).
+# The pinned upstream CRDs, kube-apiserver and its etcd (Go modules; cached in $ISTHMUS_CACHE,
+# ~/.cache/isthmus by default (scripts/cache.sh), built once per machine, reused by every clone).
 # (konnectivity, the tunnel bench's peer, is built by `cargo bench --bench tunnels` on first use.)
 d="$(dirname "${BASH_SOURCE[0]}")" && "$d/upstream-crds.sh" && "$d/build-etcd.sh" && "$d/build-kube-apiserver.sh"

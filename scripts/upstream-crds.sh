@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetches the pinned upstream CRDs the controller is tested against into target/upstream-crds/:
+# Fetches the pinned upstream CRDs the controller is tested against into $ISTHMUS_CACHE/upstream-crds/:
 #   - etcd-druid's `Etcd` CRD (with its CEL rules) from the Go module github.com/gardener/etcd-druid/api
 #   - Gardener's `DNSRecord` CRD from the Go module github.com/gardener/gardener
 # `go mod download` verifies each module zip against the checksum database (sum.golang.org), so
@@ -10,7 +10,8 @@
 # bootstrapWithExistingCluster with their CEL rules. Gardener v1.139.0.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-out="$root/target/upstream-crds"
+. "$root/scripts/cache.sh"
+out="$ISTHMUS_CACHE/upstream-crds"
 
 # module@version  file-in-module  name-in-target
 crds=(
@@ -39,5 +40,5 @@ for c in "${crds[@]}"; do
   cp "$dir/$file" "$out/$name.tmp"
   chmod u+w "$out/$name.tmp"
   mv "$out/$name.tmp" "$out/$name"
-  echo "upstream-crds: $mod $file -> target/upstream-crds/$name"
+  echo "upstream-crds: $mod $file -> $out/$name"
 done

@@ -50,10 +50,7 @@ fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> R
         proxy_bin: env!("CARGO_BIN_EXE_isthmus").into(),
         kube_apiserver_bin: std::env::var_os("ISTHMUS_KUBE_APISERVER")
             .map(Into::into)
-            .unwrap_or_else(|| {
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join(isthmus_lab::api::DEFAULT_BINARY)
-            }),
+            .unwrap_or_else(isthmus_lab::api::default_binary),
         dir: dir.clone(),
         interval: Duration::from_millis(25),
         hold: Duration::from_secs(2),

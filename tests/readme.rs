@@ -69,6 +69,44 @@ fn the_layout_table_lists_every_crate() {
     }
 }
 
+/// Every name the layout table shows in backticks (`admin/`, `Cargo.toml`, ...).
+fn layout_names() -> BTreeSet<String> {
+    let readme = read("README.md");
+    let section = readme.split("## Layout").nth(1).unwrap();
+    let section = section.split("\n## ").next().unwrap();
+    section
+        .lines()
+        .filter(|l| l.starts_with("| "))
+        .filter_map(|l| l.split(" | ").next())
+        .flat_map(|cell| cell.split('`').skip(1).step_by(2).map(str::to_owned))
+        .map(|name| name.trim_end_matches('/').to_owned())
+        .collect()
+}
+
+/// Nothing lands at the root unnoticed (nine Python wheels once did): every top-level entry of
+/// the repository is named in the README's layout table.
+#[test]
+fn the_layout_table_names_every_root_entry() {
+    let out = Command::new("git")
+        .args(["ls-files"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git ls-files failed: {out:?}");
+    let tracked = String::from_utf8(out.stdout).unwrap();
+    let roots: BTreeSet<&str> = tracked
+        .lines()
+        .map(|p| p.split('/').next().unwrap())
+        .collect();
+    assert!(roots.contains("Cargo.toml"), "{roots:?}");
+    let named = layout_names();
+    let missing: Vec<&&str> = roots.iter().filter(|r| !named.contains(**r)).collect();
+    assert!(
+        missing.is_empty(),
+        "README.md's layout table does not name {missing:?}"
+    );
+}
+
 #[test]
 fn the_two_commands_are_two() {
     let readme = read("README.md");

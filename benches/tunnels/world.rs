@@ -349,9 +349,9 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
 }
 
 pub fn konnectivity_bins() -> Option<(PathBuf, PathBuf)> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/konnectivity");
-    let s = root.join(format!("proxy-server-{KONNECTIVITY_VERSION}"));
-    let a = root.join(format!("proxy-agent-{KONNECTIVITY_VERSION}"));
+    let root = isthmus_testkit::cache::dir().join(format!("konnectivity-{KONNECTIVITY_VERSION}"));
+    let s = root.join("proxy-server");
+    let a = root.join("proxy-agent");
     (s.exists() && a.exists()).then_some((s, a))
 }
 

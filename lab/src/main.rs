@@ -88,7 +88,7 @@ struct Demo {
         long,
         value_name = "FILE",
         env = "ISTHMUS_KUBE_APISERVER",
-        default_value = isthmus_lab::api::DEFAULT_BINARY
+        default_value_os_t = isthmus_lab::api::default_binary()
     )]
     kube_apiserver: PathBuf,
 }

@@ -4,7 +4,7 @@
 //! TokenRequest works and a ServiceAccount's client is subject to RBAC exactly as in a cluster).
 //!
 //! Storage: etcd v3.6.16 built from the published module `go.etcd.io/etcd/server/v3` by
-//! `scripts/build-etcd.sh` (wrapper module `scripts/etcd/`, binary `target/etcd/etcd-v3.6.16`),
+//! `scripts/build-etcd.sh` (wrapper module `scripts/etcd/`, binary in [`crate::cache`]),
 //! overridable with `ISTHMUS_ETCD`.
 //!
 //! Finding -- why not Debian's etcd 3.4.23 (`/usr/bin/etcd`): kube-apiserver v1.34.4 starts on
@@ -18,10 +18,9 @@
 //! `tests/kube_apiserver.rs` fails on 3.4.23 (`ISTHMUS_ETCD=/usr/bin/etcd`) and passes on 3.6.16.
 //! Debian's etcd stays what the proxy and lab tests migrate.
 //!
-//! Binaries: `<workspace>/target/kube-apiserver/kube-apiserver-v1.34.4` (always under the
-//! workspace's own `target/`, whatever `CARGO_TARGET_DIR` is), overridable with
-//! `ISTHMUS_KUBE_APISERVER`. The upstream CRDs come from `target/upstream-crds/`
-//! (`scripts/upstream-crds.sh`). Logs and certificates live in a [`Scratch`] directory
+//! Binaries: `<cache>/kubernetes-v1.34.4/kube-apiserver` ([`crate::cache`], outside any clone's
+//! `target/`), overridable with `ISTHMUS_KUBE_APISERVER`. The upstream CRDs come from
+//! `<cache>/upstream-crds/` (`scripts/upstream-crds.sh`). Logs and certificates live in a [`Scratch`] directory
 //! (`ISTHMUS_KEEP_SCRATCH=1` keeps it).
 
 use crate::{wait_until, CertKey, Scratch, TestPki};
@@ -42,10 +41,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
-/// The Kubernetes release the fixture runs (see `scripts/kube-apiserver/go.mod`).
-pub const KUBE_VERSION: &str = "v1.34.4";
-/// The etcd release it stores its data in (see `scripts/etcd/go.mod`).
-pub const ETCD_VERSION: &str = "v3.6.16";
+pub use crate::cache::{ETCD_VERSION, KUBE_VERSION};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const ATTEMPTS: usize = 5;
@@ -84,28 +80,11 @@ impl Drop for KubeApiServer {
     }
 }
 
-/// The workspace root: the nearest ancestor of testkit's manifest dir whose Cargo.toml has a
-/// `[workspace]` table.
-fn workspace_root() -> PathBuf {
-    let mut dir = Path::new(env!("CARGO_MANIFEST_DIR"));
-    loop {
-        let toml = dir.join("Cargo.toml");
-        if std::fs::read_to_string(&toml).is_ok_and(|t| t.contains("[workspace]")) {
-            return dir.to_path_buf();
-        }
-        dir = dir
-            .parent()
-            .unwrap_or_else(|| panic!("no workspace root above {}", env!("CARGO_MANIFEST_DIR")));
-    }
-}
-
 fn kube_apiserver_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("ISTHMUS_KUBE_APISERVER") {
         return PathBuf::from(p);
     }
-    let p = workspace_root()
-        .join("target/kube-apiserver")
-        .join(format!("kube-apiserver-{KUBE_VERSION}"));
+    let p = crate::cache::kube_apiserver();
     assert!(
         p.is_file(),
         "{} is missing: run scripts/build-kube-apiserver.sh (or set ISTHMUS_KUBE_APISERVER)",
@@ -118,9 +97,7 @@ fn etcd_binary() -> PathBuf {
     if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
         return PathBuf::from(p);
     }
-    let p = workspace_root()
-        .join("target/etcd")
-        .join(format!("etcd-{ETCD_VERSION}"));
+    let p = crate::cache::etcd();
     assert!(
         p.is_file(),
         "{} is missing: run scripts/build-etcd.sh (or set ISTHMUS_ETCD)",
@@ -437,7 +414,7 @@ impl KubeApiServer {
     /// The pinned upstream CRDs from `target/upstream-crds/`: etcd-druid's `Etcd` and
     /// Gardener's `DNSRecord`.
     pub fn upstream_crd_paths() -> Vec<PathBuf> {
-        let dir = workspace_root().join("target/upstream-crds");
+        let dir = crate::cache::upstream_crds();
         let paths: Vec<PathBuf> = [
             "druid.gardener.cloud_etcds.yaml",
             "extensions.gardener.cloud_dnsrecords.yaml",

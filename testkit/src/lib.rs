@@ -3,12 +3,14 @@
 //! seeded random source ([`Rng`]), and a real kube-apiserver ([`kube`]).
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
-//! What it must never do: be a dependency of anything but tests and benchmarks, or hide a
+//! What it must never do: be a dependency of anything but tests, benchmarks and the lab, or hide a
 //! failure (every helper panics with a message that says what it was waiting for).
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// Where the one-time builds (Kubernetes, etcd, the upstream CRDs) live.
+pub mod cache;
 mod metrics;
 mod pki;
 mod poll;

@@ -36,8 +36,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use watch::{Seen, Watch};
 
-/// Where `scripts/build-kube-apiserver.sh` puts kube-apiserver, relative to the workspace.
-pub const DEFAULT_BINARY: &str = "target/kube-apiserver/kube-apiserver-v1.34.4";
+/// Where `scripts/build-kube-apiserver.sh` puts kube-apiserver (the machine's build cache).
+pub fn default_binary() -> PathBuf {
+    isthmus_testkit::cache::kube_apiserver()
+}
 
 /// The shoot API's DNS name (in the serving certificate; the lab's clients resolve it through
 /// [`Dns`]).

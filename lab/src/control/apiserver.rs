@@ -29,16 +29,10 @@ const STORE_CLIENT: u16 = 32379;
 const STORE_PEER: u16 = 32380;
 
 /// etcd v3.6 as `scripts/build-etcd.sh` leaves it, overridable with `ISTHMUS_ETCD`.
-pub fn store_binary(kube_apiserver_bin: &Path) -> PathBuf {
-    if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
-        return PathBuf::from(p);
-    }
-    // `target/kube-apiserver/kube-apiserver-v…` → `target/etcd/etcd-v3.6.16`.
-    let target = kube_apiserver_bin
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or(Path::new("target"));
-    target.join("etcd/etcd-v3.6.16")
+pub fn store_binary() -> PathBuf {
+    std::env::var_os("ISTHMUS_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(isthmus_testkit::cache::etcd)
 }
 
 /// One seed's API server, its store and an admin client; processes stop on drop.
@@ -82,7 +76,7 @@ impl SeedApi {
             &dir.join("tokens.csv"),
             &format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
         )?;
-        let store = start_store(bin, seed, dir)?;
+        let store = start_store(seed, dir)?;
         let d = |f: &str| dir.join(f).display().to_string();
         let args = vec![
             format!("--etcd-servers=http://127.0.0.1:{STORE_CLIENT}"),
@@ -211,8 +205,8 @@ impl SeedApi {
     }
 }
 
-fn start_store(kube_apiserver_bin: &Path, seed: &Seed, dir: &Path) -> Result<Child> {
-    let bin = store_binary(kube_apiserver_bin);
+fn start_store(seed: &Seed, dir: &Path) -> Result<Child> {
+    let bin = store_binary();
     let log_path = dir.join("store.log");
     let log = std::fs::File::create(&log_path).map_err(|e| Error::io(log_path.display(), e))?;
     let client = format!("http://127.0.0.1:{STORE_CLIENT}");

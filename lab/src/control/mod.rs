@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 pub const SYSTEM: &str = "isthmus-system";
 /// The route ConfigMap (`isthmus controller --proxy-configmap`'s default).
 pub const ROUTES: &str = "isthmus-proxy-routes";
-/// The workspace root, for `deploy/` and `target/upstream-crds/`.
+/// The workspace root, for `deploy/`.
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 /// How a controller-driven run is set up.
@@ -202,7 +202,7 @@ impl ControlPlane {
 /// `Etcd` gardenlet created.
 async fn install(api: &SeedApi, seed: &Seed, dir: &Path) -> Result<()> {
     let root = Path::new(ROOT);
-    let crds = root.join("target/upstream-crds");
+    let crds = isthmus_testkit::cache::upstream_crds();
     for f in [
         crds.join("druid.gardener.cloud_etcds.yaml"),
         crds.join("extensions.gardener.cloud_dnsrecords.yaml"),

@@ -1,0 +1,39 @@
+//! Where the one-time builds live (`scripts/cache.sh` is the shell twin): outside any clone's
+//! `target/`, so a fresh clone on the same machine reuses them. One folder per pinned thing,
+//! `<cache>/<name>-<version>/`.
+
+use std::path::{Path, PathBuf};
+
+/// The pinned Kubernetes version of every Kubernetes binary the project builds.
+pub const KUBE_VERSION: &str = "v1.34.4";
+/// The pinned etcd the test API servers store their data in.
+pub const ETCD_VERSION: &str = "v3.6.16";
+
+/// `ISTHMUS_CACHE`, else `$XDG_CACHE_HOME/isthmus`, else `$HOME/.cache/isthmus`.
+pub fn dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("ISTHMUS_CACHE") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return Path::new(&d).join("isthmus");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    Path::new(&home).join(".cache/isthmus")
+}
+
+/// kube-apiserver as `scripts/build-kube-apiserver.sh` leaves it.
+pub fn kube_apiserver() -> PathBuf {
+    dir()
+        .join(format!("kubernetes-{KUBE_VERSION}"))
+        .join("kube-apiserver")
+}
+
+/// etcd v3.6 as `scripts/build-etcd.sh` leaves it.
+pub fn etcd() -> PathBuf {
+    dir().join(format!("etcd-{ETCD_VERSION}")).join("etcd")
+}
+
+/// The pinned upstream CRDs as `scripts/upstream-crds.sh` leaves them.
+pub fn upstream_crds() -> PathBuf {
+    dir().join("upstream-crds")
+}
