@@ -1,0 +1,138 @@
+{{/*
+Derived values. Every seed fact is read from what gardenlet injects (`gardener.seed.*`, see
+README.md) and falls back to `.Values.seed` for installs by hand.
+*/}}
+
+{{- define "isthmus.gardenerSeed" -}}
+{{- $g := .Values.gardener | default dict -}}
+{{- toJson ($g.seed | default dict) -}}
+{{- end -}}
+
+{{- define "isthmus.seedName" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $s.name | default .Values.seed.name -}}
+{{- end -}}
+
+{{/* The seed's ingress domain: gardener.seed.ingressDomain, else gardener.seed.spec.ingress.domain. */}}
+{{- define "isthmus.ingressDomain" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $s.ingressDomain | default (dig "spec" "ingress" "domain" "" $s) | default .Values.seed.ingressDomain -}}
+{{- end -}}
+
+{{/* The seed's spec.settings.loadBalancerServices (JSON object, {} if unset). */}}
+{{- define "isthmus.seedLoadBalancer" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- toJson (dig "spec" "settings" "loadBalancerServices" dict $s) -}}
+{{- end -}}
+
+{{- define "isthmus.externalTrafficPolicy" -}}
+{{- $lb := include "isthmus.seedLoadBalancer" . | fromJson -}}
+{{- .Values.proxy.service.externalTrafficPolicy | default $lb.externalTrafficPolicy | default "Local" -}}
+{{- end -}}
+
+{{- define "isthmus.loadBalancerClass" -}}
+{{- $lb := include "isthmus.seedLoadBalancer" . | fromJson -}}
+{{- .Values.proxy.service.loadBalancerClass | default $lb.class | default "" -}}
+{{- end -}}
+
+{{/* "true" when the listeners accept PROXY headers: the explicit value, else the seed's setting. */}}
+{{- define "isthmus.proxyProtocol" -}}
+{{- $lb := include "isthmus.seedLoadBalancer" . | fromJson -}}
+{{- $v := .Values.proxy.proxyProtocol.enabled -}}
+{{- if kindIs "bool" $v -}}{{ $v }}
+{{- else if eq (toString $v) "" -}}{{ dig "proxyProtocol" "allowed" false $lb }}
+{{- else -}}{{ fail (printf "proxy.proxyProtocol.enabled: want true, false or empty (the seed's setting), got %q" (toString $v)) }}
+{{- end -}}
+{{- end -}}
+
+{{/* The load balancer's addresses whose PROXY headers count (JSON list). */}}
+{{- define "isthmus.trustedProxies" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $list := .Values.proxy.proxyProtocol.trustedProxies -}}
+{{- if and (not $list) (dig "networks" "nodes" "" $s) -}}
+{{- $list = list (dig "networks" "nodes" "" $s) -}}
+{{- end -}}
+{{- toJson ($list | default list) -}}
+{{- end -}}
+
+{{/*
+The proxy's ports as a JSON list of {name, port (load balancer), target (listener)}:
+member i on peer 2380+i and client 2379-i, or, with the seedIngress scheme, load-balancer
+ports 2380+i and 2379 onto listeners 12380+i and 12379; then the VPN port.
+*/}}
+{{- define "isthmus.lbPorts" -}}
+{{- $m := int .Values.exposure.members -}}
+{{- if or (lt $m 1) (gt $m 10) -}}{{ fail (printf "exposure.members: want 1 to 10 (the EtcdMigration CRD's range), got %d" $m) }}{{- end -}}
+{{- $ports := list -}}
+{{- if eq .Values.exposure.scheme "perMemberRecords" -}}
+{{- range $i := until $m -}}
+{{- $ports = append $ports (dict "name" (printf "peer-%d" (add 2380 $i)) "port" (add 2380 $i) "target" (add 2380 $i)) -}}
+{{- $ports = append $ports (dict "name" (printf "client-%d" (sub 2379 $i)) "port" (sub 2379 $i) "target" (sub 2379 $i)) -}}
+{{- end -}}
+{{- else if eq .Values.exposure.scheme "seedIngress" -}}
+{{- if not (include "isthmus.ingressDomain" .) -}}{{ fail "exposure.scheme seedIngress needs the seed's ingress domain (gardener.seed.ingressDomain, or seed.ingressDomain)" }}{{- end -}}
+{{- range $i := until $m -}}
+{{- $ports = append $ports (dict "name" (printf "peer-%d" (add 12380 $i)) "port" (add 2380 $i) "target" (add 12380 $i)) -}}
+{{- end -}}
+{{- $ports = append $ports (dict "name" "client-12379" "port" 2379 "target" 12379) -}}
+{{- else -}}
+{{ fail (printf "exposure.scheme: want perMemberRecords or seedIngress, got %q" .Values.exposure.scheme) }}
+{{- end -}}
+{{- $v := int .Values.proxy.vpnPort -}}
+{{- $ports = append $ports (dict "name" (printf "vpn-%d" $v) "port" $v "target" $v) -}}
+{{- toJson $ports -}}
+{{- end -}}
+
+{{/*
+Every port a proxy pod listens on (JSON list of {name, port}): the controller always binds the
+GEP scheme's listeners (its --members), the seedIngress scheme adds its own, then the VPN.
+*/}}
+{{- define "isthmus.containerPorts" -}}
+{{- $m := int .Values.exposure.members -}}
+{{- $ports := list -}}
+{{- range $i := until $m -}}
+{{- $ports = append $ports (dict "name" (printf "peer-%d" (add 2380 $i)) "port" (add 2380 $i)) -}}
+{{- $ports = append $ports (dict "name" (printf "client-%d" (sub 2379 $i)) "port" (sub 2379 $i)) -}}
+{{- end -}}
+{{- if eq .Values.exposure.scheme "seedIngress" -}}
+{{- range $i := until $m -}}
+{{- $ports = append $ports (dict "name" (printf "peer-%d" (add 12380 $i)) "port" (add 12380 $i)) -}}
+{{- end -}}
+{{- $ports = append $ports (dict "name" "client-12379" "port" 12379) -}}
+{{- end -}}
+{{- $v := int .Values.proxy.vpnPort -}}
+{{- $ports = append $ports (dict "name" (printf "vpn-%d" $v) "port" $v) -}}
+{{- toJson $ports -}}
+{{- end -}}
+
+{{- define "isthmus.labels" -}}
+app.kubernetes.io/part-of: isthmus
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "isthmus.image" -}}
+{{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) }}
+{{- end -}}
+
+{{/* The pod security context every isthmus pod shares (non-root, RuntimeDefault). */}}
+{{- define "isthmus.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "isthmus.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+privileged: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* The label that lets a pod reach a Service port through gardener-resource-manager's policies. */}}
+{{- define "isthmus.toShootsLabel" -}}
+networking.resources.gardener.cloud/to-{{ .alias }}-{{ .service }}-tcp-{{ .port }}
+{{- end -}}
