@@ -2,6 +2,10 @@
 # Fetches the pinned upstream CRDs the controller is tested against into $ISTHMUS_CACHE/upstream-crds/:
 #   - etcd-druid's `Etcd` CRD (with its CEL rules) from the Go module github.com/gardener/etcd-druid/api
 #   - Gardener's `DNSRecord` CRD from the Go module github.com/gardener/gardener
+#   - from the same Gardener module, what the chart (charts/isthmus) is checked against: the
+#     `Extension` CRD (operator.gardener.cloud, the chart's registration) and the seed CRDs
+#     Gardener installs that the chart uses: `VerticalPodAutoscaler` (VPA v1.5.1's, with
+#     InPlaceOrRecreate), prometheus-operator's `PodMonitor` and `PrometheusRule`
 # `go mod download` verifies each module zip against the checksum database (sum.golang.org), so
 # the files are exactly what the tags published. Idempotent: does nothing when both files exist.
 #
@@ -17,6 +21,10 @@ out="$ISTHMUS_CACHE/upstream-crds"
 crds=(
   "github.com/gardener/etcd-druid/api@v0.38.1 core/v1alpha1/crds/druid.gardener.cloud_etcds.yaml druid.gardener.cloud_etcds.yaml"
   "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-extensions.gardener.cloud_dnsrecords.yaml extensions.gardener.cloud_dnsrecords.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/operator/10-crd-operator.gardener.cloud_extensions.yaml operator.gardener.cloud_extensions.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml autoscaling.k8s.io_verticalpodautoscalers.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-monitoring.coreos.com_podmonitors.yaml monitoring.coreos.com_podmonitors.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-monitoring.coreos.com_prometheusrules.yaml monitoring.coreos.com_prometheusrules.yaml"
 )
 
 have_all=1

@@ -35,3 +35,9 @@ pub use netns::Netns;
 /// ServiceAccounts under RBAC.
 pub mod kube;
 pub use kube::{minimal_etcd, KubeApiServer};
+
+/// The pinned helm and Prometheus builds, and the seed CRDs the chart uses.
+pub mod tools;
+/// A real Prometheus for the monitoring tests.
+pub mod prometheus;
+pub use prometheus::Prometheus;

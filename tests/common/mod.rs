@@ -1,0 +1,3 @@
+//! Support shared by the chart and monitoring tests.
+
+pub mod chart;
