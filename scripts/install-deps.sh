@@ -8,6 +8,7 @@ packages=(
   iproute2 curl openssl        # network namespaces, admin scraping, certificates
   nftables                     # the lab's pod addresses (DNAT inside a seed) when the controllers drive it
   openvpn                      # OpenVPN through the http_connect listener
+  python3-yaml                 # scripts/chart.sh (the chart's OCI config blob, one file per rendered object)
   nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
 )
 missing=()
@@ -27,4 +28,7 @@ done
 # The pinned upstream CRDs, kube-apiserver and its etcd (Go modules; cached in $ISTHMUS_CACHE,
 # ~/.cache/isthmus by default (scripts/cache.sh), built once per machine, reused by every clone).
 # (konnectivity, the tunnel bench's peer, is built by `cargo bench --bench tunnels` on first use.)
-d="$(dirname "${BASH_SOURCE[0]}")" && "$d/upstream-crds.sh" && "$d/build-etcd.sh" && "$d/build-kube-apiserver.sh"
+# helm and prometheus/promtool: the chart and monitoring tests (cold builds measured on the 2-core
+# machine with other builds running: helm 211 s, prometheus + promtool see build-prometheus.sh).
+d="$(dirname "${BASH_SOURCE[0]}")" && "$d/upstream-crds.sh" && "$d/build-etcd.sh" && "$d/build-kube-apiserver.sh" &&
+  "$d/build-helm.sh" && "$d/build-prometheus.sh"

@@ -269,3 +269,37 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
     let opened: Vec<&String> = proxy.as_object().unwrap().keys().filter(|k| k.starts_with("networking.")).collect();
     assert_eq!(opened.len(), 4, "{opened:?}");
 }
+
+#[test]
+fn chart_is_packaged_as_an_oci_artifact_and_renders_into_one_file_per_object() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let run = |args: &[&str]| isthmus_testkit::tools::run_ok(std::process::Command::new(root.join("scripts/chart.sh")).args(args));
+    run(&["package"]);
+    let oci = root.join("target/chart/oci");
+    let blob = |digest: &str| std::fs::read(oci.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))).unwrap();
+    let index: Value = serde_json::from_slice(&std::fs::read(oci.join("index.json")).unwrap()).unwrap();
+    let m = &index["manifests"][0];
+    assert_eq!(m["annotations"]["org.opencontainers.image.ref.name"], "0.1.0");
+    let manifest_bytes = blob(m["digest"].as_str().unwrap());
+    let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
+    assert_eq!(manifest["config"]["mediaType"], "application/vnd.cncf.helm.config.v1+json");
+    let layer = &manifest["layers"][0];
+    assert_eq!(layer["mediaType"], "application/vnd.cncf.helm.chart.content.v1.tar+gzip");
+    let tgz = blob(layer["digest"].as_str().unwrap());
+    assert_eq!(tgz.len() as u64, layer["size"].as_u64().unwrap());
+    assert_eq!(tgz, std::fs::read(root.join("target/chart/isthmus-0.1.0.tgz")).unwrap());
+    let config: Value = serde_json::from_slice(&blob(manifest["config"]["digest"].as_str().unwrap())).unwrap();
+    assert_eq!((config["name"].as_str(), config["version"].as_str()), (Some("isthmus"), Some("0.1.0")));
+    // The archive is a chart helm renders as it renders the folder.
+    let out = isthmus_testkit::tools::run_ok(std::process::Command::new(isthmus_testkit::tools::helm())
+        .args(["template", "isthmus", "--namespace", "extension-isthmus", "--kube-version", "v1.34.4"])
+        .arg(root.join("target/chart/isthmus-0.1.0.tgz")));
+    assert_eq!(isthmus_testkit::tools::yaml_docs(&out), render(&[], &[]));
+
+    let dir = isthmus_testkit::Scratch::new("chart-render");
+    run(&["render", &dir.path().display().to_string()]);
+    let files: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let docs = render(&[PLAIN], &[]);
+    assert_eq!(files.len(), docs.len(), "{files:?}");
+    assert!(files.contains(&"daemonset-isthmus-system-isthmus-proxy.yaml".to_owned()), "{files:?}");
+}
