@@ -23,12 +23,18 @@ fn helm_lint_passes_with_defaults_and_both_examples() {
 
 #[test]
 fn every_workload_follows_the_seed_conventions() {
-    let docs = render(&[GARDENER], &["tunnel.servers[0].namespace=shoot--foo--bar"]);
+    let docs = render(
+        &[GARDENER],
+        &["tunnel.servers[0].namespace=shoot--foo--bar"],
+    );
     let pods = pod_templates(&docs);
     assert_eq!(pods.len(), 3, "proxy, controller, one tunnel server");
     for (id, t) in &pods {
         let spec = &t["spec"];
-        assert_eq!(spec["priorityClassName"], "gardener-system-critical", "{id}");
+        assert_eq!(
+            spec["priorityClassName"], "gardener-system-critical",
+            "{id}"
+        );
         let psc = &spec["securityContext"];
         assert_eq!(psc["runAsNonRoot"], true, "{id}");
         assert_eq!(psc["runAsUser"], 65532, "{id}");
@@ -38,22 +44,48 @@ fn every_workload_follows_the_seed_conventions() {
             assert_eq!(sc["privileged"], false, "{id}");
             assert_eq!(sc["allowPrivilegeEscalation"], false, "{id}");
             assert_eq!(sc["readOnlyRootFilesystem"], true, "{id}");
-            assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]), "{id}");
-            assert!(sc["capabilities"]["add"].is_null(), "{id} adds capabilities");
+            assert_eq!(
+                sc["capabilities"]["drop"],
+                serde_json::json!(["ALL"]),
+                "{id}"
+            );
+            assert!(
+                sc["capabilities"]["add"].is_null(),
+                "{id} adds capabilities"
+            );
             let r = &c["resources"];
-            assert!(r["requests"]["cpu"].is_string() && r["requests"]["memory"].is_string(), "{id}: requests");
+            assert!(
+                r["requests"]["cpu"].is_string() && r["requests"]["memory"].is_string(),
+                "{id}: requests"
+            );
             assert!(r["limits"]["cpu"].is_null(), "{id} has a CPU limit");
         }
     }
-    for d in docs.iter().filter(|d| matches!(d["kind"].as_str(), Some("Deployment" | "DaemonSet"))) {
-        assert_eq!(d["spec"]["revisionHistoryLimit"], 2, "{}", d["metadata"]["name"]);
+    for d in docs
+        .iter()
+        .filter(|d| matches!(d["kind"].as_str(), Some("Deployment" | "DaemonSet")))
+    {
+        assert_eq!(
+            d["spec"]["revisionHistoryLimit"], 2,
+            "{}",
+            d["metadata"]["name"]
+        );
     }
     // A VPA per seed-wide workload: requests only, in place where possible.
-    for (kind, name) in [("DaemonSet", "isthmus-proxy"), ("Deployment", "isthmus-controller")] {
+    for (kind, name) in [
+        ("DaemonSet", "isthmus-proxy"),
+        ("Deployment", "isthmus-controller"),
+    ] {
         let vpa = find(&docs, "VerticalPodAutoscaler", name);
         assert_eq!(vpa["spec"]["targetRef"]["kind"], kind);
-        assert_eq!(vpa["spec"]["updatePolicy"]["updateMode"], "InPlaceOrRecreate");
-        for p in vpa["spec"]["resourcePolicy"]["containerPolicies"].as_array().unwrap() {
+        assert_eq!(
+            vpa["spec"]["updatePolicy"]["updateMode"],
+            "InPlaceOrRecreate"
+        );
+        for p in vpa["spec"]["resourcePolicy"]["containerPolicies"]
+            .as_array()
+            .unwrap()
+        {
             assert_eq!(p["controlledValues"], "RequestsOnly", "{name}");
         }
     }
@@ -65,11 +97,26 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     let ds = find(&docs, "DaemonSet", "isthmus-proxy");
     let spec = &ds["spec"]["template"]["spec"];
     // No toleration of every taint (an empty key with Exists): only the load balancer's nodes.
-    assert!(spec["tolerations"].is_null(), "no tolerations by default: {}", spec["tolerations"]);
-    let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"];
-    assert_eq!(terms[0]["matchExpressions"][0]["key"], "node.kubernetes.io/exclude-from-external-load-balancers");
+    assert!(
+        spec["tolerations"].is_null(),
+        "no tolerations by default: {}",
+        spec["tolerations"]
+    );
+    let terms = &spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"];
+    assert_eq!(
+        terms[0]["matchExpressions"][0]["key"],
+        "node.kubernetes.io/exclude-from-external-load-balancers"
+    );
     assert_eq!(terms[0]["matchExpressions"][0]["operator"], "DoesNotExist");
-    let docs = render(&[GARDENER], &["proxy.tolerations[0].key=pool", "proxy.tolerations[0].value=lb", "proxy.tolerations[0].effect=NoSchedule"]);
+    let docs = render(
+        &[GARDENER],
+        &[
+            "proxy.tolerations[0].key=pool",
+            "proxy.tolerations[0].value=lb",
+            "proxy.tolerations[0].effect=NoSchedule",
+        ],
+    );
     let tol = &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["spec"]["tolerations"];
     assert_eq!(tol.as_array().unwrap().len(), 1);
     // Readiness is the proxy's own /readyz (accepting; 503 only while draining), never an
@@ -79,8 +126,13 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
-    let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64().unwrap();
-    assert!(grace > pre_stop + 5 + 30, "grace {grace} <= preStop + drain_delay + drain_timeout");
+    let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        grace > pre_stop + 5 + 30,
+        "grace {grace} <= preStop + drain_delay + drain_timeout"
+    );
 }
 
 #[test]
@@ -88,15 +140,26 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     let docs = render(&[GARDENER], &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
     let ann = &svc["metadata"]["annotations"];
-    assert_eq!(ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"], "*", "seed annotation");
-    assert_eq!(ann["service.beta.kubernetes.io/aws-load-balancer-type"], "external", "chart values win");
+    assert_eq!(
+        ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"], "*",
+        "seed annotation"
+    );
+    assert_eq!(
+        ann["service.beta.kubernetes.io/aws-load-balancer-type"], "external",
+        "chart values win"
+    );
     assert_eq!(svc["spec"]["loadBalancerClass"], "service.k8s.aws/nlb");
     assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
     // proxyProtocol.allowed: the controller renders `proxy_protocol: accept` trusting the
     // seed's node network, and so does the bootstrap file.
     let ctl = find(&docs, "Deployment", "isthmus-controller");
     assert!(args(&ctl["spec"]["template"]).contains(&"--trusted-proxies=10.250.0.0/16".to_owned()));
-    let boot: Value = serde_json::from_str(find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"].as_str().unwrap()).unwrap();
+    let boot: Value = serde_json::from_str(
+        find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
     for l in boot["listeners"].as_array().unwrap() {
         assert_eq!(l["proxy_protocol"], "accept");
         assert_eq!(l["trusted_proxies"], serde_json::json!(["10.250.0.0/16"]));
@@ -107,21 +170,44 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
     assert!(svc["spec"]["loadBalancerClass"].is_null());
     let ctl = find(&docs, "Deployment", "isthmus-controller");
-    assert!(!args(&ctl["spec"]["template"]).iter().any(|a| a.starts_with("--trusted-proxies")));
+    assert!(!args(&ctl["spec"]["template"])
+        .iter()
+        .any(|a| a.starts_with("--trusted-proxies")));
     // The seed's Cluster policy is honoured too.
-    let docs = render(&[GARDENER], &["gardener.seed.spec.settings.loadBalancerServices.externalTrafficPolicy=Cluster"]);
-    assert_eq!(find(&docs, "Service", "isthmus-proxy")["spec"]["externalTrafficPolicy"], "Cluster");
+    let docs = render(
+        &[GARDENER],
+        &["gardener.seed.spec.settings.loadBalancerServices.externalTrafficPolicy=Cluster"],
+    );
+    assert_eq!(
+        find(&docs, "Service", "isthmus-proxy")["spec"]["externalTrafficPolicy"],
+        "Cluster"
+    );
 }
 
 #[test]
 fn bad_values_fail_with_a_message_that_names_the_value() {
     let cases = [
-        (vec!["exposure.scheme=seedIngress", "gardener=null"], "needs the seed's ingress domain"),
+        (
+            vec!["exposure.scheme=seedIngress", "gardener=null"],
+            "needs the seed's ingress domain",
+        ),
         (vec!["exposure.members=0"], "exposure.members: want 1 to 10"),
-        (vec!["exposure.scheme=istio"], "exposure.scheme: want perMemberRecords or seedIngress"),
-        (vec!["proxy.proxyProtocol.enabled=true"], "no trusted proxies"),
-        (vec!["proxy.proxyProtocol.enabled=maybe"], "proxy.proxyProtocol.enabled: want true, false or empty"),
-        (vec!["tunnel.servers[0].name=x"], "tunnel.servers[]: every entry needs a namespace"),
+        (
+            vec!["exposure.scheme=istio"],
+            "exposure.scheme: want perMemberRecords or seedIngress",
+        ),
+        (
+            vec!["proxy.proxyProtocol.enabled=true"],
+            "no trusted proxies",
+        ),
+        (
+            vec!["proxy.proxyProtocol.enabled=maybe"],
+            "proxy.proxyProtocol.enabled: want true, false or empty",
+        ),
+        (
+            vec!["tunnel.servers[0].name=x"],
+            "tunnel.servers[]: every entry needs a namespace",
+        ),
     ];
     for (sets, want) in cases {
         let err = render_text(&[], &sets).expect_err(&format!("{sets:?} rendered"));
@@ -137,7 +223,12 @@ fn container_ports(docs: &[Value]) -> BTreeSet<(String, i64)> {
         .unwrap()
         .iter()
         .filter(|p| p["name"] != "admin")
-        .map(|p| (p["name"].as_str().unwrap().to_owned(), p["containerPort"].as_i64().unwrap()))
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_owned(),
+                p["containerPort"].as_i64().unwrap(),
+            )
+        })
         .collect()
 }
 
@@ -149,38 +240,94 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
         let docs = render(&[], &[&format!("exposure.members={members}")]);
         let pods = container_ports(&docs);
         let admin = "0.0.0.0:9901".parse().unwrap();
-        let layout: BTreeSet<(String, i64)> = Layout::standard(PortScheme::default(), members, 8443, admin)
-            .listeners
-            .into_iter()
-            .map(|(n, p)| (n, i64::from(p)))
-            .collect();
-        assert_eq!(pods, layout, "the controller's listeners are the pods' ports");
-        let boot: Value = serde_json::from_str(find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"].as_str().unwrap()).unwrap();
+        let layout: BTreeSet<(String, i64)> =
+            Layout::standard(PortScheme::default(), members, 8443, admin)
+                .listeners
+                .into_iter()
+                .map(|(n, p)| (n, i64::from(p)))
+                .collect();
+        assert_eq!(
+            pods, layout,
+            "the controller's listeners are the pods' ports"
+        );
+        let boot: Value = serde_json::from_str(
+            find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
         let listeners: BTreeSet<(String, i64)> = boot["listeners"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|l| (l["name"].as_str().unwrap().to_owned(), l["address"].as_str().unwrap().rsplit(':').next().unwrap().parse().unwrap()))
+            .map(|l| {
+                (
+                    l["name"].as_str().unwrap().to_owned(),
+                    l["address"]
+                        .as_str()
+                        .unwrap()
+                        .rsplit(':')
+                        .next()
+                        .unwrap()
+                        .parse()
+                        .unwrap(),
+                )
+            })
             .collect();
         assert_eq!(listeners, pods, "bootstrap listeners");
         let svc = find(&docs, "Service", "isthmus-proxy");
-        let targets: BTreeSet<(String, i64)> = svc["spec"]["ports"].as_array().unwrap().iter()
-            .map(|p| (p["name"].as_str().unwrap().to_owned(), p["targetPort"].as_i64().unwrap()))
+        let targets: BTreeSet<(String, i64)> = svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_owned(),
+                    p["targetPort"].as_i64().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(targets, pods, "the load balancer forwards every listener, and only those");
+        assert_eq!(
+            targets, pods,
+            "the load balancer forwards every listener, and only those"
+        );
         let a = args(&find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]);
-        assert!(a.contains(&format!("--members={members}")) && a.contains(&"--vpn-port=8443".to_owned()), "{a:?}");
+        assert!(
+            a.contains(&format!("--members={members}"))
+                && a.contains(&"--vpn-port=8443".to_owned()),
+            "{a:?}"
+        );
     }
     // seedIngress: load-balancer ports 2380+i and 2379 onto listeners 12380+i and 12379.
     let docs = render(&[GARDENER], &["exposure.scheme=seedIngress"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
-    let map: Vec<(i64, i64)> = svc["spec"]["ports"].as_array().unwrap().iter()
-        .map(|p| (p["port"].as_i64().unwrap(), p["targetPort"].as_i64().unwrap()))
+    let map: Vec<(i64, i64)> = svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            (
+                p["port"].as_i64().unwrap(),
+                p["targetPort"].as_i64().unwrap(),
+            )
+        })
         .collect();
-    assert_eq!(map, vec![(2380, 12380), (2381, 12381), (2382, 12382), (2379, 12379), (8443, 8443)]);
+    assert_eq!(
+        map,
+        vec![
+            (2380, 12380),
+            (2381, 12381),
+            (2382, 12382),
+            (2379, 12379),
+            (8443, 8443)
+        ]
+    );
     let pods = container_ports(&docs);
     for (_, target) in &map {
-        assert!(pods.iter().any(|(_, p)| p == target), "{target} not a container port");
+        assert!(
+            pods.iter().any(|(_, p)| p == target),
+            "{target} not a container port"
+        );
     }
 }
 
@@ -188,12 +335,23 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
 fn bootstrap_routes_file_is_valid_for_the_proxy() {
     for values in [&[][..], &[GARDENER][..]] {
         let docs = render(values, &[]);
-        let text = find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"].as_str().unwrap().to_owned();
+        let text = find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         let dir = isthmus_testkit::Scratch::new("chart-bootstrap");
         let path = dir.join("proxy.json");
         std::fs::write(&path, &text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_isthmus")).arg("check-config").arg(&path).output().unwrap();
-        assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_isthmus"))
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let a = args(&find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]);
         assert_eq!(a[..3], ["proxy", "--config", "/etc/isthmus/proxy.json"]);
     }
@@ -202,8 +360,13 @@ fn bootstrap_routes_file_is_valid_for_the_proxy() {
 #[test]
 fn crd_is_the_controllers() {
     let docs = render(&[], &[]);
-    let crd = find(&docs, "CustomResourceDefinition", "etcdmigrations.isthmus.dev");
-    let generated = isthmus_testkit::tools::yaml_docs(&isthmus_controller::crd::crd_yaml().unwrap());
+    let crd = find(
+        &docs,
+        "CustomResourceDefinition",
+        "etcdmigrations.isthmus.dev",
+    );
+    let generated =
+        isthmus_testkit::tools::yaml_docs(&isthmus_controller::crd::crd_yaml().unwrap());
     assert_eq!(crd, &generated[0], "charts/isthmus/templates/crd-etcdmigration.yaml is stale: copy `isthmus controller --print-crd` there");
 }
 
@@ -216,20 +379,37 @@ fn grm_labels(svc: &Value, client_ns: &str) -> Vec<String> {
     let infix = if ns == client_ns {
         String::new()
     } else {
-        let alias = svc["metadata"]["annotations"][format!("{NP}pod-label-selector-namespace-alias")].as_str().unwrap_or(ns);
+        let alias = svc["metadata"]["annotations"]
+            [format!("{NP}pod-label-selector-namespace-alias")]
+        .as_str()
+        .unwrap_or(ns);
         format!("{alias}-")
     };
-    svc["spec"]["ports"].as_array().unwrap().iter().map(|p| {
-        let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
-        format!("{NP}to-{infix}{}-{proto}-{}", svc["metadata"]["name"].as_str().unwrap(), p["targetPort"])
-    }).collect()
+    svc["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let proto = p["protocol"].as_str().unwrap_or("TCP").to_lowercase();
+            format!(
+                "{NP}to-{infix}{}-{proto}-{}",
+                svc["metadata"]["name"].as_str().unwrap(),
+                p["targetPort"]
+            )
+        })
+        .collect()
 }
 
 #[test]
 fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
-    let docs = render(&[GARDENER], &["tunnel.servers[0].namespace=shoot--foo--bar"]);
-    let proxy = &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["metadata"]["labels"];
-    let controller = &find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]["metadata"]["labels"];
+    let docs = render(
+        &[GARDENER],
+        &["tunnel.servers[0].namespace=shoot--foo--bar"],
+    );
+    let proxy =
+        &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["metadata"]["labels"];
+    let controller =
+        &find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]["metadata"]["labels"];
     let has = |labels: &Value, key: &str| labels[key] == "allowed";
     // Proxy -> etcd in every shoot namespace, through the Service the controller creates there
     // (selecting the etcd pods, ports 2379 and 2380, alias all-shoots).
@@ -240,66 +420,148 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
                            {"port": 2380, "targetPort": 2380, "protocol": "TCP"}]}});
     for l in grm_labels(&trigger, "extension-isthmus") {
         assert!(has(proxy, &l), "proxy lacks {l}");
-        assert!(l.len() - NP.len() <= 63, "{l}: gardener-resource-manager would shorten it");
+        assert!(
+            l.len() - NP.len() <= 63,
+            "{l}: gardener-resource-manager would shorten it"
+        );
     }
     // Proxy -> tunnel servers' agent port (only that port; the CONNECT front is kube-apiserver's).
     let tunnel = find(&docs, "Service", "isthmus-tunnel-server");
-    assert_eq!(annotation_json(tunnel, &format!("{NP}namespace-selectors")), serde_json::json!([{"matchLabels": {"kubernetes.io/metadata.name": "extension-isthmus"}}]));
+    assert_eq!(
+        annotation_json(tunnel, &format!("{NP}namespace-selectors")),
+        serde_json::json!([{"matchLabels": {"kubernetes.io/metadata.name": "extension-isthmus"}}])
+    );
     let labels = grm_labels(tunnel, "extension-isthmus");
-    assert!(has(proxy, &labels[0]) && !has(proxy, &labels[1]), "{labels:?}");
-    assert_eq!(annotation_json(tunnel, &format!("{NP}from-all-webhook-targets-allowed-ports")), serde_json::json!([{"port": 8132, "protocol": "TCP"}]));
+    assert!(
+        has(proxy, &labels[0]) && !has(proxy, &labels[1]),
+        "{labels:?}"
+    );
+    assert_eq!(
+        annotation_json(
+            tunnel,
+            &format!("{NP}from-all-webhook-targets-allowed-ports")
+        ),
+        serde_json::json!([{"port": 8132, "protocol": "TCP"}])
+    );
     // Controller -> proxy admin (rollout check), same namespace; the seed Prometheus -> admin.
     let admin = find(&docs, "Service", "isthmus-proxy-admin");
     for l in grm_labels(admin, "extension-isthmus") {
         assert!(has(controller, &l), "controller lacks {l}");
     }
-    assert!(has(controller, "networking.gardener.cloud/to-runtime-apiserver") && has(controller, "networking.gardener.cloud/to-dns"));
+    assert!(
+        has(controller, "networking.gardener.cloud/to-runtime-apiserver")
+            && has(controller, "networking.gardener.cloud/to-dns")
+    );
     assert!(has(proxy, "networking.gardener.cloud/to-dns"));
-    for (svc, port) in [(admin, 9901), (find(&docs, "Service", "isthmus-controller"), 8080)] {
-        assert_eq!(annotation_json(svc, &format!("{NP}from-all-seed-scrape-targets-allowed-ports")), serde_json::json!([{"port": port, "protocol": "TCP"}]));
-        assert_eq!(svc["metadata"]["annotations"][format!("{NP}pod-label-selector-namespace-alias")], "extensions");
+    for (svc, port) in [
+        (admin, 9901),
+        (find(&docs, "Service", "isthmus-controller"), 8080),
+    ] {
+        assert_eq!(
+            annotation_json(
+                svc,
+                &format!("{NP}from-all-seed-scrape-targets-allowed-ports")
+            ),
+            serde_json::json!([{"port": port, "protocol": "TCP"}])
+        );
+        assert_eq!(
+            svc["metadata"]["annotations"][format!("{NP}pod-label-selector-namespace-alias")],
+            "extensions"
+        );
     }
     // The world reaches the listeners and nothing else (never the admin port).
     let lb = find(&docs, "Service", "isthmus-proxy");
-    let world: BTreeSet<i64> = annotation_json(lb, &format!("{NP}from-world-to-ports")).as_array().unwrap().iter().map(|p| p["port"].as_i64().unwrap()).collect();
+    let world: BTreeSet<i64> = annotation_json(lb, &format!("{NP}from-world-to-ports"))
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["port"].as_i64().unwrap())
+        .collect();
     let listeners: BTreeSet<i64> = container_ports(&docs).into_iter().map(|(_, p)| p).collect();
     assert_eq!(world, listeners);
     assert!(!world.contains(&9901));
     // Nothing else: no label opens the public or private networks to the proxy.
-    let opened: Vec<&String> = proxy.as_object().unwrap().keys().filter(|k| k.starts_with("networking.")).collect();
+    let opened: Vec<&String> = proxy
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| k.starts_with("networking."))
+        .collect();
     assert_eq!(opened.len(), 4, "{opened:?}");
 }
 
 #[test]
 fn chart_is_packaged_as_an_oci_artifact_and_renders_into_one_file_per_object() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let run = |args: &[&str]| isthmus_testkit::tools::run_ok(std::process::Command::new(root.join("scripts/chart.sh")).args(args));
+    let run = |args: &[&str]| {
+        isthmus_testkit::tools::run_ok(
+            std::process::Command::new(root.join("scripts/chart.sh")).args(args),
+        )
+    };
     run(&["package"]);
     let oci = root.join("target/chart/oci");
-    let blob = |digest: &str| std::fs::read(oci.join("blobs/sha256").join(digest.trim_start_matches("sha256:"))).unwrap();
-    let index: Value = serde_json::from_slice(&std::fs::read(oci.join("index.json")).unwrap()).unwrap();
+    let blob = |digest: &str| {
+        std::fs::read(
+            oci.join("blobs/sha256")
+                .join(digest.trim_start_matches("sha256:")),
+        )
+        .unwrap()
+    };
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(oci.join("index.json")).unwrap()).unwrap();
     let m = &index["manifests"][0];
-    assert_eq!(m["annotations"]["org.opencontainers.image.ref.name"], "0.1.0");
+    assert_eq!(
+        m["annotations"]["org.opencontainers.image.ref.name"],
+        "0.1.0"
+    );
     let manifest_bytes = blob(m["digest"].as_str().unwrap());
     let manifest: Value = serde_json::from_slice(&manifest_bytes).unwrap();
-    assert_eq!(manifest["config"]["mediaType"], "application/vnd.cncf.helm.config.v1+json");
+    assert_eq!(
+        manifest["config"]["mediaType"],
+        "application/vnd.cncf.helm.config.v1+json"
+    );
     let layer = &manifest["layers"][0];
-    assert_eq!(layer["mediaType"], "application/vnd.cncf.helm.chart.content.v1.tar+gzip");
+    assert_eq!(
+        layer["mediaType"],
+        "application/vnd.cncf.helm.chart.content.v1.tar+gzip"
+    );
     let tgz = blob(layer["digest"].as_str().unwrap());
     assert_eq!(tgz.len() as u64, layer["size"].as_u64().unwrap());
-    assert_eq!(tgz, std::fs::read(root.join("target/chart/isthmus-0.1.0.tgz")).unwrap());
-    let config: Value = serde_json::from_slice(&blob(manifest["config"]["digest"].as_str().unwrap())).unwrap();
-    assert_eq!((config["name"].as_str(), config["version"].as_str()), (Some("isthmus"), Some("0.1.0")));
+    assert_eq!(
+        tgz,
+        std::fs::read(root.join("target/chart/isthmus-0.1.0.tgz")).unwrap()
+    );
+    let config: Value =
+        serde_json::from_slice(&blob(manifest["config"]["digest"].as_str().unwrap())).unwrap();
+    assert_eq!(
+        (config["name"].as_str(), config["version"].as_str()),
+        (Some("isthmus"), Some("0.1.0"))
+    );
     // The archive is a chart helm renders as it renders the folder.
-    let out = isthmus_testkit::tools::run_ok(std::process::Command::new(isthmus_testkit::tools::helm())
-        .args(["template", "isthmus", "--namespace", "extension-isthmus", "--kube-version", "v1.34.4"])
-        .arg(root.join("target/chart/isthmus-0.1.0.tgz")));
+    let out = isthmus_testkit::tools::run_ok(
+        std::process::Command::new(isthmus_testkit::tools::helm())
+            .args([
+                "template",
+                "isthmus",
+                "--namespace",
+                "extension-isthmus",
+                "--kube-version",
+                "v1.34.4",
+            ])
+            .arg(root.join("target/chart/isthmus-0.1.0.tgz")),
+    );
     assert_eq!(isthmus_testkit::tools::yaml_docs(&out), render(&[], &[]));
 
     let dir = isthmus_testkit::Scratch::new("chart-render");
     run(&["render", &dir.path().display().to_string()]);
-    let files: Vec<String> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    let files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
     let docs = render(&[PLAIN], &[]);
     assert_eq!(files.len(), docs.len(), "{files:?}");
-    assert!(files.contains(&"daemonset-isthmus-system-isthmus-proxy.yaml".to_owned()), "{files:?}");
+    assert!(
+        files.contains(&"daemonset-isthmus-system-isthmus-proxy.yaml".to_owned()),
+        "{files:?}"
+    );
 }

@@ -16,23 +16,44 @@ use serde_json::{json, Value};
 /// Server-side apply with `dryRun=All` and `fieldValidation=Strict`; the API server's error
 /// if it refuses.
 async fn dry_run(client: &kube::Client, doc: &Value) -> Result<(), String> {
-    let (group, version) = doc["apiVersion"].as_str().unwrap().split_once('/').unwrap_or(("", doc["apiVersion"].as_str().unwrap()));
+    let (group, version) = doc["apiVersion"]
+        .as_str()
+        .unwrap()
+        .split_once('/')
+        .unwrap_or(("", doc["apiVersion"].as_str().unwrap()));
     let gvk = GroupVersionKind::gvk(group, version, doc["kind"].as_str().unwrap());
-    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk).await.map_err(|e| format!("discovery of {gvk:?}: {e}"))?;
+    let (ar, caps) = kube::discovery::pinned_kind(client, &gvk)
+        .await
+        .map_err(|e| format!("discovery of {gvk:?}: {e}"))?;
     let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
-        Api::namespaced_with(client.clone(), doc["metadata"]["namespace"].as_str().unwrap(), &ar)
+        Api::namespaced_with(
+            client.clone(),
+            doc["metadata"]["namespace"].as_str().unwrap(),
+            &ar,
+        )
     } else {
         Api::all_with(client.clone(), &ar)
     };
-    let pp = PatchParams::apply("chart-test").dry_run().validation_strict();
-    api.patch(doc["metadata"]["name"].as_str().unwrap(), &pp, &Patch::Apply(doc))
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string())
+    let pp = PatchParams::apply("chart-test")
+        .dry_run()
+        .validation_strict();
+    api.patch(
+        doc["metadata"]["name"].as_str().unwrap(),
+        &pp,
+        &Patch::Apply(doc),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| e.to_string())
 }
 
 fn id(doc: &Value) -> String {
-    format!("{}/{}/{}", doc["kind"].as_str().unwrap(), doc["metadata"]["namespace"].as_str().unwrap_or(""), doc["metadata"]["name"].as_str().unwrap())
+    format!(
+        "{}/{}/{}",
+        doc["kind"].as_str().unwrap(),
+        doc["metadata"]["namespace"].as_str().unwrap_or(""),
+        doc["metadata"]["name"].as_str().unwrap()
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -44,43 +65,90 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
     }
     // What a seed has before the chart: its namespaces and Gardener's priority class.
     let mut base = String::new();
-    for ns in ["extension-isthmus", "garden", "monitoring", "shoot--foo--bar", "isthmus-system"] {
-        base.push_str(&format!("---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"));
+    for ns in [
+        "extension-isthmus",
+        "garden",
+        "monitoring",
+        "shoot--foo--bar",
+        "isthmus-system",
+    ] {
+        base.push_str(&format!(
+            "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
+        ));
     }
     base.push_str("---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: gardener-system-critical}\nvalue: 999998950\n");
     server.apply_yaml_str(&base).await;
 
     let renders = [
-        ("gardener", render(&["examples/gardener-values.yaml"], &["tunnel.servers[0].namespace=shoot--foo--bar"])),
+        (
+            "gardener",
+            render(
+                &["examples/gardener-values.yaml"],
+                &["tunnel.servers[0].namespace=shoot--foo--bar"],
+            ),
+        ),
         ("plain", render(&["examples/plain-values.yaml"], &[])),
-        ("seedIngress", render(&["examples/gardener-values.yaml"], &["exposure.scheme=seedIngress", "exposure.members=5"])),
+        (
+            "seedIngress",
+            render(
+                &["examples/gardener-values.yaml"],
+                &["exposure.scheme=seedIngress", "exposure.members=5"],
+            ),
+        ),
     ];
     let mut checked = 0;
     for (name, docs) in &renders {
         // The CRD first, for real: a dry run cannot make the kind known.
-        let crd = docs.iter().find(|d| d["kind"] == "CustomResourceDefinition").unwrap();
-        server.apply_yaml_str(&serde_json::to_string(crd).unwrap()).await;
+        let crd = docs
+            .iter()
+            .find(|d| d["kind"] == "CustomResourceDefinition")
+            .unwrap();
+        server
+            .apply_yaml_str(&serde_json::to_string(crd).unwrap())
+            .await;
         for doc in docs {
             if let Err(e) = dry_run(&admin, doc).await {
-                panic!("{name}: {} refused: {e}\n{}", id(doc), serde_json::to_string_pretty(doc).unwrap());
+                panic!(
+                    "{name}: {} refused: {e}\n{}",
+                    id(doc),
+                    serde_json::to_string_pretty(doc).unwrap()
+                );
             }
             checked += 1;
         }
     }
     // The API server does refuse what is wrong (the check can fail): an unknown field, and a
     // VPA update mode its CRD does not know.
-    let mut bad = renders[0].1.iter().find(|d| d["kind"] == "DaemonSet").unwrap().clone();
+    let mut bad = renders[0]
+        .1
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .unwrap()
+        .clone();
     bad["spec"]["template"]["spec"]["containers"][0]["securityContext"]["dropAll"] = json!(true);
     assert!(dry_run(&admin, &bad).await.unwrap_err().contains("dropAll"));
-    let mut bad = renders[0].1.iter().find(|d| d["kind"] == "VerticalPodAutoscaler").unwrap().clone();
+    let mut bad = renders[0]
+        .1
+        .iter()
+        .find(|d| d["kind"] == "VerticalPodAutoscaler")
+        .unwrap()
+        .clone();
     bad["spec"]["updatePolicy"]["updateMode"] = json!("InPlace");
     assert!(dry_run(&admin, &bad).await.is_err());
 
     let text = std::fs::read_to_string(chart_dir().join("examples/extension.yaml")).unwrap();
     let ext = &isthmus_testkit::tools::yaml_docs(&text)[0];
-    dry_run(&admin, ext).await.unwrap_or_else(|e| panic!("examples/extension.yaml refused: {e}"));
+    dry_run(&admin, ext)
+        .await
+        .unwrap_or_else(|e| panic!("examples/extension.yaml refused: {e}"));
     let mut bad = ext.clone();
     bad["spec"]["deployment"]["extension"]["helm"]["ociRepository"]["reference"] = json!("x");
-    assert!(dry_run(&admin, &bad).await.is_err(), "an unknown Extension field must be refused");
-    println!("{checked} rendered objects and the Extension accepted by kube-apiserver {}", server.version());
+    assert!(
+        dry_run(&admin, &bad).await.is_err(),
+        "an unknown Extension field must be refused"
+    );
+    println!(
+        "{checked} rendered objects and the Extension accepted by kube-apiserver {}",
+        server.version()
+    );
 }

@@ -36,8 +36,8 @@ pub use netns::Netns;
 pub mod kube;
 pub use kube::{minimal_etcd, KubeApiServer};
 
-/// The pinned helm and Prometheus builds, and the seed CRDs the chart uses.
-pub mod tools;
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;
+/// The pinned helm and Prometheus builds, and the seed CRDs the chart uses.
+pub mod tools;
 pub use prometheus::Prometheus;

@@ -1,7 +1,7 @@
 //! A real Prometheus (the pinned build, [`crate::tools::prometheus`]) on a free loopback port,
 //! with a configuration the test writes, and a client for its HTTP query API.
 
-use crate::{Scratch, wait_until};
+use crate::{wait_until, Scratch};
 use serde_json::Value;
 use std::net::{SocketAddr, TcpListener};
 use std::process::Stdio;
@@ -38,8 +38,14 @@ impl Prometheus {
             let f = std::fs::File::create(&log).unwrap();
             let mut child = Command::new(crate::tools::prometheus())
                 .current_dir(scratch.path())
-                .arg(format!("--config.file={}", scratch.join("prometheus.yml").display()))
-                .arg(format!("--storage.tsdb.path={}", scratch.join(&format!("data.{attempt}")).display()))
+                .arg(format!(
+                    "--config.file={}",
+                    scratch.join("prometheus.yml").display()
+                ))
+                .arg(format!(
+                    "--storage.tsdb.path={}",
+                    scratch.join(&format!("data.{attempt}")).display()
+                ))
                 .arg(format!("--web.listen-address={addr}"))
                 .stdin(Stdio::null())
                 .stdout(f.try_clone().unwrap())
@@ -50,13 +56,20 @@ impl Prometheus {
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 if matches!(get(addr, "/-/ready").await, Ok((200, _))) {
-                    return Prometheus { _child: child, addr, scratch };
+                    return Prometheus {
+                        _child: child,
+                        addr,
+                        scratch,
+                    };
                 }
                 if child.try_wait().unwrap().is_some() {
                     break;
                 }
                 let text = std::fs::read_to_string(&log).unwrap_or_default();
-                assert!(std::time::Instant::now() < deadline, "prometheus not ready:\n{text}");
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "prometheus not ready:\n{text}"
+                );
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -97,11 +110,15 @@ impl Prometheus {
 
     /// Waits until every scrape target is up.
     pub async fn wait_targets_up(&self, n: usize) {
-        wait_until("every scrape target up", Duration::from_secs(60), || async {
-            let t = self.api("targets", &[("state", "active")]).await;
-            let active = t["activeTargets"].as_array().cloned().unwrap_or_default();
-            active.len() == n && active.iter().all(|t| t["health"] == "up")
-        })
+        wait_until(
+            "every scrape target up",
+            Duration::from_secs(60),
+            || async {
+                let t = self.api("targets", &[("state", "active")]).await;
+                let active = t["activeTargets"].as_array().cloned().unwrap_or_default();
+                active.len() == n && active.iter().all(|t| t["health"] == "up")
+            },
+        )
         .await;
     }
 }

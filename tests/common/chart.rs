@@ -23,9 +23,12 @@ pub fn render(values: &[&str], sets: &[&str]) -> Vec<Value> {
 pub fn render_text(values: &[&str], sets: &[&str]) -> Result<String, String> {
     let dir = chart_dir();
     let mut cmd = Command::new(helm());
-    cmd.args(["template", "isthmus"])
-        .arg(&dir)
-        .args(["--namespace", "extension-isthmus", "--kube-version", "v1.34.4"]);
+    cmd.args(["template", "isthmus"]).arg(&dir).args([
+        "--namespace",
+        "extension-isthmus",
+        "--kube-version",
+        "v1.34.4",
+    ]);
     for v in values {
         cmd.arg("-f").arg(dir.join(v));
     }
@@ -44,7 +47,8 @@ pub fn render_text(values: &[&str], sets: &[&str]) -> Result<String, String> {
 pub fn lint(values: &[&str]) {
     let dir = chart_dir();
     let mut cmd = Command::new(helm());
-    cmd.args(["lint", "--strict", "--kube-version", "v1.34.4"]).arg(&dir);
+    cmd.args(["lint", "--strict", "--kube-version", "v1.34.4"])
+        .arg(&dir);
     for v in values {
         cmd.arg("-f").arg(dir.join(v));
     }
@@ -61,9 +65,18 @@ pub fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 /// Every workload's pod template, as `(Kind/name, template)`.
 pub fn pod_templates(docs: &[Value]) -> Vec<(String, &Value)> {
     docs.iter()
-        .filter(|d| matches!(d["kind"].as_str(), Some("Deployment" | "DaemonSet" | "StatefulSet")))
+        .filter(|d| {
+            matches!(
+                d["kind"].as_str(),
+                Some("Deployment" | "DaemonSet" | "StatefulSet")
+            )
+        })
         .map(|d| {
-            let id = format!("{}/{}", d["kind"].as_str().unwrap(), d["metadata"]["name"].as_str().unwrap());
+            let id = format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap(),
+                d["metadata"]["name"].as_str().unwrap()
+            );
             (id, &d["spec"]["template"])
         })
         .collect()
