@@ -15,7 +15,7 @@
 //! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap.
 //! 2. `conn.rs`: one connection's task, the steps below in order.
 //! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
-//!    slots), then the PROXY header (`proxy_protocol.rs`) and the ClientHello
+//!    slots), then the PROXY header (crate `isthmus-proxy-protocol`) and the ClientHello
 //!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
 //!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot.
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
@@ -45,7 +45,8 @@ mod intake;
 mod listen;
 pub mod metrics;
 mod pool;
-pub mod proxy_protocol;
+/// The PROXY protocol header (its own crate: the tunnel server reads it too).
+pub use isthmus_proxy_protocol as proxy_protocol;
 mod ratelog;
 pub mod routes;
 mod server;
