@@ -38,8 +38,8 @@ mod conn;
 mod dns;
 pub mod fds;
 mod forward;
-/// The hardened HTTP/1 server, now in `isthmus-admin` (re-exported for existing users).
-pub use isthmus_admin::http1;
+// The hardened HTTP/1 server lives in `isthmus-admin`; `server.rs` names it `crate::http1`.
+use isthmus_admin::http1;
 pub mod http_connect;
 mod intake;
 mod listen;
