@@ -1,5 +1,6 @@
 //! The tunnel server tried as an attacker would: a certificate of the right CA for the wrong
-//! name, a plain-TCP CONNECT front facing a network, handshake floods, slow CONNECT clients.
+//! name, a plain-TCP CONNECT front facing a network, one source's stalled handshakes, slow
+//! CONNECT clients.
 
 mod common;
 
@@ -118,23 +119,37 @@ async fn the_unix_connect_socket_is_private() {
     tokio::net::UnixStream::connect(&path).await.unwrap();
 }
 
+/// A source at its share of handshake slots loses its own oldest handshake to a new one
+/// (the flood across many sources is `handshake_flood.rs`).
 #[tokio::test]
-async fn handshakes_beyond_the_cap_are_closed_at_once() {
+async fn a_sources_oldest_handshake_makes_room() {
     let world = World::new();
     let mut opts = world.server_options(false);
-    opts.limits.max_handshakes = 2;
+    opts.limits.max_handshakes_per_source = 2;
+    opts.limits.handshake_timeout = std::time::Duration::from_secs(60);
     let server = TestServer::start(opts, None, None).await;
-    // Two connections that never start their handshake hold both slots (10 s timeout).
-    let _a = TcpStream::connect(server.agents).await.unwrap();
-    let _b = TcpStream::connect(server.agents).await.unwrap();
-    let series = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"too_many_handshakes\"}";
-    // The accept loop may not have taken both yet: retry until one is refused.
-    wait_until("a third handshake is refused", DEADLINE, || async {
-        let mut c = TcpStream::connect(server.agents).await.unwrap();
-        closed(&mut c).await;
+    // Connections that start a TLS record and stall, from one address.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(server.agents).await.unwrap();
+        s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).await.unwrap();
+        held.push(s);
+    }
+    let series = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"evicted\"}";
+    wait_until("one handshake is evicted", DEADLINE, || async {
         metric(&server.metrics(), series) >= 1.0
     })
     .await;
+    // With a 60 s handshake timeout, only the eviction can have closed one of them.
+    let [a, b, c] = &mut held[..] else {
+        unreachable!()
+    };
+    tokio::select! {
+        _ = closed(a) => {}
+        _ = closed(b) => {}
+        _ = closed(c) => {}
+    }
+    assert_eq!(metric(&server.metrics(), series), 1.0);
     server.stop().await;
 }
 
