@@ -103,10 +103,11 @@ pub struct ServerTlsConfig {
     pub key: PathBuf,
     /// CA certificates that peers' client certificates must chain to.
     pub client_ca: PathBuf,
-    /// DNS names (subject alternative names) a client certificate must be valid for, one
-    /// of them; a certificate of the right CA for another name is refused during the
-    /// handshake and counted (`isthmus_tunnel_refused_total{reason="client_name"}`).
-    /// Default: empty, meaning any certificate of `client_ca`; set it.
+    /// DNS names a client certificate must carry, one of them, exactly (ASCII case aside)
+    /// as a subject alternative name; a certificate of the right CA for another name, or
+    /// only for a wildcard covering it, is refused during the handshake and counted
+    /// (`isthmus_tunnel_refused_total{reason="client_name"}`). Default: empty, meaning any
+    /// certificate of `client_ca` (the server warns at start); set it.
     #[serde(default)]
     pub allowed_client_names: Vec<String>,
 }
@@ -213,6 +214,35 @@ pub struct AgentTlsConfig {
     pub key: PathBuf,
 }
 
+impl TunnelServerConfig {
+    /// What the file allows but should not, one line each with its field path: the server
+    /// logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let open = |at: &str, who: &str| {
+            format!(
+                "{at}.allowed_client_names is empty: any certificate its client_ca ever signed \
+                 is accepted as {who}; list the names"
+            )
+        };
+        let mut w = Vec::new();
+        if self.agents.tls.allowed_client_names.is_empty() {
+            w.push(open("agents.tls", "an agent"));
+        }
+        if self
+            .connect
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.allowed_client_names.is_empty())
+        {
+            w.push(open(
+                "connect.tls",
+                "kube-apiserver, into the shoot's networks",
+            ));
+        }
+        w
+    }
+}
+
 impl TunnelAgentConfig {
     /// The parsed allow-list; entries that fail to parse were already rejected by validation.
     pub fn allow_rules(&self) -> Vec<AllowRule> {
@@ -266,6 +296,14 @@ impl Schema for TunnelServerConfig {
                     p.push((
                         format!("{at}.allowed_client_names[{i}]"),
                         format!("{n:?} is not a DNS name"),
+                    ));
+                } else if n.contains('*') {
+                    p.push((
+                        format!("{at}.allowed_client_names[{i}]"),
+                        format!(
+                            "{n:?}: write an exact name (a certificate must carry the name \
+                             itself; wildcards are not matched)"
+                        ),
                     ));
                 }
             }
@@ -583,6 +621,29 @@ admin: { address: "0.0.0.0:9903" }
             .to_string();
         assert!(
             e.contains("agents.max_handshakes_per_source: 5 must be 1 to max_handshakes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn open_client_names_warn_and_wildcards_are_refused() {
+        let s: TunnelServerConfig = parse("s.yaml", SERVER).unwrap();
+        let w = s.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("agents.tls.allowed_client_names is empty"));
+        assert!(w[1].starts_with("connect.tls.allowed_client_names is empty"));
+        let named = SERVER.replace(
+            "client_ca: ca.crt } }\nconnect",
+            "client_ca: ca.crt, allowed_client_names: [agent.example] } }\nconnect",
+        );
+        let s: TunnelServerConfig = parse("s.yaml", &named).unwrap();
+        assert_eq!(s.warnings().len(), 1);
+        let wild = named.replace("[agent.example]", "[\"*.example\"]");
+        let e = parse::<TunnelServerConfig>("s.yaml", &wild)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agents.tls.allowed_client_names[0]: \"*.example\": write an exact name"),
             "{e}"
         );
     }

@@ -89,8 +89,12 @@ impl ServerLimits {
 }
 
 impl ServerOptions {
-    /// Reads the TLS files named in `c`.
+    /// Reads the TLS files named in `c`, and logs what `c` leaves open
+    /// ([`TunnelServerConfig::warnings`]).
     pub fn from_config(c: &TunnelServerConfig) -> Result<Self, Error> {
+        for w in c.warnings() {
+            tracing::warn!("{w}");
+        }
         let limits = ServerLimits {
             handshake_timeout: c.agents.handshake_timeout.get(),
             max_handshakes: c.agents.max_handshakes,
