@@ -497,6 +497,10 @@ impl AdminState for Proxy {
         self.inner.ready.load(Ordering::SeqCst)
     }
 
+    fn config_hash(&self) -> String {
+        self.inner.shared.current().hash.clone()
+    }
+
     fn config_json(&self) -> serde_json::Value {
         let s = self.inner.shared.current();
         let bound: HashMap<String, String> = self
