@@ -1,5 +1,6 @@
-//! One agent session on the server: TLS accept, HTTP/2 client handshake, a verifying request,
-//! then periodic round-trip probes until the connection ends.
+//! One agent session on the server: its admission and TLS handshake (`handshake.rs`), the
+//! HTTP/2 client handshake, a verifying request, then periodic round-trip probes until the
+//! connection ends.
 //!
 //! The drain handshake: before the verifying probe the server asks `GET /drain`, which the
 //! agent answers only when it wants to leave the session (rotation, handover, shutdown). The
