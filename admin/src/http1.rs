@@ -7,9 +7,17 @@
 //! - at most `max_connections` connections: one more closes the *oldest*, so a fresh probe
 //!   (`/readyz` from the kubelet) always gets in however many slow clients are connected.
 //!
+//! [`serve`] (the admin endpoints) bounds the answers too: a client that stops reading is
+//! closed after `write_timeout` without progress (`deadline.rs`), a connection older than
+//! `connection_timeout` finishes its response and is closed, and the accepted socket's send
+//! buffer is [`SEND_BUFFER`] (the kernel's autotuning would give a non-reading client up to
+//! 4 MiB of socket memory). Bodies are shared, not copied, into hyper's write queue
+//! (`writev`), and large ones are shared between clients (`bodies.rs`).
+//!
 //! Memory is bounded by `max_connections` × (`max_header_bytes` + hyper's write buffer and
-//! task, ~8 KiB): about 6 MiB at the defaults.
+//! task, ~8 KiB, + the send buffer): about 22 MiB at the defaults, plus the shared bodies.
 
+use crate::deadline::WriteDeadline;
 use hyper::body::{Body, Incoming};
 use hyper::service::Service;
 use hyper::{Request, Response};
@@ -27,6 +35,11 @@ use tracing::debug;
 
 /// hyper's smallest allowed read buffer.
 const MIN_BUF: usize = 8192;
+
+/// `SO_SNDBUF` of an admin connection (the kernel doubles it for its bookkeeping): a
+/// connection still carries ~64 MiB/s at 1 ms round trip (a 1 MiB `/metrics` in ~16 ms), and
+/// a client that does not read pins 64 KiB of kernel memory rather than megabytes.
+pub const SEND_BUFFER: usize = 32 * 1024;
 
 /// The connection slots of one HTTP server and the hyper settings of its limits.
 #[derive(Debug)]
@@ -87,7 +100,10 @@ impl Gate {
         b.timer(TokioTimer::new())
             .header_read_timeout(self.limits.header_read_timeout.get())
             .max_buf_size(self.limits.max_header_bytes.max(MIN_BUF))
-            .max_headers(64);
+            .max_headers(64)
+            // Queue body chunks as they are (a shared `Bytes` stays shared) rather than
+            // copying them into one flat buffer per connection.
+            .writev(true);
         b
     }
 
@@ -158,14 +174,43 @@ pub async fn serve<M, S, B>(
                 }
             },
         };
+        let limits = *gate.limits();
+        // Best effort: a socket keeping the kernel's size is only less bounded.
+        let _ = socket2::SockRef::from(&sock).set_send_buffer_size(SEND_BUFFER);
+        let io = WriteDeadline::new(sock, limits.write_timeout.get());
         let admission = gate.admit();
-        let connection = gate.builder().serve_connection(TokioIo::new(sock), make());
+        let connection = gate.builder().serve_connection(TokioIo::new(io), make());
         tokio::spawn(async move {
-            if let Some(Err(e)) = admission.run(connection).await {
+            let aged = aged(connection, &limits);
+            if let Some(Err(e)) = admission.run(aged).await {
                 debug!(error = %e, "HTTP connection");
             }
         });
     }
+}
+
+/// Runs `connection` until it ends, or until it is `connection_timeout` old: then it may
+/// finish the response in progress (within `write_timeout`) and is closed.
+async fn aged<I, S, B>(
+    connection: hyper::server::conn::http1::Connection<I, S>,
+    limits: &HttpLimits,
+) -> hyper::Result<()>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin,
+    S: hyper::service::HttpService<Incoming, ResBody = B>,
+    S::Error: Into<Box<dyn StdError + Send + Sync>>,
+    B: Body + 'static,
+    B::Error: Into<Box<dyn StdError + Send + Sync>>,
+{
+    let mut connection = std::pin::pin!(connection);
+    tokio::select! {
+        r = connection.as_mut() => return r,
+        _ = tokio::time::sleep(limits.connection_timeout.get()) => {}
+    }
+    connection.as_mut().graceful_shutdown();
+    tokio::time::timeout(limits.write_timeout.get(), connection)
+        .await
+        .unwrap_or(Ok(()))
 }
 
 #[cfg(test)]

@@ -2,15 +2,23 @@
 //! and the one accept-error backoff of every accept loop.
 //!
 //! - [`http1`]: HTTP/1 servers no client can hold (header timeout, head size cap, a
-//!   connection cap that closes the oldest connection).
-//! - [`routes`]: `/metrics` (OpenMetrics text), `/healthz`, `/readyz`, `/config`, with their
-//!   content types; a component serves the ones it has.
+//!   connection cap that closes the oldest connection; for the admin endpoints also a write
+//!   deadline ([`deadline`]), a connection age and a small send buffer).
+//! - [`routes`]: `/metrics` (OpenMetrics text), `/healthz`, `/readyz`, `/config`,
+//!   `/config/hash`, with their content types; a component serves the ones it has. Large
+//!   bodies are encoded one at a time and shared between the clients that hold them
+//!   ([`bodies`]).
 //! - [`backoff`]: what an accept loop does after `accept` failed.
+//!
+//! What it must never do: let any number of clients, however slow, keep `/readyz` from
+//! answering or hold memory beyond the documented bound.
 
 #![forbid(unsafe_code)]
 
 pub mod backoff;
+pub mod bodies;
+pub mod deadline;
 pub mod http1;
 pub mod routes;
 
-pub use routes::{serve, Endpoints};
+pub use routes::{serve, ConfigSource, Endpoints};

@@ -1,7 +1,13 @@
 //! The admin routes every component serves the same way: `/metrics` (OpenMetrics text of the
-//! component's registry), `/healthz`, and, where the component has them, `/readyz` and
-//! `/config`. Only `GET` and `HEAD`.
+//! component's registry), `/healthz`, and, where the component has them, `/readyz`, `/config`
+//! and `/config/hash`. Only `GET` and `HEAD`.
+//!
+//! `/metrics` and `/config` can be megabytes (thousands of routes): each is encoded by one
+//! request at a time, and a body a slow client still holds is handed to the next ones
+//! ([`SharedBody`]). `/config/hash` is the small answer for whoever only compares the hash
+//! (the controller's rollout check).
 
+use crate::bodies::SharedBody;
 use crate::http1::{self, Gate};
 use bytes::Bytes;
 use http_body_util::Full;
@@ -18,8 +24,14 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 
 /// Whether the component is ready.
 pub type ReadyFn = Arc<dyn Fn() -> bool + Send + Sync>;
-/// The JSON body of `/config`.
-pub type ConfigFn = Arc<dyn Fn() -> serde_json::Value + Send + Sync>;
+
+/// The configuration a component serves.
+pub trait ConfigSource: Send + Sync {
+    /// The hash of the configuration in effect: `/config/hash` answers `{"hash": …}`.
+    fn hash(&self) -> String;
+    /// The whole JSON body of `/config` (it includes the hash).
+    fn json(&self) -> serde_json::Value;
+}
 
 /// What one component's admin endpoint serves.
 #[derive(Clone)]
@@ -29,8 +41,8 @@ pub struct Endpoints {
     /// `/readyz`: `200 ready` when the function says so, else `503` with the given body
     /// (`"draining\n"`); `None`: no `/readyz`.
     pub ready: Option<(ReadyFn, &'static str)>,
-    /// `/config`; `None`: no `/config`.
-    pub config: Option<ConfigFn>,
+    /// `/config` and `/config/hash`; `None`: neither.
+    pub config: Option<Arc<dyn ConfigSource>>,
 }
 
 impl std::fmt::Debug for Endpoints {
@@ -40,6 +52,14 @@ impl std::fmt::Debug for Endpoints {
             .field("config", &self.config.is_some())
             .finish_non_exhaustive()
     }
+}
+
+/// [`Endpoints`] with the bodies it shares between requests.
+#[derive(Debug)]
+struct Served {
+    endpoints: Endpoints,
+    metrics: SharedBody,
+    config: SharedBody,
 }
 
 impl Endpoints {
@@ -52,48 +72,72 @@ impl Endpoints {
         }
     }
 
-    /// The answer to one request.
-    pub fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
-        self.answer_to(req.method(), req.uri().path())
-    }
-
-    fn answer_to(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
-        if method != Method::GET && method != Method::HEAD {
-            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n".into());
-        }
-        match (path, &self.ready, &self.config) {
-            ("/metrics", _, _) => {
-                let mut body = String::new();
-                match prometheus_client::encoding::text::encode(&mut body, &self.registry) {
-                    Ok(()) => reply(StatusCode::OK, OPENMETRICS, body),
-                    Err(_) => text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        "encoding failed\n".into(),
-                    ),
-                }
-            }
-            ("/healthz", _, _) => text(StatusCode::OK, "ok\n".into()),
-            ("/readyz", Some((ready, _)), _) if ready() => text(StatusCode::OK, "ready\n".into()),
-            ("/readyz", Some((_, not_ready)), _) => {
-                text(StatusCode::SERVICE_UNAVAILABLE, (*not_ready).into())
-            }
-            ("/config", _, Some(config)) => {
-                let body = serde_json::to_string_pretty(&config()).unwrap_or_default();
-                reply(StatusCode::OK, "application/json", body + "\n")
-            }
-            _ => text(StatusCode::NOT_FOUND, self.not_found()),
-        }
-    }
-
     fn not_found(&self) -> String {
         let mut s = String::from("not found; try /metrics, /healthz");
         if self.ready.is_some() {
             s += ", /readyz";
         }
         if self.config.is_some() {
-            s += ", /config";
+            s += ", /config, /config/hash";
         }
         s + "\n"
+    }
+}
+
+impl Served {
+    fn new(endpoints: Endpoints) -> Self {
+        Served {
+            endpoints,
+            metrics: SharedBody::default(),
+            config: SharedBody::default(),
+        }
+    }
+
+    /// The answer to one request.
+    async fn answer(&self, req: &Request<Incoming>) -> Response<Full<Bytes>> {
+        self.answer_to(req.method(), req.uri().path()).await
+    }
+
+    async fn answer_to(&self, method: &Method, path: &str) -> Response<Full<Bytes>> {
+        if method != Method::GET && method != Method::HEAD {
+            return text(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+        }
+        let e = &self.endpoints;
+        match (path, &e.ready, &e.config) {
+            ("/metrics", _, _) => {
+                let encode = || {
+                    let mut body = String::new();
+                    prometheus_client::encoding::text::encode(&mut body, &e.registry).ok()?;
+                    Some(Bytes::from(body))
+                };
+                match self.metrics.get(encode).await {
+                    Some(body) => reply(StatusCode::OK, OPENMETRICS, body),
+                    None => text(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n"),
+                }
+            }
+            ("/healthz", _, _) => text(StatusCode::OK, "ok\n"),
+            ("/readyz", Some((ready, _)), _) if ready() => text(StatusCode::OK, "ready\n"),
+            ("/readyz", Some((_, not_ready)), _) => {
+                text(StatusCode::SERVICE_UNAVAILABLE, not_ready)
+            }
+            ("/config", _, Some(config)) => {
+                let encode = || {
+                    let body = serde_json::to_string_pretty(&config.json()).ok()?;
+                    Some(Bytes::from(body + "\n"))
+                };
+                let body = self.config.get(encode).await.unwrap_or_default();
+                reply(StatusCode::OK, "application/json", body)
+            }
+            ("/config/hash", _, Some(config)) => {
+                let body = serde_json::json!({ "hash": config.hash() }).to_string() + "\n";
+                reply(StatusCode::OK, "application/json", Bytes::from(body))
+            }
+            _ => reply(
+                StatusCode::NOT_FOUND,
+                TEXT,
+                Bytes::from(self.endpoints.not_found()),
+            ),
+        }
     }
 }
 
@@ -104,23 +148,25 @@ pub async fn serve(
     gate: Arc<Gate>,
     stop: CancellationToken,
 ) {
-    let endpoints = Arc::new(endpoints);
+    let served = Arc::new(Served::new(endpoints));
     let make = move || {
-        let endpoints = endpoints.clone();
+        let served = served.clone();
         hyper::service::service_fn(move |req| {
-            let response = endpoints.answer(&req);
-            async move { Ok::<_, Infallible>(response) }
+            let served = served.clone();
+            async move { Ok::<_, Infallible>(served.answer(&req).await) }
         })
     };
     http1::serve(listener, gate, make, stop).await;
 }
 
-fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
-    reply(status, "text/plain; charset=utf-8", body)
+const TEXT: &str = "text/plain; charset=utf-8";
+
+fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
+    reply(status, TEXT, Bytes::from_static(body.as_bytes()))
 }
 
-fn reply(status: StatusCode, content_type: &'static str, body: String) -> Response<Full<Bytes>> {
-    let mut r = Response::new(Full::new(Bytes::from(body)));
+fn reply(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body));
     *r.status_mut() = status;
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -133,22 +179,56 @@ fn reply(status: StatusCode, content_type: &'static str, body: String) -> Respon
 mod tests {
     use super::*;
 
-    #[test]
-    fn routes_a_component_has_and_not_the_others() {
+    struct Fixed;
+
+    impl ConfigSource for Fixed {
+        fn hash(&self) -> String {
+            "abc".into()
+        }
+        fn json(&self) -> serde_json::Value {
+            serde_json::json!({"hash": "abc", "config": {"big": "x".repeat(100_000)}})
+        }
+    }
+
+    async fn body(r: Response<Full<Bytes>>) -> Bytes {
+        use http_body_util::BodyExt;
+        r.into_body().collect().await.unwrap().to_bytes()
+    }
+
+    #[tokio::test]
+    async fn routes_a_component_has_and_not_the_others() {
         let mut e = Endpoints::metrics(Arc::new(Registry::default()));
-        let status = |e: &Endpoints, m: Method, p: &str| e.answer_to(&m, p).status().as_u16();
-        assert_eq!(status(&e, Method::GET, "/metrics"), 200);
-        assert_eq!(status(&e, Method::GET, "/healthz"), 200);
-        assert_eq!(status(&e, Method::GET, "/readyz"), 404);
-        assert_eq!(status(&e, Method::POST, "/metrics"), 405);
+        async fn status(e: &Endpoints, m: Method, p: &str) -> u16 {
+            Served::new(e.clone())
+                .answer_to(&m, p)
+                .await
+                .status()
+                .as_u16()
+        }
+        assert_eq!(status(&e, Method::GET, "/metrics").await, 200);
+        assert_eq!(status(&e, Method::GET, "/healthz").await, 200);
+        assert_eq!(status(&e, Method::GET, "/readyz").await, 404);
+        assert_eq!(status(&e, Method::POST, "/metrics").await, 405);
         e.ready = Some((Arc::new(|| false), "draining\n"));
-        assert_eq!(status(&e, Method::GET, "/readyz"), 503);
-        assert_eq!(status(&e, Method::GET, "/config"), 404);
-        e.config = Some(Arc::new(|| serde_json::json!({})));
-        assert_eq!(status(&e, Method::GET, "/config"), 200);
+        assert_eq!(status(&e, Method::GET, "/readyz").await, 503);
+        assert_eq!(status(&e, Method::GET, "/config").await, 404);
+        assert_eq!(status(&e, Method::GET, "/config/hash").await, 404);
+        e.config = Some(Arc::new(Fixed));
+        assert_eq!(status(&e, Method::GET, "/config").await, 200);
         assert_eq!(
             e.not_found(),
-            "not found; try /metrics, /healthz, /readyz, /config\n"
+            "not found; try /metrics, /healthz, /readyz, /config, /config/hash\n"
         );
+    }
+
+    #[tokio::test]
+    async fn the_hash_alone_is_small() {
+        let mut e = Endpoints::metrics(Arc::new(Registry::default()));
+        e.config = Some(Arc::new(Fixed));
+        let served = Served::new(e);
+        let hash = body(served.answer_to(&Method::GET, "/config/hash").await).await;
+        assert_eq!(&hash[..], b"{\"hash\":\"abc\"}\n");
+        let full = body(served.answer_to(&Method::GET, "/config").await).await;
+        assert!(full.len() > 100_000);
     }
 }

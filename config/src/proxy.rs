@@ -204,7 +204,9 @@ impl Default for AdminConfig {
 /// Limits of an HTTP/1 server (every admin endpoint, the tunnel's CONNECT front), so that no
 /// client can hold it or its memory: at most `max_connections` connections of at most
 /// `max_header_bytes` of buffered request head each (about 24 KiB per connection with hyper's
-/// buffers: 6 MiB at the defaults), none waiting longer than `header_read_timeout`.
+/// buffers: 6 MiB at the defaults), none waiting longer than `header_read_timeout`; on the
+/// admin endpoints, none whose client stops reading for `write_timeout`, and none older than
+/// `connection_timeout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpLimits {
@@ -222,6 +224,14 @@ pub struct HttpLimits {
     /// answering. Default `256`.
     #[serde(default = "defaults::http_max_connections")]
     pub max_connections: usize,
+    /// Admin endpoints: a response the client does not read for this long (no byte written)
+    /// closes the connection, with the bytes it held. Default `10s`.
+    #[serde(default = "defaults::write_timeout")]
+    pub write_timeout: Duration,
+    /// Admin endpoints: a connection this old finishes the response in progress (within
+    /// `write_timeout`) and is closed, however it is used. Default `60s`.
+    #[serde(default = "defaults::connection_timeout")]
+    pub connection_timeout: Duration,
 }
 
 impl Default for HttpLimits {
@@ -230,6 +240,8 @@ impl Default for HttpLimits {
             header_read_timeout: defaults::header_read_timeout(),
             max_header_bytes: defaults::max_header_bytes(),
             max_connections: defaults::http_max_connections(),
+            write_timeout: defaults::write_timeout(),
+            connection_timeout: defaults::connection_timeout(),
         }
     }
 }
@@ -238,11 +250,14 @@ impl HttpLimits {
     /// Every problem of these limits, as `(field, message)` relative to `at`.
     pub fn problems(&self, at: &str) -> Vec<(String, String)> {
         let mut p = Vec::new();
-        if self.header_read_timeout.get().is_zero() {
-            p.push((
-                format!("{at}.header_read_timeout"),
-                "must be more than 0s".into(),
-            ));
+        for (field, d) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("write_timeout", self.write_timeout),
+            ("connection_timeout", self.connection_timeout),
+        ] {
+            if d.get().is_zero() {
+                p.push((format!("{at}.{field}"), "must be more than 0s".into()));
+            }
         }
         if !(8192..=1 << 20).contains(&self.max_header_bytes) {
             p.push((
@@ -412,6 +427,12 @@ mod defaults {
     }
     pub fn max_header_bytes() -> usize {
         16 * 1024
+    }
+    pub fn write_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn connection_timeout() -> Duration {
+        Duration::from_secs(60)
     }
     pub fn http_max_connections() -> usize {
         256

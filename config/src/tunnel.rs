@@ -3,7 +3,7 @@
 
 pub use crate::allow::AllowRule;
 use crate::load::{Lists, Schema};
-use crate::{nullable, AdminConfig, ConfigError, Duration, HttpLimits};
+use crate::{nullable, AdminConfig, Cidr, ConfigError, Duration, HttpLimits};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,14 +44,27 @@ pub struct AgentsListenerConfig {
     pub address: SocketAddr,
     /// Server certificate and the CA that agents' client certificates must chain to.
     pub tls: ServerTlsConfig,
-    /// Time a connection has for its TLS handshake; then it is closed and counted
-    /// (`isthmus_tunnel_handshakes_total{outcome="failed"}`). Default `10s`.
+    /// Time from accept to the end of the TLS handshake (a PROXY header included); then the
+    /// connection is closed and counted (`isthmus_tunnel_handshakes_total{outcome="failed"}`).
+    /// An agent needs about two round trips. Default `5s`.
     #[serde(default = "defaults::handshake_timeout")]
     pub handshake_timeout: Duration,
-    /// Most TLS handshakes in progress at once; a connection beyond it is closed at once and
-    /// counted (`isthmus_tunnel_refused_total{reason="too_many_handshakes"}`). Default `64`.
+    /// Most TLS handshakes in progress at once. One more connection closes the oldest
+    /// handshake of the source that holds the most (`isthmus_tunnel_refused_total{reason=
+    /// "evicted"}`), so a flood from many addresses cannot keep an agent out. Default `256`.
     #[serde(default = "defaults::max_handshakes")]
     pub max_handshakes: usize,
+    /// Most handshakes in progress from one source address (IPv6: one /64; behind a trusted
+    /// proxy, the client address of its PROXY header); one more closes that source's own
+    /// oldest. Default `8`.
+    #[serde(default = "defaults::max_handshakes_per_source")]
+    pub max_handshakes_per_source: usize,
+    /// CIDRs of the peers (the seed's isthmus proxies, `send_proxy_protocol: v2`) whose
+    /// PROXY v2 header is believed: its client address is the source that the per-source
+    /// share and the logs use. Their connections may also come without a header; another
+    /// peer's header fails its TLS handshake. Default: none.
+    #[serde(default)]
+    pub trusted_proxies: Vec<Cidr>,
     /// Most agent sessions at once (a shoot has one regular agent, one temporary one and
     /// their replacements during a rotation); one more is closed after its handshake and
     /// counted (`reason="too_many_sessions"`). Default `16`.
@@ -90,10 +103,11 @@ pub struct ServerTlsConfig {
     pub key: PathBuf,
     /// CA certificates that peers' client certificates must chain to.
     pub client_ca: PathBuf,
-    /// DNS names (subject alternative names) a client certificate must be valid for, one
-    /// of them; a certificate of the right CA for another name is refused during the
-    /// handshake and counted (`isthmus_tunnel_refused_total{reason="client_name"}`).
-    /// Default: empty, meaning any certificate of `client_ca`; set it.
+    /// DNS names a client certificate must carry, one of them, exactly (ASCII case aside)
+    /// as a subject alternative name; a certificate of the right CA for another name, or
+    /// only for a wildcard covering it, is refused during the handshake and counted
+    /// (`isthmus_tunnel_refused_total{reason="client_name"}`). Default: empty, meaning any
+    /// certificate of `client_ca` (the server warns at start); set it.
     #[serde(default)]
     pub allowed_client_names: Vec<String>,
 }
@@ -200,6 +214,35 @@ pub struct AgentTlsConfig {
     pub key: PathBuf,
 }
 
+impl TunnelServerConfig {
+    /// What the file allows but should not, one line each with its field path: the server
+    /// logs them at start.
+    pub fn warnings(&self) -> Vec<String> {
+        let open = |at: &str, who: &str| {
+            format!(
+                "{at}.allowed_client_names is empty: any certificate its client_ca ever signed \
+                 is accepted as {who}; list the names"
+            )
+        };
+        let mut w = Vec::new();
+        if self.agents.tls.allowed_client_names.is_empty() {
+            w.push(open("agents.tls", "an agent"));
+        }
+        if self
+            .connect
+            .tls
+            .as_ref()
+            .is_some_and(|t| t.allowed_client_names.is_empty())
+        {
+            w.push(open(
+                "connect.tls",
+                "kube-apiserver, into the shoot's networks",
+            ));
+        }
+        w
+    }
+}
+
 impl TunnelAgentConfig {
     /// The parsed allow-list; entries that fail to parse were already rejected by validation.
     pub fn allow_rules(&self) -> Vec<AllowRule> {
@@ -254,6 +297,14 @@ impl Schema for TunnelServerConfig {
                         format!("{at}.allowed_client_names[{i}]"),
                         format!("{n:?} is not a DNS name"),
                     ));
+                } else if n.contains('*') {
+                    p.push((
+                        format!("{at}.allowed_client_names[{i}]"),
+                        format!(
+                            "{n:?}: write an exact name (a certificate must carry the name \
+                             itself; wildcards are not matched)"
+                        ),
+                    ));
                 }
             }
         }
@@ -263,6 +314,13 @@ impl Schema for TunnelServerConfig {
             p.push((
                 "agents".into(),
                 "max_handshakes and max_sessions must be at least 1".into(),
+            ));
+        }
+        let per_source = self.agents.max_handshakes_per_source;
+        if per_source == 0 || per_source > self.agents.max_handshakes {
+            p.push((
+                "agents.max_handshakes_per_source".into(),
+                format!("{per_source} must be 1 to max_handshakes"),
             ));
         }
         if self.connect.address.is_some() && self.connect.address == Some(self.agents.address) {
@@ -408,10 +466,13 @@ mod defaults {
         Duration::from_secs(15)
     }
     pub fn handshake_timeout() -> Duration {
-        Duration::from_secs(10)
+        Duration::from_secs(5)
     }
     pub fn max_handshakes() -> usize {
-        64
+        256
+    }
+    pub fn max_handshakes_per_source() -> usize {
+        8
     }
     pub fn max_sessions() -> usize {
         16
@@ -532,6 +593,57 @@ admin: { address: "0.0.0.0:9903" }
             .to_string();
         assert!(
             e.contains("a.yaml:8:18: max_session_age: must be more than 0s"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn agents_handshake_limits_default_and_validate() {
+        let s: TunnelServerConfig = parse("s.yaml", SERVER).unwrap();
+        assert_eq!(
+            (s.agents.max_handshakes, s.agents.max_handshakes_per_source),
+            (256, 8)
+        );
+        assert_eq!(s.agents.handshake_timeout, Duration::from_secs(5));
+        assert!(s.agents.trusted_proxies.is_empty());
+        let text = SERVER.replace(
+            "client_ca: ca.crt } }\nconnect",
+            "client_ca: ca.crt }, trusted_proxies: [\"10.250.0.0/16\"] }\nconnect",
+        );
+        let s: TunnelServerConfig = parse("s.yaml", &text).unwrap();
+        assert_eq!(s.agents.trusted_proxies.len(), 1);
+        let text = SERVER.replace(
+            "client_ca: ca.crt } }\nconnect",
+            "client_ca: ca.crt }, max_handshakes: 4, max_handshakes_per_source: 5 }\nconnect",
+        );
+        let e = parse::<TunnelServerConfig>("s.yaml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agents.max_handshakes_per_source: 5 must be 1 to max_handshakes"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn open_client_names_warn_and_wildcards_are_refused() {
+        let s: TunnelServerConfig = parse("s.yaml", SERVER).unwrap();
+        let w = s.warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w[0].starts_with("agents.tls.allowed_client_names is empty"));
+        assert!(w[1].starts_with("connect.tls.allowed_client_names is empty"));
+        let named = SERVER.replace(
+            "client_ca: ca.crt } }\nconnect",
+            "client_ca: ca.crt, allowed_client_names: [agent.example] } }\nconnect",
+        );
+        let s: TunnelServerConfig = parse("s.yaml", &named).unwrap();
+        assert_eq!(s.warnings().len(), 1);
+        let wild = named.replace("[agent.example]", "[\"*.example\"]");
+        let e = parse::<TunnelServerConfig>("s.yaml", &wild)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agents.tls.allowed_client_names[0]: \"*.example\": write an exact name"),
             "{e}"
         );
     }

@@ -1,5 +1,5 @@
-//! Leader election against the scripted API server, and the `/config` probe against a real
-//! HTTP server on 127.0.0.1:0.
+//! Leader election against the scripted API server, and the `/config/hash` probe against a
+//! real HTTP server on 127.0.0.1:0 (and the real proxy: `tests/rollout_probe.rs`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers outside #[test]: a panic is a failure
 
@@ -99,7 +99,8 @@ async fn one_shot_http(answer: &'static str) -> std::net::SocketAddr {
         let (mut s, _) = listener.accept().await.unwrap();
         let mut buf = [0u8; 1024];
         let n = s.read(&mut buf).await.unwrap();
-        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /config HTTP/1.1"));
+        // The hash alone: the full /config is megabytes with thousands of routes.
+        assert!(String::from_utf8_lossy(&buf[..n]).starts_with("GET /config/hash HTTP/1.1"));
         s.write_all(answer.as_bytes()).await.unwrap();
     });
     addr
@@ -127,6 +128,14 @@ async fn http_fetcher_rejects_errors_and_bad_bodies() {
     assert!(f.fetch(addr).await.is_err());
     let addr = one_shot_http("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}").await;
     assert!(f.fetch(addr).await.is_err());
+    // An answer far longer than a hash is not read to its end.
+    let big = format!(
+        "HTTP/1.1 200 OK\r\ncontent-length: 65536\r\n\r\n{{\"hash\":\"abc\",\"pad\":\"{}\"}}",
+        "x".repeat(65_536 - 23)
+    );
+    let addr = one_shot_http(Box::leak(big.into_boxed_str())).await;
+    let e = f.fetch(addr).await.unwrap_err().to_string();
+    assert!(e.contains("bad /config/hash answer"), "{e}");
 }
 
 mod leader_loop {

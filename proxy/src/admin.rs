@@ -1,8 +1,8 @@
-//! Admin HTTP: `/metrics`, `/healthz`, `/readyz`, `/config` (the routes and server of
-//! `isthmus-admin`, shared with the tunnel and the controller).
+//! Admin HTTP: `/metrics`, `/healthz`, `/readyz`, `/config`, `/config/hash` (the routes and
+//! server of `isthmus-admin`, shared with the tunnel and the controller).
 
 use isthmus_admin::http1::Gate;
-use isthmus_admin::Endpoints;
+use isthmus_admin::{ConfigSource, Endpoints};
 use prometheus_client::registry::Registry;
 use std::sync::Arc;
 use tokio::net::TcpListener;
@@ -15,6 +15,21 @@ pub trait AdminState: Send + Sync + 'static {
     fn ready(&self) -> bool;
     /// The JSON body of `/config`.
     fn config_json(&self) -> serde_json::Value;
+    /// The hash of the configuration in effect (`/config/hash`), without building the
+    /// whole `/config`.
+    fn config_hash(&self) -> String;
+}
+
+/// The state's configuration as `isthmus-admin` asks for it.
+struct Config(Arc<dyn AdminState>);
+
+impl ConfigSource for Config {
+    fn hash(&self) -> String {
+        self.0.config_hash()
+    }
+    fn json(&self) -> serde_json::Value {
+        self.0.config_json()
+    }
 }
 
 /// Serves admin HTTP on `listener` until `stop` fires, under the limits of `gate`.
@@ -29,7 +44,7 @@ pub async fn serve(
     let endpoints = Endpoints {
         registry,
         ready: Some((Arc::new(move || ready.ready()), "draining\n")),
-        config: Some(Arc::new(move || state.config_json())),
+        config: Some(Arc::new(Config(state))),
     };
     isthmus_admin::serve(listener, endpoints, gate, stop).await;
 }

@@ -1,13 +1,19 @@
 //! File descriptors: the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the
-//! global connection cap is clamped so that spliced connections (two descriptors each) can
-//! never take the descriptors the admin endpoint, the listeners and DNS need: the admin
-//! keeps answering `/readyz` and `/metrics` when the data path is full.
+//! global connection cap is clamped so that spliced connections (two descriptors each) and
+//! splice pipes (two each, at most [`pipes_that_fit`] open) can never take the descriptors
+//! the admin endpoint, the listeners and DNS need: the admin keeps answering `/readyz` and
+//! `/metrics` when the data path is full.
+//!
+//! Budget for a limit of L descriptors and A admin connections:
+//! connections = (L − 128 − A − 2 × pipes) / 2, with pipes = L / 16 (16 to 1024). A
+//! connection takes a pipe only while a bulk burst waits for a slow reader; beyond the pipe
+//! cap such a burst is copied instead (a 64 KiB buffer, no descriptor).
 
 use std::io;
 
-/// Descriptors kept for everything but spliced connections: listening sockets, DNS,
-/// epoll, spare pipes, the configuration file, and a margin for connections being refused.
-/// The admin endpoint's `max_connections` comes on top.
+/// Descriptors kept for everything but spliced connections and pipes: listening sockets,
+/// DNS, epoll, the configuration file, and a margin for connections being refused. The admin
+/// endpoint's `max_connections` comes on top.
 pub const RESERVED: u64 = 128;
 
 /// Raises the soft limit on open files to the hard limit; returns the soft limit in effect.
@@ -23,10 +29,20 @@ pub fn raise_nofile_limit() -> io::Result<u64> {
     Ok(lim.current.unwrap_or(u64::MAX))
 }
 
-/// How many connections fit into `limit` descriptors with the reserve and `admin`
-/// connections set aside.
+/// How many splice pipes may be open at once with `limit` descriptors: a 16th of them, at
+/// least 16 (a small limit still splices) and at most 1024 (enough concurrent bulk bursts
+/// waiting for their readers; the rest are copied).
+pub fn pipes_that_fit(limit: u64) -> usize {
+    usize::try_from(limit / 16)
+        .unwrap_or(usize::MAX)
+        .clamp(16, 1024)
+}
+
+/// How many connections fit into `limit` descriptors with the reserve, the pipes and
+/// `admin` connections set aside.
 pub fn connections_that_fit(limit: u64, admin: usize) -> usize {
-    let spare = limit.saturating_sub(RESERVED + admin as u64) / 2;
+    let pipes = 2 * pipes_that_fit(limit) as u64;
+    let spare = limit.saturating_sub(RESERVED + admin as u64 + pipes) / 2;
     usize::try_from(spare).unwrap_or(usize::MAX).max(1)
 }
 
@@ -35,9 +51,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn two_descriptors_per_connection_after_the_reserve() {
-        assert_eq!(connections_that_fit(1024, 256), 320);
-        assert_eq!(connections_that_fit(1_048_576, 256), 524_096);
+    fn two_descriptors_per_connection_after_the_reserve_and_the_pipes() {
+        assert_eq!(pipes_that_fit(1024), 64);
+        assert_eq!(connections_that_fit(1024, 256), 256);
+        assert_eq!(pipes_that_fit(1_048_576), 1024);
+        assert_eq!(connections_that_fit(1_048_576, 256), 523_072);
+        assert_eq!(pipes_that_fit(100), 16);
         assert_eq!(connections_that_fit(100, 256), 1);
     }
 }

@@ -153,14 +153,10 @@ async fn intake(
     untrusted_header: bool,
 ) -> Result<(Arc<Route>, Vec<u8>), IntakeError> {
     let span = tracing::Span::current();
-    if untrusted_header
-        && read_proxy_header(down, &mut buf, spec.proxy_protocol, intake_cap(spec))
-            .await?
-            .is_some()
-    {
-        return Err(Reject::UntrustedProxy.into());
-    }
     let cap = intake_cap(spec);
+    if untrusted_header {
+        refuse_proxy_header(down, &mut buf, cap).await?;
+    }
     let route = match spec.kind {
         ListenerKind::TlsPassthrough => {
             let sni = hello::read_client_hello(down, &mut buf, cap).await?;
@@ -220,8 +216,26 @@ async fn read_proxy_header(
                 }
             }
         }
-        // A v2 header may carry TLVs beyond the hello cap's room; 64 KiB covers any header.
-        hello::read_more(down, buf, cap.max(65_536 + 16)).await?;
+        // A v2 header may carry TLVs beyond a small hello cap's room (512 bytes).
+        hello::read_more(down, buf, cap.max(proxy_protocol::V2_MAX_LEN)).await?;
+    }
+}
+
+/// Refuses an untrusted peer's PROXY header at its signature (what it announces is never
+/// waited for); other bytes stay in `buf` for the hello.
+async fn refuse_proxy_header(
+    down: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    cap: usize,
+) -> Result<(), Reject> {
+    loop {
+        match proxy_protocol::detect(buf) {
+            proxy_protocol::Detected::Absent => return Ok(()),
+            proxy_protocol::Detected::Header => return Err(Reject::UntrustedProxy),
+            proxy_protocol::Detected::NeedMore => {
+                hello::read_more(down, buf, cap).await?;
+            }
+        }
     }
 }
 

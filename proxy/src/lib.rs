@@ -15,7 +15,7 @@
 //! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap.
 //! 2. `conn.rs`: one connection's task, the steps below in order.
 //! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
-//!    slots), then the PROXY header (`proxy_protocol.rs`) and the ClientHello
+//!    slots), then the PROXY header (crate `isthmus-proxy-protocol`) and the ClientHello
 //!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
 //!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot.
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
@@ -38,14 +38,15 @@ mod conn;
 mod dns;
 pub mod fds;
 mod forward;
-/// The hardened HTTP/1 server, now in `isthmus-admin` (re-exported for existing users).
-pub use isthmus_admin::http1;
+// The hardened HTTP/1 server lives in `isthmus-admin`; `server.rs` names it `crate::http1`.
+use isthmus_admin::http1;
 pub mod http_connect;
 mod intake;
 mod listen;
 pub mod metrics;
 mod pool;
-pub mod proxy_protocol;
+/// The PROXY protocol header (its own crate: the tunnel server reads it too).
+pub use isthmus_proxy_protocol as proxy_protocol;
 mod ratelog;
 pub mod routes;
 mod server;
@@ -59,3 +60,4 @@ mod upstream;
 
 pub use admin::AdminState;
 pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};
+pub use socket::bind_deferred;

@@ -242,7 +242,8 @@ impl Metrics {
         r.register(
             "proxy_max_connections_effective",
             "The global connection cap in effect: max_connections, or what fits into the \
-             descriptor limit (2 per connection after a reserve for the admin and the rest)",
+             descriptor limit (2 per connection after the splice pipes and a reserve for the \
+             admin and the rest)",
             m.max_connections_effective.clone(),
         );
         m
@@ -259,8 +260,8 @@ impl Metrics {
                 effective,
                 fd_limit = self.fd_limit.get(),
                 "max_connections does not fit into the open-files limit (2 per connection plus \
-                 a reserve); connections beyond the effective cap are refused; raise the \
-                 container's nofile limit"
+                 splice pipes and a reserve); connections beyond the effective cap are refused; \
+                 raise the container's nofile limit"
             );
         }
     }

@@ -164,6 +164,7 @@ impl Proxy {
             .set(i64::try_from(fd_limit).unwrap_or(i64::MAX));
         let admin_conns = loaded.config.admin.limits.max_connections;
         let fd_ceiling = crate::fds::connections_that_fit(fd_limit, admin_conns);
+        crate::sys::limit_pipes(crate::fds::pipes_that_fit(fd_limit));
         metrics.connection_cap(loaded.config.max_connections, fd_ceiling);
         metrics.set_config_hash(None, &loaded.hash);
         let admin_address = loaded.config.admin.address;
@@ -494,6 +495,10 @@ impl Proxy {
 impl AdminState for Proxy {
     fn ready(&self) -> bool {
         self.inner.ready.load(Ordering::SeqCst)
+    }
+
+    fn config_hash(&self) -> String {
+        self.inner.shared.current().hash.clone()
     }
 
     fn config_json(&self) -> serde_json::Value {

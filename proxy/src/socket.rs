@@ -42,6 +42,24 @@ pub fn bind_group(
     Ok(group)
 }
 
+/// One listening socket with `SO_REUSEADDR` and `TCP_DEFER_ACCEPT` (see [`bind_group`]), not
+/// shared with other processes (no `SO_REUSEPORT`): for a server that is not the proxy (the
+/// tunnel server's agents listener), which needs `TCP_DEFER_ACCEPT` from the one module
+/// allowed `unsafe` code.
+pub fn bind_deferred(addr: SocketAddr, defer: Duration) -> io::Result<std::net::TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    crate::sys::set_defer_accept(&socket, defer)?;
+    Ok(socket.into())
+}
+
 /// A non-blocking listening socket not yet registered with any runtime, so that it can be
 /// handed to the runtime that will accept on it. TCP_NODELAY is set here because accepted
 /// sockets inherit it (Linux), as they inherit keepalive (see [`apply_keepalive`]).

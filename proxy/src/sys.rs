@@ -7,11 +7,15 @@
 //! Pipes are pooled by the splicer that uses them (`splice::Spares`): a pipe is taken when a
 //! bulk burst starts and given back empty when the socket is drained, so idle connections hold
 //! no pipe (and no descriptors), and a busy worker does not pay `pipe2` + two `close` per burst.
+//! A flow whose reader stalls keeps its pipe, though, so the process counts its pipes and
+//! opens no more than [`limit_pipes`] allows: the open-files budget (`fds.rs`) sets their
+//! descriptors aside, and a burst beyond the cap is copied, as when `pipe2` fails.
 
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 
@@ -19,6 +23,16 @@ use tokio::io::unix::AsyncFd;
 /// `fs.pipe-max-size`'s default; pages are only taken while bytes sit in the pipe). Falls
 /// back to the kernel default (64 KiB) where that limit or the per-user pipe budget refuses it.
 const PIPE_SIZE: usize = 1024 * 1024;
+
+/// Pipes open in the process, and the most allowed at once. Process-wide like the
+/// descriptor table they are taken from; set at start from the open-files limit.
+static PIPES_OPEN: AtomicUsize = AtomicUsize::new(0);
+static PIPES_MAX: AtomicUsize = AtomicUsize::new(64);
+
+/// Sets the most pipes open at once (see `fds::pipes_that_fit`).
+pub fn limit_pipes(max: usize) {
+    PIPES_MAX.store(max, Ordering::Relaxed);
+}
 
 /// A pipe with both ends non-blocking and close-on-exec.
 #[derive(Debug)]
@@ -30,13 +44,22 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    /// A new empty pipe (`pipe2`, then `F_SETPIPE_SZ` to [`PIPE_SIZE`] where permitted).
+    /// A new empty pipe (`pipe2`, then `F_SETPIPE_SZ` to [`PIPE_SIZE`] where permitted), or
+    /// an error when [`limit_pipes`] pipes are open already.
     pub fn new() -> io::Result<Pipe> {
+        let max = PIPES_MAX.load(Ordering::Relaxed);
+        PIPES_OPEN
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| io::Error::other("pipe budget spent"))?;
         let mut fds: [libc::c_int; 2] = [-1, -1];
         // SAFETY: `fds` is a writable array of two c_ints, which is what pipe2 fills.
         let rc = unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_NONBLOCK | libc::O_CLOEXEC) };
         if rc != 0 {
-            return Err(io::Error::last_os_error());
+            let e = io::Error::last_os_error();
+            PIPES_OPEN.fetch_sub(1, Ordering::AcqRel);
+            return Err(e);
         }
         // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else.
         let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
@@ -68,6 +91,12 @@ impl Pipe {
         let n = splice(self.read.as_raw_fd(), to.as_fd().as_raw_fd(), self.held)?;
         self.held -= n.min(self.held);
         Ok(n)
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPES_OPEN.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -24,10 +24,10 @@ async fn the_soft_limit_is_raised_and_the_cap_fits_the_hard_limit() {
     let f = Fixture::start(&format!("{}listeners: []\n", admin_yaml())).await;
     assert_eq!(nofile(), (1024, 1024));
     assert_eq!(f.metric("isthmus_proxy_fd_limit").await, 1024.0);
-    // 100000 connections do not fit: (1024 - 128 reserved - 256 admin) / 2.
+    // 100000 connections do not fit: (1024 - 128 reserved - 256 admin - 2 × 64 pipes) / 2.
     assert_eq!(
         f.metric("isthmus_proxy_max_connections_effective").await,
-        320.0
+        256.0
     );
     f.write(&format!(
         "{}max_connections: 100\nlisteners: []\n",

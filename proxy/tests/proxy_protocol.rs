@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use isthmus_testkit::{wait_until, TestPki};
+use tokio::io::AsyncWriteExt;
 
 const SIG: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 
@@ -146,6 +147,78 @@ async fn without_a_header_the_socket_peer_is_sent_on_and_require_rejects() {
     assert_eq!(read_to_close(&mut s).await, b"");
     f.wait_metric(
         "isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}",
+        2.0,
+    )
+    .await;
+    assert_eq!(up.connections(), 0);
+}
+
+/// `header` with a NOOP TLV that makes the whole header `total` bytes long.
+fn padded(mut header: Vec<u8>, total: usize) -> Vec<u8> {
+    let tlv = total - header.len() - 3;
+    header.push(0x04);
+    header.extend_from_slice(&u16::try_from(tlv).unwrap().to_be_bytes());
+    header.resize(total, 0);
+    let body = u16::try_from(total - 16).unwrap();
+    header[14..16].copy_from_slice(&body.to_be_bytes());
+    header
+}
+
+/// A trusted load balancer's v2 header may carry TLVs up to 2 KiB in all; a longer one is
+/// refused from its first 16 bytes rather than buffered (it could announce 64 KiB).
+#[tokio::test]
+async fn trusted_v2_headers_are_capped_at_2_kib() {
+    let pki = TestPki::new();
+    let hello = capture_hello(&pki, "pp.example.com").await;
+    let up = RawUpstream::start("u").await;
+    let f = fixture("accept", "none", &up).await;
+    let header = v2_tcp4([192, 0, 2, 1], [198, 51, 100, 7], 56324, 443);
+    check(&f, &up, &padded(header.clone(), 2048), &hello, b"", 4096).await;
+    let mut long = padded(header, 3000);
+    long.extend_from_slice(&hello);
+    let (_, mut s) = send_raw(f.addr("l").await, &long, long.len()).await;
+    assert_eq!(read_to_close(&mut s).await, b"");
+    f.wait_metric(
+        "isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"proxy_protocol\"}",
+        1.0,
+    )
+    .await;
+    assert_eq!(up.connections(), 1);
+}
+
+/// A peer outside `trusted_proxies` that starts a v2 header is closed at the signature:
+/// the proxy does not wait for the 64 KiB the header announces (with a 60 s hello timeout,
+/// that wait would outlast the test's deadline).
+#[tokio::test]
+async fn an_untrusted_peer_is_refused_at_the_signature() {
+    let up = RawUpstream::start("u").await;
+    let yaml = format!(
+        "{}listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    proxy_protocol: accept
+    trusted_proxies: [\"127.0.0.2\"]
+    client_hello_timeout: 60s
+    routes: [ {{ sni: \"pp.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"{}\"] }}
+",
+        admin_yaml(),
+        up.addr
+    );
+    let f = Fixture::start(&yaml).await;
+    let addr = f.addr("l").await;
+    for start in [&SIG[..], b"PROXY TCP4 192.0.2.1"] {
+        let mut s = connect_from("127.0.0.3", addr).await;
+        let mut first = start.to_vec();
+        if first.len() == SIG.len() {
+            first.extend_from_slice(&[0x21, 0x11, 0xff, 0xff]);
+        }
+        s.write_all(&first).await.unwrap();
+        assert_eq!(read_to_close(&mut s).await, b"");
+    }
+    f.wait_metric(
+        "isthmus_proxy_hello_rejections_total{listener=\"l\",reason=\"untrusted_proxy\"}",
         2.0,
     )
     .await;

@@ -43,9 +43,13 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
     runtime()?.block_on(async move {
         let mut registry = Registry::default();
         let server = Server::new(opts, &mut registry);
-        let agents = tokio::net::TcpListener::bind(config.agents.address)
-            .await
-            .with_context(|| format!("bind agents {}", config.agents.address))?;
+        // TCP_DEFER_ACCEPT: a connection that sends nothing takes no handshake slot.
+        let agents = isthmus_proxy::bind_deferred(
+            config.agents.address,
+            config.agents.handshake_timeout.get(),
+        )
+        .and_then(tokio::net::TcpListener::from_std)
+        .with_context(|| format!("bind agents {}", config.agents.address))?;
         let connect = ConnectListener::bind(&config.connect).await?;
         let ready_server = server.clone();
         let shutdown = serve_admin(&config.admin, registry, move || {

@@ -1,4 +1,5 @@
-//! Errors of the tunnel library, tagged by the side they come from.
+//! Errors of the tunnel library: what stopped it from starting (TLS files, configuration,
+//! sockets) or a session from being set up.
 
 use std::path::PathBuf;
 

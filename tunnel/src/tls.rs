@@ -3,11 +3,10 @@
 use crate::Error;
 use prometheus_client::metrics::counter::Counter;
 use rustls::client::danger::HandshakeSignatureValid;
-use rustls::client::verify_server_name;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::{ParsedCertificate, WebPkiClientVerifier};
+use rustls::server::WebPkiClientVerifier;
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, DistinguishedName, RootCertStore,
     ServerConfig, SignatureScheme,
@@ -62,9 +61,10 @@ pub fn server_config(
     server_config_for_names(cert, key_path, client_ca, alpn, &[], Counter::default())
 }
 
-/// Like [`server_config`], and when `names` is not empty the client certificate must also be
-/// valid for one of those DNS names (subject alternative names): a certificate of the right
-/// CA for another name fails the handshake and counts in `refused`.
+/// Like [`server_config`], and when `names` is not empty the client certificate must also
+/// carry one of those DNS names, exactly, as a subject alternative name: a certificate of the
+/// right CA for another name, or for a wildcard that would cover it (`*.shoot--a.example` for
+/// `agent.shoot--a.example`), fails the handshake and counts in `refused`.
 pub fn server_config_for_names(
     cert: &Path,
     key_path: &Path,
@@ -81,11 +81,12 @@ pub fn server_config_for_names(
     } else {
         let names = names
             .iter()
-            .map(|n| {
-                ServerName::try_from(n.clone()).map_err(|e| Error::TlsFile {
+            .map(|n| match ServerName::try_from(n.as_str()) {
+                Ok(ServerName::DnsName(_)) if !n.contains('*') => Ok(n.to_ascii_lowercase()),
+                _ => Err(Error::TlsFile {
                     path: client_ca.to_owned(),
-                    message: format!("allowed client name {n:?}: {e}"),
-                })
+                    message: format!("allowed client name {n:?}: not an exact DNS name"),
+                }),
             })
             .collect::<Result<_, _>>()?;
         Arc::new(NameCheck {
@@ -102,13 +103,27 @@ pub fn server_config_for_names(
     Ok(Arc::new(c))
 }
 
-/// The CA's verdict, then the name: the client certificate must be valid for one of `names`
-/// (the same check a TLS client makes of a server's name).
+/// The CA's verdict, then the name: one of the certificate's DNS names must equal one of
+/// `names` (ASCII case aside). Not the check a TLS client makes of a server's name, which
+/// lets a wildcard certificate stand for every name under it: a client name identifies one
+/// agent (or one kube-apiserver), and a certificate issued for a whole domain is not it.
 #[derive(Debug)]
 struct NameCheck {
     inner: Arc<dyn ClientCertVerifier>,
-    names: Vec<ServerName<'static>>,
+    /// Lower case.
+    names: Vec<String>,
     refused: Counter,
+}
+
+impl NameCheck {
+    fn allows(&self, end_entity: &CertificateDer<'_>) -> bool {
+        // The chain is already verified; this only reads the names it was issued for.
+        let Ok(cert) = webpki::EndEntityCert::try_from(end_entity) else {
+            return false;
+        };
+        cert.valid_dns_names()
+            .any(|san| self.names.iter().any(|n| n.eq_ignore_ascii_case(san)))
+    }
 }
 
 impl ClientCertVerifier for NameCheck {
@@ -133,12 +148,7 @@ impl ClientCertVerifier for NameCheck {
         let verified = self
             .inner
             .verify_client_cert(end_entity, intermediates, now)?;
-        let cert = ParsedCertificate::try_from(end_entity)?;
-        if self
-            .names
-            .iter()
-            .any(|n| verify_server_name(&cert, n).is_ok())
-        {
+        if self.allows(end_entity) {
             return Ok(verified);
         }
         self.refused.inc();

@@ -1,5 +1,6 @@
 //! The tunnel server tried as an attacker would: a certificate of the right CA for the wrong
-//! name, a plain-TCP CONNECT front facing a network, handshake floods, slow CONNECT clients.
+//! name or for a wildcard, a server that trusts every certificate of its CA, a plain-TCP
+//! CONNECT front facing a network, one source's stalled handshakes, slow CONNECT clients.
 
 mod common;
 
@@ -7,7 +8,7 @@ use common::*;
 use isthmus_config::{parse, TunnelServerConfig};
 use isthmus_testkit::wait_until;
 use isthmus_tunnel::metrics::RefusedLabels;
-use isthmus_tunnel::server::ConnectListener;
+use isthmus_tunnel::server::{ConnectListener, ServerOptions};
 use isthmus_tunnel::tls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -118,23 +119,37 @@ async fn the_unix_connect_socket_is_private() {
     tokio::net::UnixStream::connect(&path).await.unwrap();
 }
 
+/// A source at its share of handshake slots loses its own oldest handshake to a new one
+/// (the flood across many sources is `handshake_flood.rs`).
 #[tokio::test]
-async fn handshakes_beyond_the_cap_are_closed_at_once() {
+async fn a_sources_oldest_handshake_makes_room() {
     let world = World::new();
     let mut opts = world.server_options(false);
-    opts.limits.max_handshakes = 2;
+    opts.limits.max_handshakes_per_source = 2;
+    opts.limits.handshake_timeout = std::time::Duration::from_secs(60);
     let server = TestServer::start(opts, None, None).await;
-    // Two connections that never start their handshake hold both slots (10 s timeout).
-    let _a = TcpStream::connect(server.agents).await.unwrap();
-    let _b = TcpStream::connect(server.agents).await.unwrap();
-    let series = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"too_many_handshakes\"}";
-    // The accept loop may not have taken both yet: retry until one is refused.
-    wait_until("a third handshake is refused", DEADLINE, || async {
-        let mut c = TcpStream::connect(server.agents).await.unwrap();
-        closed(&mut c).await;
+    // Connections that start a TLS record and stall, from one address.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(server.agents).await.unwrap();
+        s.write_all(&[0x16, 0x03, 0x01, 0x02, 0x00]).await.unwrap();
+        held.push(s);
+    }
+    let series = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"evicted\"}";
+    wait_until("one handshake is evicted", DEADLINE, || async {
         metric(&server.metrics(), series) >= 1.0
     })
     .await;
+    // With a 60 s handshake timeout, only the eviction can have closed one of them.
+    let [a, b, c] = &mut held[..] else {
+        unreachable!()
+    };
+    tokio::select! {
+        _ = closed(a) => {}
+        _ = closed(b) => {}
+        _ = closed(c) => {}
+    }
+    assert_eq!(metric(&server.metrics(), series), 1.0);
     server.stop().await;
 }
 
@@ -174,4 +189,106 @@ async fn slow_connect_clients_make_room_for_new_ones() {
         String::from_utf8_lossy(&answer)
     );
     server.stop().await;
+}
+
+/// A certificate of the right CA issued for a wildcard that covers an allowed name is not
+/// that name: `allowed_client_names` compares names exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wildcard_certificate_does_not_stand_for_an_allowed_name() {
+    let world = World::new();
+    let dir = world.dir.path();
+    let (crt, key) = world.server_cert.write(dir, "server");
+    let ca = world.pki.write_ca(dir);
+    let mut opts = world.server_options(false);
+    let refused = opts.limits.refused.get_or_create_owned(&RefusedLabels {
+        listener: "agents",
+        reason: "client_name",
+    });
+    let allowed = vec!["agent.vpn.test".to_string()];
+    opts.agents_tls =
+        tls::server_config_for_names(&crt, &key, &ca, &[tls::ALPN_H2], &allowed, refused).unwrap();
+    let server = TestServer::start(opts, None, None).await;
+    let resolver = SwitchResolver::new(vec![server.agents]);
+    let wildcard = world.pki.peer_cert(&["*.vpn.test"]);
+    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
+    o.tls = world.pki.client_config(Some(&wildcard), &["h2"]);
+    let agent = TestAgent::start(o);
+    wait_until("the wildcard certificate is refused", DEADLINE, || async {
+        metric(
+            &server.metrics(),
+            "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"client_name\"}",
+        ) >= 1.0
+    })
+    .await;
+    assert_eq!(server.server.live_sessions(), 0);
+    agent.stop().await;
+    // The exact name, in another case, is the name.
+    let exact = world.pki.peer_cert(&["Agent.VPN.test"]);
+    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver, &[]);
+    o.tls = world.pki.client_config(Some(&exact), &["h2"]);
+    let agent = TestAgent::start(o);
+    let s = server.server.clone();
+    wait_until("the exact name gets a session", DEADLINE, || {
+        let s = s.clone();
+        async move { s.live_sessions() == 1 }
+    })
+    .await;
+    agent.stop().await;
+    server.stop().await;
+}
+
+/// Log lines written while `f` runs on this thread.
+#[allow(clippy::unwrap_used)]
+fn logs_of<T>(f: impl FnOnce() -> T) -> (T, String) {
+    #[derive(Clone, Default)]
+    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Capture {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let capture = Capture::default();
+    let writer = capture.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+/// Without `allowed_client_names` any certificate of the CA is an agent: the server says so
+/// when it starts, and stays quiet once the names are set.
+#[test]
+fn a_server_without_allowed_client_names_warns_at_start() {
+    let world = World::new();
+    let dir = world.dir.path();
+    let (crt, key) = world.server_cert.write(dir, "server");
+    let ca = world.pki.write_ca(dir);
+    let file = |names: &str| {
+        format!(
+            "agents: {{ address: \"127.0.0.1:0\", tls: {{ cert: {c}, key: {k}, client_ca: {ca}{names} }} }}\n\
+             connect: {{ unix: /nonexistent/connect.sock }}\n",
+            c = crt.display(),
+            k = key.display(),
+            ca = ca.display(),
+        )
+    };
+    let open = parse::<TunnelServerConfig>("s.yaml", &file("")).unwrap();
+    let (opts, logs) = logs_of(|| ServerOptions::from_config(&open));
+    opts.unwrap();
+    assert!(
+        logs.contains("WARN") && logs.contains("agents.tls.allowed_client_names is empty"),
+        "{logs}"
+    );
+    let named = file(", allowed_client_names: [agent.vpn.test]");
+    let named = parse::<TunnelServerConfig>("s.yaml", &named).unwrap();
+    let (opts, logs) = logs_of(|| ServerOptions::from_config(&named));
+    opts.unwrap();
+    assert!(!logs.contains("allowed_client_names"), "{logs}");
 }

@@ -1,7 +1,9 @@
-//! Reading each proxy pod's `/config` hash. Behind a trait so tests can script the answers.
+//! Reading each proxy pod's configuration hash from its `/config/hash` (a few dozen bytes;
+//! the full `/config` of a proxy with thousands of routes is megabytes, and the rollout check
+//! asks every pod every reconcile). Behind a trait so tests can script the answers.
 
 use futures::future::BoxFuture;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
@@ -12,19 +14,25 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ProbeError {
     /// Connection or HTTP failure.
-    #[error("GET /config from {0}: {1}")]
+    #[error("GET {PATH} from {0}: {1}")]
     Http(SocketAddr, String),
-    /// The answer was not `{"hash": "..."}`.
-    #[error("bad /config answer from {0}: {1}")]
+    /// The answer was not `{"hash": "..."}` (or longer than [`MAX_BODY`]).
+    #[error("bad {PATH} answer from {0}: {1}")]
     Body(SocketAddr, String),
     /// No answer in time.
-    #[error("GET /config from {0} timed out")]
+    #[error("GET {PATH} from {0} timed out")]
     Timeout(SocketAddr),
 }
 
+/// The proxy's admin path that answers `{"hash": "<sha256 of the file in effect>"}`.
+pub const PATH: &str = "/config/hash";
+
+/// The most bytes of an answer read: a hash and its JSON, with room to spare.
+pub const MAX_BODY: usize = 4096;
+
 /// Fetches the config hash a proxy pod serves.
 pub trait HashFetcher: Send + Sync + std::fmt::Debug {
-    /// `GET http://<addr>/config` → the `hash` field.
+    /// `GET http://<addr>/config/hash` → the `hash` field.
     fn fetch(&self, addr: SocketAddr) -> BoxFuture<'_, Result<String, ProbeError>>;
 }
 
@@ -46,7 +54,7 @@ impl HttpFetcher {
 
     async fn get(&self, addr: SocketAddr) -> Result<String, ProbeError> {
         let http = |e: String| ProbeError::Http(addr, e);
-        let uri: hyper::Uri = format!("http://{addr}/config")
+        let uri: hyper::Uri = format!("http://{addr}{PATH}")
             .parse()
             .map_err(|e| http(format!("{e}")))?;
         let resp = self
@@ -57,11 +65,10 @@ impl HttpFetcher {
         if !resp.status().is_success() {
             return Err(http(format!("status {}", resp.status())));
         }
-        let body = resp
-            .into_body()
+        let body = Limited::new(resp.into_body(), MAX_BODY)
             .collect()
             .await
-            .map_err(|e| http(e.to_string()))?
+            .map_err(|e| ProbeError::Body(addr, e.to_string()))?
             .to_bytes();
         let v: serde_json::Value =
             serde_json::from_slice(&body).map_err(|e| ProbeError::Body(addr, e.to_string()))?;

@@ -158,8 +158,12 @@ impl Agent {
                 next_resolve = Instant::now() + self.opts.resolve_interval;
                 self.reconcile().await;
             }
-            self.replace_aged();
+            // Retire first: a replacement that is verified and already aged (its set-up took
+            // longer than `max_session_age`) must retire its predecessor before it is
+            // replaced itself, or every replacement would be replaced before it took over
+            // and sessions would pile up, none drained.
             self.retire_verified_replacements();
+            self.replace_aged();
             // Sessions wake this loop when they are verified or age; otherwise the next
             // resolution does.
             tokio::select! {

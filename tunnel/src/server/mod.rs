@@ -2,15 +2,17 @@
 //! offers kube-apiserver an HTTP/1.1 CONNECT endpoint whose streams it spreads over them.
 
 mod connect;
+mod handshake;
 mod session;
 mod sessions;
+mod slots;
 
 use crate::metrics::{Metrics, RefusedLabels};
 use crate::{tls, Error};
 use hyper_util::rt::TokioExecutor;
-use isthmus_config::HttpLimits;
+use isthmus_admin::http1::Gate;
+use isthmus_config::{Cidr, HttpLimits};
 use isthmus_config::{ConnectListenerConfig, Http2Config, TunnelServerConfig};
-use isthmus_proxy::http1::Gate;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
@@ -46,10 +48,15 @@ pub struct ServerOptions {
 /// The server's caps and timeouts (see `agents` and `connect.limits` in the configuration).
 #[derive(Debug, Clone)]
 pub struct ServerLimits {
-    /// Time an agent connection has for its TLS handshake.
+    /// Time an agent connection has from accept to the end of its TLS handshake.
     pub handshake_timeout: Duration,
-    /// Agent TLS handshakes in progress at once; more are closed at once.
+    /// Agent TLS handshakes in progress at once; one more closes the oldest handshake of
+    /// the source holding the most.
     pub max_handshakes: usize,
+    /// Agent TLS handshakes in progress from one source; one more closes its own oldest.
+    pub max_handshakes_per_source: usize,
+    /// Peers whose PROXY v2 header names the source (the seed's isthmus proxies).
+    pub trusted_proxies: Vec<Cidr>,
     /// Agent sessions at once; more are closed after their handshake.
     pub max_sessions: usize,
     /// The CONNECT front's HTTP limits (its header timeout also bounds its TLS handshake).
@@ -62,8 +69,10 @@ pub struct ServerLimits {
 impl Default for ServerLimits {
     fn default() -> Self {
         Self {
-            handshake_timeout: Duration::from_secs(10),
-            max_handshakes: 64,
+            handshake_timeout: Duration::from_secs(5),
+            max_handshakes: 256,
+            max_handshakes_per_source: 8,
+            trusted_proxies: Vec::new(),
             max_sessions: 16,
             connect: HttpLimits::default(),
             refused: Family::default(),
@@ -80,11 +89,17 @@ impl ServerLimits {
 }
 
 impl ServerOptions {
-    /// Reads the TLS files named in `c`.
+    /// Reads the TLS files named in `c`, and logs what `c` leaves open
+    /// ([`TunnelServerConfig::warnings`]).
     pub fn from_config(c: &TunnelServerConfig) -> Result<Self, Error> {
+        for w in c.warnings() {
+            tracing::warn!("{w}");
+        }
         let limits = ServerLimits {
             handshake_timeout: c.agents.handshake_timeout.get(),
             max_handshakes: c.agents.max_handshakes,
+            max_handshakes_per_source: c.agents.max_handshakes_per_source,
+            trusted_proxies: c.agents.trusted_proxies.clone(),
             max_sessions: c.agents.max_sessions,
             connect: c.connect.limits,
             refused: Family::default(),
@@ -184,8 +199,9 @@ pub(crate) struct Shared {
     /// Cancelled when the server stops for good: sessions and streams are dropped.
     pub(crate) shutdown: CancellationToken,
     pub(crate) limits: ServerLimits,
-    /// Agent TLS handshakes in progress, and sessions past their handshake.
-    pub(crate) handshaking: Arc<AtomicUsize>,
+    /// Agent connections before the end of their TLS handshake.
+    pub(crate) slots: Arc<slots::Slots>,
+    /// Sessions past their handshake.
     pub(crate) sessions_open: Arc<AtomicUsize>,
     /// The CONNECT front's HTTP/1 limits.
     pub(crate) connect_gate: Arc<Gate>,
@@ -239,7 +255,10 @@ impl Server {
             probe_interval: opts.probe_interval,
             shutdown: CancellationToken::new(),
             limits: opts.limits.clone(),
-            handshaking: Arc::default(),
+            slots: slots::Slots::new(
+                opts.limits.max_handshakes,
+                opts.limits.max_handshakes_per_source,
+            ),
             sessions_open: Arc::default(),
             connect_gate: Gate::new(opts.limits.connect),
         });
@@ -247,7 +266,7 @@ impl Server {
         r.register(
             "refused",
             "Connections refused by listener (agents, connect) and reason (client_name, \
-             too_many_handshakes, too_many_sessions, evicted)",
+             evicted, proxy_protocol, too_many_sessions)",
             opts.limits.refused.clone(),
         );
         Self { shared, opts }
@@ -270,7 +289,9 @@ impl Server {
     }
 
     /// Runs until `shutdown` is cancelled, then stops accepting, drains the sessions, waits
-    /// up to the drain timeout for open streams, and drops everything.
+    /// up to the drain timeout for open streams, and drops everything. Bind `agents` with
+    /// `TCP_DEFER_ACCEPT` (the binary uses `isthmus_proxy::bind_deferred`): a connection that
+    /// sends nothing then waits in the kernel instead of taking a handshake slot.
     pub async fn run(
         &self,
         agents: TcpListener,
@@ -310,12 +331,9 @@ async fn accept_agents(shared: Arc<Shared>, listener: TcpListener, stop: Cancell
         tokio::select! {
             _ = stop.cancelled() => return,
             r = listener.accept() => match r {
-                Ok((tcp, peer)) => {
-                    match Counted::try_new(&shared.handshaking, shared.limits.max_handshakes) {
-                        Some(h) => { tokio::spawn(session::run(shared.clone(), tcp, peer, h)); }
-                        None => shared.limits.refuse("agents", "too_many_handshakes"),
-                    }
-                }
+                // Admission (a handshake slot, taken from an older handshake if need be)
+                // happens in the session's task: accepting never waits for a peer.
+                Ok((tcp, peer)) => { tokio::spawn(session::run(shared.clone(), tcp, peer)); }
                 Err(e) => backoff(&e).await,
             },
         }

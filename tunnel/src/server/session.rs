@@ -1,5 +1,6 @@
-//! One agent session on the server: TLS accept, HTTP/2 client handshake, a verifying request,
-//! then periodic round-trip probes until the connection ends.
+//! One agent session on the server: its admission and TLS handshake (`handshake.rs`), the
+//! HTTP/2 client handshake, a verifying request, then periodic round-trip probes until the
+//! connection ends.
 //!
 //! The drain handshake: before the verifying probe the server asks `GET /drain`, which the
 //! agent answers only when it wants to leave the session (rotation, handover, shutdown). The
@@ -10,7 +11,7 @@
 //! costing the CONNECT a second round trip (issue 17). An agent that does not know `/drain`
 //! answers it `405` and drains with GOAWAY alone, as before.
 
-use super::{Counted, Shared};
+use super::{handshake, Counted, Shared};
 use crate::Error;
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -29,34 +30,30 @@ const DRAIN_URI: &str = "http://isthmus-agent/drain";
 /// Tells the agent that this server opens no more streams on the session.
 const DRAINED_URI: &str = "http://isthmus-agent/drained";
 
-/// Runs one session until it ends or the server stops. `handshaking` counts this connection
-/// among the handshakes in progress until the handshake is over.
-pub(crate) async fn run(
-    shared: Arc<Shared>,
-    tcp: TcpStream,
-    peer: SocketAddr,
-    handshaking: Counted,
-) {
+/// Runs one session from its accepted connection until it ends or the server stops.
+pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
-    // A TLS handshake that takes longer is abandoned (slowloris protection).
-    let timeout = shared.limits.handshake_timeout;
-    let tls = match tokio::time::timeout(timeout, shared.acceptor.accept(crate::h2::buffered(tcp)))
-        .await
-    {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
+    let (tls, peer) = match handshake::accept(&shared, tcp, peer).await {
+        Ok(x) => x,
+        Err(refused) => {
             shared.metrics.handshake(false);
-            tracing::warn!(%peer, error = %e, "agent TLS handshake failed");
-            return;
-        }
-        Err(_) => {
-            shared.metrics.handshake(false);
-            tracing::warn!(%peer, "agent TLS handshake timed out");
+            if let Some(reason) = refused.reason() {
+                shared.limits.refuse("agents", reason);
+            }
+            // Evictions and timeouts are what a flood causes: counted, not logged one by one.
+            match refused {
+                handshake::Refused::Tls(e) => {
+                    tracing::info!(%peer, error = %e, "agent TLS handshake failed")
+                }
+                handshake::Refused::ProxyProtocol(why) => {
+                    tracing::warn!(%peer, why, "bad PROXY header from a trusted proxy")
+                }
+                r => tracing::debug!(%peer, refused = ?r, "agent handshake closed"),
+            }
             return;
         }
     };
     shared.metrics.handshake(true);
-    drop(handshaking);
     let Some(_open) = Counted::try_new(&shared.sessions_open, shared.limits.max_sessions) else {
         shared.limits.refuse("agents", "too_many_sessions");
         tracing::warn!(%peer, max = shared.limits.max_sessions, "too many agent sessions, closing");

@@ -1,18 +1,26 @@
-//! Reads and writes the HAProxy PROXY protocol header (v1 text and v2 binary), with which a load
-//! balancer in front of isthmus tells it a connection's real client and destination addresses.
+//! The HAProxy PROXY protocol header (v1 text and v2 binary), with which a load balancer (or
+//! an isthmus proxy in front of the tunnel server) tells the next hop a connection's real
+//! client and destination addresses. A pure crate at the bottom of the workspace: the proxy's
+//! listeners read it and its upstreams write it; the tunnel server's agents listener reads it.
 //!
 //! [`parse`] is a pure function over the bytes buffered so far: the connection handler calls it
 //! after every read until the verdict is anything but [`Parsed::NeedMore`], strips `len` bytes
 //! of a header and hands the rest (a ClientHello, usually) on. Every verdict other than
-//! `NeedMore` is final: feeding more bytes never changes it. [`encode_v1`] and [`encode_v2`]
-//! write the header for an upstream that expects one.
+//! `NeedMore` is final: feeding more bytes never changes it. [`detect`] answers only whether a
+//! header starts here, from its signature, for a peer whose header would be refused anyway
+//! (nothing it announces is waited for). [`encode_v1`] and [`encode_v2`] write the header for
+//! a next hop that expects one.
 //!
 //! What it must never do: panic or read past the buffer on any input; allocate (the encoders
 //! only append to the caller's vector); consume bytes after the header, which belong to the
-//! payload; accept an address it had to guess. TLVs in v2 are skipped unread: nothing we route
-//! on lives there, and reading them would only add ways to fail.
+//! payload; accept an address it had to guess; accept a v2 header longer than
+//! [`V2_MAX_LEN`] (the length is announced in the first 16 bytes, so a reader would otherwise
+//! buffer up to 64 KiB for one connection). TLVs in v2 are skipped unread: nothing we route on
+//! lives there, and reading them would only add ways to fail.
 //!
 //! Spec: <https://www.haproxy.org/download/2.9/doc/proxy-protocol.txt>.
+
+#![forbid(unsafe_code)]
 
 use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -63,7 +71,11 @@ const V1_PREFIX: &[u8] = b"PROXY ";
 const V1_MAX_LEN: usize = 107;
 const V2_SIGNATURE: &[u8; 12] = b"\r\n\r\n\0\r\nQUIT\n";
 /// Signature, version/command, family/protocol and the 2-byte length.
-const V2_FIXED_LEN: usize = 16;
+pub const V2_FIXED_LEN: usize = 16;
+/// The longest v2 header accepted, TLVs included. Load balancers send the addresses (36
+/// bytes for IPv6) and a few short TLVs (AWS's VPC endpoint ID, Azure's link ID, a CRC);
+/// a longer header is refused from its first 16 bytes instead of being buffered.
+pub const V2_MAX_LEN: usize = 2048;
 const V2_CMD_LOCAL: u8 = 0x0;
 const V2_CMD_PROXY: u8 = 0x1;
 const V2_FAM_UNSPEC: u8 = 0x00;
@@ -82,8 +94,51 @@ pub fn parse(buf: &[u8]) -> Parsed {
     }
 }
 
+/// Whether a PROXY header starts at the start of the bytes, judged by its signature alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detected {
+    /// Not enough bytes to decide.
+    NeedMore,
+    /// The bytes start with something else.
+    Absent,
+    /// The v1 prefix `PROXY ` or the 12-byte v2 signature: a header, whatever follows.
+    Header,
+}
+
+/// Decides from at most 12 bytes whether `buf` starts with a PROXY header, without reading
+/// (or waiting for) what the header announces. For a peer whose header is refused anyway
+/// (one not among the trusted proxies): it is refused at the signature.
+pub fn detect(buf: &[u8]) -> Detected {
+    let signature: &[u8] = match buf.first() {
+        None => return Detected::NeedMore,
+        Some(b'P') => V1_PREFIX,
+        Some(b'\r') => V2_SIGNATURE,
+        Some(_) => return Detected::Absent,
+    };
+    if prefix_mismatch(buf, signature, ()).is_some() {
+        Detected::Absent
+    } else if buf.len() >= signature.len() {
+        Detected::Header
+    } else {
+        Detected::NeedMore
+    }
+}
+
+/// The whole length a v2 header announces, once its 16 fixed bytes are in `buf`; `None`
+/// before that or when `buf` does not start with the v2 signature. Nothing else is checked
+/// ([`parse`] does that), so a reader can take exactly the header's bytes off a socket and
+/// leave the payload unread.
+pub fn v2_len(buf: &[u8]) -> Option<usize> {
+    let fixed = buf.get(..V2_FIXED_LEN)?;
+    if !fixed.starts_with(V2_SIGNATURE) {
+        return None;
+    }
+    let len = u16::from_be_bytes([*fixed.get(14)?, *fixed.get(15)?]);
+    Some(V2_FIXED_LEN + usize::from(len))
+}
+
 /// `Some(verdict)` when `buf` does not start with (a prefix of) `expected`, `None` when it does.
-fn prefix_mismatch(buf: &[u8], expected: &[u8], verdict: Parsed) -> Option<Parsed> {
+fn prefix_mismatch<T>(buf: &[u8], expected: &[u8], verdict: T) -> Option<T> {
     let n = buf.len().min(expected.len());
     (buf.get(..n) != expected.get(..n)).then_some(verdict)
 }
@@ -168,6 +223,9 @@ fn parse_v2(buf: &[u8]) -> Parsed {
     }
     let addr_len = u16::from_be_bytes([len_hi, len_lo]);
     let len = V2_FIXED_LEN + usize::from(addr_len);
+    if len > V2_MAX_LEN {
+        return Parsed::Invalid("v2 too long");
+    }
     // Everything below is decided from the 16 fixed bytes, so a broken header is reported
     // without waiting for (up to 64 KiB of) a body it announced.
     let header = match (ver_cmd & 0x0f, fam) {

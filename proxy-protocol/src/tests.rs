@@ -305,3 +305,51 @@ fn verdicts_on_prefixes_are_final() {
         }
     }
 }
+
+#[test]
+fn v2_longer_than_the_cap_is_refused_from_the_fixed_bytes() {
+    let mut h = v2_tcp4_bytes();
+    let body = u16::try_from(super::V2_MAX_LEN - 16).unwrap();
+    h[14..16].copy_from_slice(&body.to_be_bytes());
+    // At the cap: waits for the body, then parses.
+    assert_eq!(parse(&h), Parsed::NeedMore);
+    assert_eq!(super::v2_len(&h), Some(super::V2_MAX_LEN));
+    h.resize(super::V2_MAX_LEN, 0);
+    assert_eq!(parse(&h), proxied(v4(), super::V2_MAX_LEN));
+    // One byte more is refused from the 16 fixed bytes, whatever follows.
+    h[14..16].copy_from_slice(&(body + 1).to_be_bytes());
+    assert_eq!(parse(&h[..16]), Parsed::Invalid("v2 too long"));
+    h[14..16].copy_from_slice(&u16::MAX.to_be_bytes());
+    assert_eq!(parse(&h[..16]), Parsed::Invalid("v2 too long"));
+}
+
+#[test]
+fn detect_decides_at_the_signature() {
+    use super::{detect, Detected};
+    assert_eq!(detect(b""), Detected::NeedMore);
+    assert_eq!(detect(&[0x16, 3, 1]), Detected::Absent);
+    assert_eq!(detect(b"PROX"), Detected::NeedMore);
+    assert_eq!(detect(b"PROXY "), Detected::Header);
+    assert_eq!(detect(b"PROXY garbage"), Detected::Header);
+    assert_eq!(detect(b"POST /"), Detected::Absent);
+    assert_eq!(detect(&SIG[..11]), Detected::NeedMore);
+    // The signature is enough: an announced 64 KiB body is not waited for.
+    let mut h = SIG.to_vec();
+    assert_eq!(detect(&h), Detected::Header);
+    h.extend_from_slice(&[0x21, 0x11, 0xff, 0xff]);
+    assert_eq!(detect(&h), Detected::Header);
+    assert_eq!(detect(b"\r\n\r\nX"), Detected::Absent);
+    for n in 0..v2_tcp4_bytes().len() {
+        let d = detect(&v2_tcp4_bytes()[..n]);
+        assert!(d == Detected::NeedMore || d == Detected::Header, "{n}");
+    }
+}
+
+#[test]
+fn v2_len_reads_the_announced_length_only() {
+    use super::v2_len;
+    assert_eq!(v2_len(&v2_tcp4_bytes()), Some(28));
+    assert_eq!(v2_len(&v2_tcp4_bytes()[..15]), None);
+    assert_eq!(v2_len(&v2_tcp6_bytes()[..16]), Some(52));
+    assert_eq!(v2_len(b"PROXY TCP4 1.2.3.4 5.6.7.8 1 2\r\n"), None);
+}
