@@ -3,7 +3,8 @@
 #
 #   scripts/cluster.sh up        build what is missing, start the node, load the isthmus image,
 #                                apply deploy/, wait for the proxy DaemonSet; prints the
-#                                `export KUBECONFIG=…` line for a shell
+#                                `export KUBECONFIG=…` line for a shell (`up --no-isthmus`:
+#                                the node only)
 #   scripts/cluster.sh down      stop everything and leave the host as it was
 #   scripts/cluster.sh status    what runs and what is Ready
 #   scripts/cluster.sh kubectl … the cluster's own kubectl (inside the node's namespace)
@@ -56,7 +57,7 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/node.sh"
 . "$root/scripts/cluster/images.sh"
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
 cmd="${1:-}"
 shift || true

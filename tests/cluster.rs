@@ -16,6 +16,8 @@
 mod checks;
 #[path = "cluster/node.rs"]
 mod node;
+#[path = "cluster/policies.rs"]
+mod policies;
 #[path = "cluster/shoot.rs"]
 mod shoot;
 #[path = "cluster/traffic.rs"]
@@ -39,7 +41,7 @@ fn isthmus_in_a_real_node() {
     let shoot = shoot::Shoot::deploy(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);
-    checks::network_policies(&node);
+    policies::network_policies(&node);
     checks::lease_hand_over(&node);
     upgrade::rolling_update_without_failed_connections(&node, &client);
     upgrade::drain_on_delete(&node, &client);

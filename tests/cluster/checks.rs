@@ -1,5 +1,5 @@
 //! The steps before the upgrade: readiness, routes from a migration, who may connect, the
-//! NetworkPolicies from both sides, the Lease.
+//! Lease.
 
 use super::node::{poll, Node, EXT_IP, STRANGER_IP, SYSTEM};
 use super::shoot::{Shoot, NS, SNI};
@@ -7,7 +7,7 @@ use super::traffic::{Client, POLL};
 use serde_json::Value;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-const LONG: Duration = Duration::from_secs(240);
+pub const LONG: Duration = Duration::from_secs(240);
 
 /// Seconds since the epoch of an RFC 3339 UTC timestamp as the API writes them.
 fn epoch(ts: &str) -> u64 {
@@ -245,110 +245,6 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
     // The allowed client still passes: its address reached the proxy unchanged.
     client.health(node, None).unwrap();
     println!("checked: stranger {STRANGER_IP} refused by loadBalancerSourceRanges, then by allowed_sources; {EXT_IP} passes both");
-}
-
-fn pod_ip(node: &Node, ns: &str, selector: &str) -> String {
-    node.pods_jsonpath(ns, selector, "{.items[0].status.podIP}")
-}
-
-/// kubectl exec curl in a probe pod; Ok when an HTTP answer came back.
-fn exec_curl(node: &Node, pod: &str, url: &str) -> Result<String, String> {
-    node.try_kubectl(&[
-        "-n",
-        SYSTEM,
-        "exec",
-        pod,
-        "--",
-        "/usr/bin/curl",
-        "-sS",
-        "-k",
-        "--max-time",
-        "3",
-        "-o",
-        "/dev/null",
-        "-w",
-        "%{http_code}",
-        url,
-    ])
-}
-
-/// Each policy from both sides, with probe pods carrying the labels the policies select.
-pub fn network_policies(node: &Node) {
-    for (name, labels) in [
-        (
-            "np-as-controller",
-            "{app.kubernetes.io/name: isthmus-controller, isthmus-e2e: probe}",
-        ),
-        ("np-stranger", "{isthmus-e2e: probe}"),
-    ] {
-        node.apply(&format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: {SYSTEM}, labels: {labels}}}\nspec:\n  containers:\n    - {{name: probe, image: isthmus.local/test-etcd:v3.6.16, imagePullPolicy: Never, command: [/pause]}}\n"
-        ));
-    }
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "wait",
-        "--for=condition=Ready",
-        "pod/np-as-controller",
-        "pod/np-stranger",
-        "--timeout=120s",
-    ]);
-    let proxy = pod_ip(node, SYSTEM, "app.kubernetes.io/name=isthmus-proxy");
-    let dns = pod_ip(node, "kube-system", "k8s-app=kube-dns");
-    let admin = format!("http://{proxy}:9901/readyz");
-    let dns_ready = format!("http://{dns}:8181/ready");
-    // Policies take a moment to be programmed after the pods start: poll for the passing side.
-    poll(
-        node,
-        "the controller's pods reaching the proxy admin port",
-        LONG,
-        POLL,
-        || {
-            exec_curl(node, "np-as-controller", &admin).and_then(|c| {
-                if c == "200" {
-                    Ok(())
-                } else {
-                    Err(c)
-                }
-            })
-        },
-    );
-    poll(
-        node,
-        "a pod without a policy reaching CoreDNS's ready port",
-        LONG,
-        POLL,
-        || {
-            exec_curl(node, "np-stranger", &dns_ready).and_then(|c| {
-                if c == "200" {
-                    Ok(())
-                } else {
-                    Err(c)
-                }
-            })
-        },
-    );
-    let refused = exec_curl(node, "np-stranger", &admin);
-    assert!(
-        refused.is_err(),
-        "another pod reached the proxy admin port: {refused:?}"
-    );
-    let refused = exec_curl(node, "np-as-controller", &dns_ready);
-    assert!(
-        refused.is_err(),
-        "the controller's policy let it reach CoreDNS port 8181: {refused:?}"
-    );
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "delete",
-        "pod",
-        "np-as-controller",
-        "np-stranger",
-        "--wait=false",
-    ]);
-    println!("checked: proxy admin 9901 open to the controller's pods and closed to others; the controller's egress closed beyond its list");
 }
 
 /// Both controller replicas run with their projected tokens under deploy/'s RBAC; deleting

@@ -117,8 +117,10 @@ impl Node {
     pub fn kubectl_command(&self, args: &[&str]) -> Command {
         let kubectl = isthmus_testkit::cache::kube_apiserver().with_file_name("kubectl");
         let mut c = Command::new(kubectl);
+        let state = std::env::var_os("ISTHMUS_CLUSTER_DIR")
+            .map_or_else(|| Path::new(ROOT).join("target/cluster"), PathBuf::from);
         c.arg("--kubeconfig")
-            .arg(Path::new(ROOT).join("target/cluster/kubeconfig"))
+            .arg(state.join("kubeconfig"))
             .args(args);
         c
     }
