@@ -85,7 +85,7 @@ pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
     let t = Instant::now();
     let out = build.output().unwrap();
     println!(
-        "figure: scripts/image.sh v2 (cached build): {:.1?}",
+        "figure: scripts/image.sh v2 (same binary, new tag): {:.1?}",
         t.elapsed()
     );
     assert!(
