@@ -252,8 +252,9 @@ isthmus_install() {
   echo "cluster: isthmus installed in $((SECONDS - t0)) s"
 }
 
+# The line that points a shell at the cluster, with the cluster's own kubectl first in PATH.
 cluster_print_env() {
-  echo "export KUBECONFIG=$KUBECONFIG_HOST"
+  echo "export KUBECONFIG=$KUBECONFIG_HOST PATH=$K8S:\$PATH"
 }
 
 cluster_down() {
