@@ -3,7 +3,7 @@
 # `isthmus` (the binary under test: each seed's proxy and tunnel server) and `isthmus-lab`, then
 # runs `isthmus-lab demo`, which moves a real 3-member etcd between two seeds (network namespaces)
 # through isthmus proxies while the shoot's real kube-apiservers (target/kube-apiserver/, built by
-# scripts/build-kube-apiserver.sh from install-deps.sh) serve API load from it and call a webhook
+# scripts/build-kubernetes.sh from install-deps.sh) serve API load from it and call a webhook
 # through the isthmus tunnel. `--controllers`: each seed runs its own kube-apiserver and two
 # `isthmus controller` replicas, which drive the migration (docs/lab.md). Needs root (network
 # namespaces).

@@ -10,6 +10,8 @@ packages=(
   openvpn                      # OpenVPN through the http_connect listener
   python3-yaml                 # scripts/chart.sh (the chart's OCI config blob, one file per rendered object)
   nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
+  containerd runc containernetworking-plugins   # the real node of scripts/cluster.sh
+  iptables ipset socat umoci gcc libc6-dev      # kube-proxy/kube-router rules, the API door, images
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -25,10 +27,19 @@ fi
 for s in nginx haproxy sniproxy openvpn; do
   (command -v systemctl >/dev/null && systemctl stop "$s" 2>/dev/null) || service "$s" stop >/dev/null 2>&1 || true
 done
-# The pinned upstream CRDs, kube-apiserver and its etcd (Go modules; cached in $ISTHMUS_CACHE,
-# ~/.cache/isthmus by default (scripts/cache.sh), built once per machine, reused by every clone).
-# (konnectivity, the tunnel bench's peer, is built by `cargo bench --bench tunnels` on first use.)
-# helm and prometheus/promtool: the chart and monitoring tests (cold builds measured on the 2-core
-# machine with other builds running: helm 211 s, prometheus + promtool see build-prometheus.sh).
-d="$(dirname "${BASH_SOURCE[0]}")" && "$d/upstream-crds.sh" && "$d/build-etcd.sh" && "$d/build-kube-apiserver.sh" &&
-  "$d/build-helm.sh" && "$d/build-prometheus.sh"
+# Debian starts containerd as a service on install where it can; the node runs its own.
+(command -v systemctl >/dev/null && systemctl disable --now containerd 2>/dev/null) || true
+# The pinned upstream CRDs, etcd and the Kubernetes commands (kube-apiserver for the tests'
+# API servers, all six for the node), CoreDNS and kube-router (Go modules; cached in
+# $ISTHMUS_CACHE, ~/.cache/isthmus by default (scripts/cache.sh), built once per machine,
+# reused by every clone). (konnectivity, the tunnel bench's peer, is built by
+# `cargo bench --bench tunnels` on first use.)
+d="$(dirname "${BASH_SOURCE[0]}")"
+"$d/upstream-crds.sh"
+"$d/build-etcd.sh"
+"$d/build-kubernetes.sh"
+"$d/build-go-tool.sh" kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version
+"$d/build-go-tool.sh" coredns v1.12.1 github.com/coredns/coredns -version
+# helm and prometheus/promtool: the chart and monitoring tests.
+"$d/build-helm.sh"
+"$d/build-prometheus.sh"

@@ -83,7 +83,7 @@ struct Demo {
     #[arg(long, value_name = "FILE", env = "ISTHMUS_BIN")]
     isthmus: Option<PathBuf>,
     /// The shoot's kube-apiserver binary (one runs in each seed on the migrating etcd).
-    /// `scripts/build-kube-apiserver.sh` builds it from k8s.io/kubernetes.
+    /// `scripts/build-kubernetes.sh` builds it from k8s.io/kubernetes.
     #[arg(
         long,
         value_name = "FILE",
@@ -182,7 +182,7 @@ fn demo(args: Demo) -> anyhow::Result<ExitCode> {
     let proxy_bin = isthmus_binary(args.isthmus)?;
     anyhow::ensure!(
         args.kube_apiserver.is_file(),
-        "no kube-apiserver at {}: run scripts/build-kube-apiserver.sh or pass --kube-apiserver FILE",
+        "no kube-apiserver at {}: run scripts/build-kubernetes.sh or pass --kube-apiserver FILE",
         args.kube_apiserver.display()
     );
     let kube_apiserver_bin = std::path::absolute(&args.kube_apiserver)?;

@@ -88,7 +88,7 @@ pub struct Options {
     pub scenario: Scenario,
     /// The `isthmus` binary (each seed runs `isthmus proxy`).
     pub proxy_bin: PathBuf,
-    /// The shoot's kube-apiserver (built by `scripts/build-kube-apiserver.sh`).
+    /// The shoot's kube-apiserver (built by `scripts/build-kubernetes.sh`).
     pub kube_apiserver_bin: PathBuf,
     /// Scratch directory for certificates, configs, data and logs.
     pub dir: PathBuf,

@@ -21,7 +21,7 @@ pub fn dir() -> PathBuf {
     Path::new(&home).join(".cache/isthmus")
 }
 
-/// kube-apiserver as `scripts/build-kube-apiserver.sh` leaves it.
+/// kube-apiserver as `scripts/build-kubernetes.sh` leaves it.
 pub fn kube_apiserver() -> PathBuf {
     dir()
         .join(format!("kubernetes-{KUBE_VERSION}"))

@@ -1,5 +1,5 @@
 //! A real kube-apiserver (and its etcd) for tests: the pinned Kubernetes v1.34.4 built from the
-//! published Go module by `scripts/build-kube-apiserver.sh`, on OS-chosen loopback ports, with
+//! published Go module by `scripts/build-kubernetes.sh`, on OS-chosen loopback ports, with
 //! rcgen certificates, `--authorization-mode=RBAC` and service-account signing keys (so
 //! TokenRequest works and a ServiceAccount's client is subject to RBAC exactly as in a cluster).
 //!
@@ -87,7 +87,7 @@ fn kube_apiserver_binary() -> PathBuf {
     let p = crate::cache::kube_apiserver();
     assert!(
         p.is_file(),
-        "{} is missing: run scripts/build-kube-apiserver.sh (or set ISTHMUS_KUBE_APISERVER)",
+        "{} is missing: run scripts/build-kubernetes.sh (or set ISTHMUS_KUBE_APISERVER)",
         p.display()
     );
     p

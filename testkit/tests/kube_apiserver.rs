@@ -1,6 +1,6 @@
 //! The kube-apiserver fixture against the real thing: the pinned kube-apiserver enforces the
 //! upstream Etcd CRD's CEL rules, RBAC for a ServiceAccount, and strict field validation.
-//! Needs `scripts/build-kube-apiserver.sh` and `scripts/upstream-crds.sh` (install-deps runs both).
+//! Needs `scripts/build-kubernetes.sh` and `scripts/upstream-crds.sh` (install-deps runs both).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use watch::{Seen, Watch};
 
-/// Where `scripts/build-kube-apiserver.sh` puts kube-apiserver (the machine's build cache).
+/// Where `scripts/build-kubernetes.sh` puts kube-apiserver (the machine's build cache).
 pub fn default_binary() -> PathBuf {
     isthmus_testkit::cache::kube_apiserver()
 }

@@ -1,5 +1,5 @@
 //! One shoot kube-apiserver: the real binary (built from `k8s.io/kubernetes`, see
-//! `scripts/build-kube-apiserver.sh`) as a process inside a seed's namespace, serving on the
+//! `scripts/build-kubernetes.sh`) as a process inside a seed's namespace, serving on the
 //! seed's address, its storage the migrating etcd members of that seed, its `cluster` egress the
 //! seed's tunnel server. Stopped with SIGTERM, as a pod is: in-flight requests finish, watches
 //! end, clients reconnect elsewhere.

@@ -3,6 +3,8 @@
 //! version in a fresh `..<n>` directory, `..data` switched to it by renaming a symlink, and
 //! `proxy.yaml` a symlink to `..data/proxy.yaml`. The proxy watches the path and reloads when
 //! the swap shows a new file; the controller then reads the proxy's `/config` hash.
+//! The real kubelet doing the same into a real proxy pod is tested by `tests/cluster.rs`
+//! (the node of `scripts/cluster.sh`).
 
 use crate::error::{Error, Result};
 use k8s_openapi::api::core::v1::ConfigMap;

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds one pinned Go command through its wrapper module in scripts/<name>/ (go.mod pins the
+# version, go.sum every checksum) into $ISTHMUS_CACHE/<name>-<version>/<name> (scripts/cache.sh).
+# Usage: build-go-tool.sh NAME VERSION PACKAGE [VERSION-CHECK-ARGS...]
+# The node of scripts/cluster.sh uses it for CoreDNS and kube-router:
+#   build-go-tool.sh coredns v1.12.1 github.com/coredns/coredns -version           (~6 min cold)
+#   build-go-tool.sh kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version  (~2 min cold)
+# Idempotent: does nothing when the binary exists and answers the version check.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/cache.sh"
+name="$1" version="$2" pkg="$3"
+shift 3
+out="$ISTHMUS_CACHE/$name-$version/$name"
+
+if [[ -x "$out" ]] && "$out" "$@" >/dev/null 2>&1; then
+  exit 0
+fi
+command -v go >/dev/null || { echo "build-go-tool: go is not installed" >&2; exit 1; }
+grep -qE "^(require )?\s*${pkg%%/cmd/*} $version\b" "$root/scripts/$name/go.mod" ||
+  { echo "build-go-tool: scripts/$name/go.mod does not pin ${pkg%%/cmd/*} $version" >&2; exit 1; }
+mkdir -p "$(dirname "$out")"
+echo "build-go-tool: building $name $version"
+start=$(date +%s)
+cd "$root/scripts/$name"
+# -mod=readonly: go.mod/go.sum are the pin. CGO_ENABLED=0: a static binary, runnable in an
+# image without libraries.
+GO111MODULE=on GOFLAGS= CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath \
+  -ldflags "-s -w" -o "$out.tmp" "$pkg"
+mv "$out.tmp" "$out"
+echo "build-go-tool: $name $version built in $(($(date +%s) - start)) s -> $out"

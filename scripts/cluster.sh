@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# A real single-node Kubernetes (v1.34.4) for isthmus, in a network namespace of its own.
+#
+#   scripts/cluster.sh up        build what is missing, start the node, load the isthmus image,
+#                                apply deploy/, wait for the proxy DaemonSet; prints the
+#                                `export KUBECONFIG=…` line for a shell (`up --no-isthmus`:
+#                                the node only)
+#   scripts/cluster.sh down      stop everything and leave the host as it was
+#   scripts/cluster.sh status    what runs and what is Ready
+#   scripts/cluster.sh kubectl … the cluster's own kubectl (inside the node's namespace)
+#   scripts/cluster.sh load FILE import an OCI image archive into the node's containerd
+#   scripts/cluster.sh node CMD… run a command in the node's network and mount namespace
+#
+# What runs: etcd v3.6 (the tests' build), kube-apiserver, kube-controller-manager,
+# kube-scheduler, kubelet and kube-proxy (one pinned build of k8s.io/kubernetes), containerd +
+# runc + CNI plugins (Debian), kube-router (NetworkPolicy enforcement and LoadBalancer addresses)
+# as node processes; CoreDNS as a pod. Images (pause, CoreDNS, a test etcd, isthmus) are built
+# locally into OCI archives and imported: there is no registry and nothing is pulled.
+#
+# Isolation: the node is the network namespace `isthmus-node` (10.200.0.2) joined by a veth to
+# `isthmus-node-ext` (10.200.0.1), which plays "the outside" (clients of the LoadBalancer range
+# 10.200.1.0/24); no route leaves the two. Every node process runs in one private mount
+# namespace (tmpfs over /run, /var/lib and /var/log; state under target/cluster/), in the cgroup
+# /isthmus-node, whose every process `down` kills by PID before removing the cgroups, the
+# namespaces and the state; the few global sysctls kubelet sets are saved by `up` and restored.
+# Needs root. Environment: ISTHMUS_CLUSTER_DIR (state; default target/cluster),
+# ISTHMUS_CLUSTER_PORT (the host's 127.0.0.1 port forwarded to kube-apiserver; default 16443).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+. "$root/scripts/cache.sh"
+
+NODE_NAME=isthmus-node
+NODE_NS=isthmus-node
+EXT_NS=isthmus-node-ext
+CGROUP=isthmus-node
+NODE_IP=10.200.0.2
+EXT_IP=10.200.0.1
+LB_RANGE=10.200.1.0/24
+POD_CIDR=10.244.0.0/24
+SERVICE_CIDR=10.96.0.0/16
+API_SERVICE_IP=10.96.0.1
+DNS_SERVICE_IP=10.96.0.10
+K8S_VERSION=v1.34.4
+K8S="$ISTHMUS_CACHE/kubernetes-$K8S_VERSION"
+ETCD_BIN="$ISTHMUS_CACHE/etcd-v3.6.16/etcd"
+COREDNS_VERSION=v1.12.1
+KUBE_ROUTER_VERSION=v2.1.0
+PAUSE_IMAGE=isthmus.local/pause:3.10.1
+STATE="${ISTHMUS_CLUSTER_DIR:-$root/target/cluster}"
+RUN="$STATE/run"
+PKI="$STATE/pki"
+API_PORT="${ISTHMUS_CLUSTER_PORT:-16443}"
+KUBECONFIG_HOST="$STATE/kubeconfig"
+
+. "$root/scripts/cluster/pki.sh"
+. "$root/scripts/cluster/config.sh"
+. "$root/scripts/cluster/node.sh"
+. "$root/scripts/cluster/images.sh"
+
+usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  up) cluster_up "$@" ;;
+  down) cluster_down ;;
+  status) cluster_status ;;
+  kubectl) node_exec "$K8S/kubectl" --kubeconfig "$STATE/etc/admin.kubeconfig" "$@" ;;
+  load) images_load "$@" ;;
+  node) node_exec "$@" ;;
+  -h | --help | help) usage ;;
+  *) usage >&2; exit 2 ;;
+esac

@@ -1,0 +1,53 @@
+//! isthmus in a real Kubernetes node (`scripts/cluster.sh`: kubelet, kube-proxy, containerd,
+//! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses), installed as a user
+//! installs it (the image from `scripts/image.sh`, deploy/ applied unchanged), end to end:
+//! probes, a TLS client outside the cluster reaching a real etcd pod through the LoadBalancer
+//! by SNI, an `EtcdMigration` turned into routes by the controller and delivered by the real
+//! kubelet, the NetworkPolicies from both sides, the tunnel server and agents as pods with the
+//! agent's session through the proxy's VPN route, the Lease hand-over, a rolling update under
+//! load and a drain, then `down` leaving the host as it was (sysctls, namespaces, cgroups,
+//! mounts). One test, steps in order on one node; each step prints its figures.
+//! Needs root and what `scripts/install-deps.sh` installs; `ISTHMUS_CLUSTER_KEEP=1` leaves the
+//! node up afterwards.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "cluster/checks.rs"]
+mod checks;
+#[path = "cluster/node.rs"]
+mod node;
+#[path = "cluster/policies.rs"]
+mod policies;
+#[path = "cluster/shoot.rs"]
+mod shoot;
+#[path = "cluster/traffic.rs"]
+mod traffic;
+#[path = "cluster/tunnel.rs"]
+mod tunnel;
+#[path = "cluster/upgrade.rs"]
+mod upgrade;
+
+use node::Node;
+use std::time::{Instant, SystemTime};
+
+#[test]
+fn isthmus_in_a_real_node() {
+    let t0 = Instant::now();
+    let wall0 = SystemTime::now();
+    let (node, up, before) = Node::up();
+    println!("figure: scripts/cluster.sh up (node, image loaded, deploy/ applied, proxy Ready): {up:.1?}");
+    checks::first_pod_ready(&node, wall0);
+    checks::proxy_ready_through_probes(&node);
+    let shoot = shoot::Shoot::deploy(&node);
+    let client = checks::migration_routes_reach_etcd(&node, &shoot);
+    checks::source_ranges_and_allowed_sources(&node, &client);
+    policies::network_policies(&node);
+    checks::lease_hand_over(&node);
+    upgrade::rolling_update_without_failed_connections(&node, &client);
+    upgrade::drain_on_delete(&node, &client);
+    tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
+    if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_none() {
+        node.down_and_check(&before);
+    }
+    println!("figure: the end-to-end test took {:.1?}", t0.elapsed());
+}

@@ -1,0 +1,289 @@
+//! The steps before the upgrade: readiness, routes from a migration, who may connect, the
+//! Lease.
+
+use super::node::{poll, Node, EXT_IP, STRANGER_IP, SYSTEM};
+use super::shoot::{Shoot, NS, SNI};
+use super::traffic::{Client, POLL};
+use serde_json::Value;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub const LONG: Duration = Duration::from_secs(240);
+
+/// Seconds since the epoch of an RFC 3339 UTC timestamp as the API writes them.
+fn epoch(ts: &str) -> u64 {
+    let (d, t) = ts.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = d.split('-').map(|x| x.parse().unwrap()).collect();
+    let t: Vec<u64> = t.split(':').map(|x| x.parse().unwrap()).collect();
+    // Days from civil (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = (era * 146097 + doe - 719468) as u64;
+    days * 86400 + t[0] * 3600 + t[1] * 60 + t[2]
+}
+
+fn json(node: &Node, args: &[&str]) -> Value {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    serde_json::from_str(&node.kubectl(&a)).unwrap()
+}
+
+/// From an empty state (`up` started) to the first pod Ready, by the pods' own conditions.
+pub fn first_pod_ready(node: &Node, started: SystemTime) {
+    let pods = json(node, &["get", "pods", "-A"]);
+    let first = pods["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| {
+            p["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .find(|c| c["type"] == "Ready" && c["status"] == "True")
+                .map(|c| epoch(c["lastTransitionTime"].as_str().unwrap()))
+        })
+        .min()
+        .expect("no pod is Ready");
+    let start = started.duration_since(UNIX_EPOCH).unwrap().as_secs();
+    println!(
+        "figure: empty state to first pod Ready: {} s (whole seconds, the API's resolution)",
+        first.saturating_sub(start)
+    );
+}
+
+/// The DaemonSet is Ready through its real probes (kubelet's HTTP GETs of /readyz).
+pub fn proxy_ready_through_probes(node: &Node) {
+    let ds = json(node, &["-n", SYSTEM, "get", "ds/isthmus-proxy"]);
+    let (want, ready) = (
+        &ds["status"]["desiredNumberScheduled"],
+        &ds["status"]["numberReady"],
+    );
+    assert!(
+        want.as_u64() >= Some(1) && want == ready,
+        "{}",
+        ds["status"]
+    );
+    let pods = json(
+        node,
+        &[
+            "-n",
+            SYSTEM,
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/name=isthmus-proxy",
+        ],
+    );
+    for p in pods["items"].as_array().unwrap() {
+        let c = &p["spec"]["containers"][0];
+        assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+        assert_eq!(
+            p["status"]["containerStatuses"][0]["ready"], true,
+            "{}",
+            p["status"]
+        );
+    }
+}
+
+/// The proxy pods' metrics, read from the node (kubelet's side of the policies).
+pub fn proxy_metric(node: &Node, series: &str) -> f64 {
+    let ips = node.pods_jsonpath(
+        SYSTEM,
+        "app.kubernetes.io/name=isthmus-proxy",
+        "{.items[?(@.status.phase==\"Running\")].status.podIP}",
+    );
+    let mut sum = 0.0;
+    for ip in ips.split_whitespace() {
+        let out = node.script(&[
+            "node",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            &format!("http://{ip}:9901/metrics"),
+        ]);
+        for line in String::from_utf8_lossy(&out.stdout).lines() {
+            if let Some(v) = line.strip_prefix(series) {
+                sum += v.trim().parse::<f64>().unwrap_or(0.0);
+            }
+        }
+    }
+    sum
+}
+
+/// The source `EtcdMigration` makes the controller write the routes ConfigMap; kubelet
+/// delivers it into the proxy pod, which then routes the exposed name to the etcd pod.
+pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
+    let lb = poll(
+        node,
+        "the proxy Service's LoadBalancer address (kube-router)",
+        LONG,
+        POLL,
+        || {
+            let ip = node.jsonpath(
+                SYSTEM,
+                "svc/isthmus-proxy",
+                "{.status.loadBalancer.ingress[0].ip}",
+            );
+            if ip.is_empty() {
+                Err("none yet".into())
+            } else {
+                Ok(ip)
+            }
+        },
+    );
+    println!("figure: LoadBalancer address {lb}");
+    // The outside client may reach the load balancer (the example ranges stay).
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "patch",
+        "svc/isthmus-proxy",
+        "--type=json",
+        "-p",
+        &format!(
+            r#"[{{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"{EXT_IP}/32"}}]"#
+        ),
+    ]);
+    let client = Client {
+        lb,
+        ca: shoot.ca.clone(),
+    };
+    shoot.migrate(node);
+    let t0 = Instant::now();
+    poll(
+        node,
+        "the controller's routes in the ConfigMap",
+        LONG,
+        Duration::from_millis(100),
+        || {
+            let cm = node.jsonpath(SYSTEM, "cm/isthmus-proxy-routes", "{.data}");
+            if cm.contains(SNI) {
+                Ok(())
+            } else {
+                Err(cm)
+            }
+        },
+    );
+    let written = t0.elapsed();
+    let t1 = Instant::now();
+    poll(
+        node,
+        "the route served through the LoadBalancer",
+        LONG,
+        Duration::from_millis(200),
+        || client.health(node, None),
+    );
+    println!(
+        "figure: EtcdMigration created -> routes ConfigMap written {written:.1?}; ConfigMap written -> route served through the real kubelet {:.1?}",
+        t1.elapsed()
+    );
+    client
+}
+
+/// `loadBalancerSourceRanges` (kube-proxy) and the proxy's own `allowed_sources` (from the
+/// migration's `allowedSources`) both see the real client address: externalTrafficPolicy
+/// Local keeps it. A stranger is refused by the first, and once the LB admits it, by the second.
+pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
+    let out = node
+        .outside()
+        .args([
+            "ip",
+            "addr",
+            "add",
+            &format!("{STRANGER_IP}/24"),
+            "dev",
+            "eth0",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refused = client.health(node, Some(STRANGER_IP));
+    assert!(
+        refused.is_err(),
+        "a source outside loadBalancerSourceRanges got through: {refused:?}"
+    );
+    node.kubectl(&[
+        "-n",
+        NS,
+        "patch",
+        "etcdmigration/etcd-main",
+        "--type=merge",
+        "-p",
+        &format!(r#"{{"spec":{{"allowedSources":["{EXT_IP}/32"]}}}}"#),
+    ]);
+    node.kubectl(&[
+        "-n", SYSTEM, "patch", "svc/isthmus-proxy", "--type=json", "-p",
+        &format!(r#"[{{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"{STRANGER_IP}/32"}}]"#),
+    ]);
+    let series = "isthmus_proxy_hello_rejections_total{listener=\"client-2379\",reason=\"source_not_allowed\"}";
+    poll(
+        node,
+        "the proxy refusing the stranger by allowed_sources",
+        LONG,
+        POLL,
+        || {
+            let r = client.health(node, Some(STRANGER_IP));
+            let n = proxy_metric(node, series);
+            if r.is_err() && n >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{r:?}, {series} = {n}"))
+            }
+        },
+    );
+    // The allowed client still passes: its address reached the proxy unchanged.
+    client.health(node, None).unwrap();
+    println!("checked: stranger {STRANGER_IP} refused by loadBalancerSourceRanges, then by allowed_sources; {EXT_IP} passes both");
+}
+
+/// Both controller replicas run with their projected tokens under deploy/'s RBAC; deleting
+/// the leader's pod hands the Lease to the other.
+pub fn lease_hand_over(node: &Node) {
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "rollout",
+        "status",
+        "deploy/isthmus-controller",
+        "--timeout=180s",
+    ]);
+    let holder = poll(node, "a Lease holder", LONG, POLL, || {
+        let h = node.jsonpath(SYSTEM, "lease/isthmus-controller", "{.spec.holderIdentity}");
+        if h.is_empty() {
+            Err("none".into())
+        } else {
+            Ok(h)
+        }
+    });
+    node.kubectl(&["-n", SYSTEM, "delete", "pod", &holder, "--wait=false"]);
+    let t0 = Instant::now();
+    let next = poll(
+        node,
+        "the Lease handed over",
+        LONG,
+        Duration::from_millis(100),
+        || {
+            let h = node.jsonpath(SYSTEM, "lease/isthmus-controller", "{.spec.holderIdentity}");
+            if !h.is_empty() && h != holder {
+                Ok(h)
+            } else {
+                Err(h)
+            }
+        },
+    );
+    println!(
+        "figure: Lease hand-over after deleting the leader's pod: {:.1?} ({holder} -> {next})",
+        t0.elapsed()
+    );
+}

@@ -1,0 +1,275 @@
+//! The real node of `scripts/cluster.sh` as a test fixture: brought up once, torn down when
+//! dropped (also after a failed step), with its kubectl, its "outside" network namespace and
+//! the diagnostics a failure prints.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+/// The namespace playing "outside the cluster": clients of the LoadBalancer range.
+pub const EXT_NS: &str = "isthmus-node-ext";
+/// The outside client's address (in `loadBalancerSourceRanges` once the test allows it).
+pub const EXT_IP: &str = "10.200.0.1";
+/// A second outside address, never allowed.
+pub const STRANGER_IP: &str = "10.200.0.3";
+pub const SYSTEM: &str = "isthmus-system";
+
+#[derive(Debug)]
+pub struct Node {
+    script: PathBuf,
+    /// The handle that brought the node up tears it down; copies for threads do not.
+    owner: bool,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Node {
+    /// `scripts/cluster.sh up` (node, then isthmus installed as a user installs it). A node left
+    /// by an earlier run is torn down first. Returns the time `up` took and the host's state
+    /// before it ([`host_state`]).
+    pub fn up() -> (Self, Duration, String) {
+        let mut node = Node::handle();
+        node.owner = true;
+        let _ = Command::new(&node.script).arg("down").output();
+        let before = host_state();
+        let t0 = Instant::now();
+        let out = Command::new(&node.script).arg("up").output().unwrap();
+        let took = t0.elapsed();
+        println!("{}", text(&out.stdout));
+        if !out.status.success() {
+            panic!(
+                "scripts/cluster.sh up failed:\n{}\n{}\n{}",
+                text(&out.stdout),
+                text(&out.stderr),
+                node.diagnostics()
+            );
+        }
+        (node, took, before)
+    }
+
+    /// A handle on the node that is up, for another thread.
+    pub fn handle() -> Self {
+        Node {
+            script: Path::new(ROOT).join("scripts/cluster.sh"),
+            owner: false,
+        }
+    }
+
+    pub fn try_kubectl(&self, args: &[&str]) -> Result<String, String> {
+        let out = Command::new(&self.script)
+            .arg("kubectl")
+            .args(args)
+            .output()
+            .unwrap();
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(format!(
+                "kubectl {args:?}: {}{}",
+                text(&out.stdout),
+                text(&out.stderr)
+            ))
+        }
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.try_kubectl(args)
+            .unwrap_or_else(|e| panic!("{e}\n{}", self.diagnostics()))
+    }
+
+    /// `kubectl apply -f -` of a manifest.
+    pub fn apply(&self, yaml: &str) {
+        use std::io::Write;
+        let mut child = Command::new(&self.script)
+            .args(["kubectl", "apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(yaml.as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl apply:\n{yaml}\n{}",
+            text(&out.stderr)
+        );
+    }
+
+    /// A command in the outside namespace.
+    pub fn outside(&self) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", EXT_NS]);
+        c
+    }
+
+    /// The cluster's kubectl as a command to spawn (watches), run from the host through the
+    /// kubeconfig `up` wrote, so that killing it ends it (the script's own `kubectl` runs it
+    /// as a grandchild in the node's namespaces).
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        let kubectl = isthmus_testkit::cache::kube_apiserver().with_file_name("kubectl");
+        let mut c = Command::new(kubectl);
+        let state = std::env::var_os("ISTHMUS_CLUSTER_DIR")
+            .map_or_else(|| Path::new(ROOT).join("target/cluster"), PathBuf::from);
+        c.arg("--kubeconfig")
+            .arg(state.join("kubeconfig"))
+            .args(args);
+        c
+    }
+
+    /// The script itself (`load`, `node`, ...).
+    pub fn script(&self, args: &[&str]) -> Output {
+        Command::new(&self.script).args(args).output().unwrap()
+    }
+
+    pub fn jsonpath(&self, ns: &str, what: &str, path: &str) -> String {
+        self.try_kubectl(&["-n", ns, "get", what, "-o", &format!("jsonpath={path}")])
+            .unwrap_or_default()
+    }
+
+    /// `jsonpath` over the pods of `ns` that match `selector`.
+    pub fn pods_jsonpath(&self, ns: &str, selector: &str, path: &str) -> String {
+        self.try_kubectl(&[
+            "-n",
+            ns,
+            "get",
+            "pods",
+            "-l",
+            selector,
+            "-o",
+            &format!("jsonpath={path}"),
+        ])
+        .unwrap_or_default()
+    }
+
+    /// Every pod, the isthmus objects, events and the isthmus pods' logs: what a failure shows.
+    pub fn diagnostics(&self) -> String {
+        let mut s = String::new();
+        for args in [
+            &[
+                "get",
+                "nodes,pods,svc,ds,deploy,lease,networkpolicy",
+                "-A",
+                "-o",
+                "wide",
+            ][..],
+            &["-n", SYSTEM, "describe", "ds,deploy,pods"][..],
+            &["get", "events", "-A", "--sort-by=.lastTimestamp"][..],
+            &[
+                "-n",
+                SYSTEM,
+                "logs",
+                "-l",
+                "app.kubernetes.io/part-of=isthmus",
+                "--tail=30",
+                "--prefix",
+            ][..],
+        ] {
+            let out = self.try_kubectl(args).unwrap_or_else(|e| e);
+            s.push_str(&format!("--- kubectl {}\n{out}\n", args.join(" ")));
+        }
+        s
+    }
+}
+
+/// The global sysctls kubelet sets (scripts/cluster/node.sh restores them).
+const SYSCTLS: [&str; 6] = [
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+];
+
+/// What of the host the node could change: its sysctls, namespaces, cgroups, mounts.
+pub fn host_state() -> String {
+    let mut s = String::new();
+    for k in SYSCTLS {
+        let v = std::fs::read_to_string(format!("/proc/sys/{}", k.replace('.', "/"))).unwrap();
+        s.push_str(&format!("{k}={}", v.trim()));
+        s.push('\n');
+    }
+    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    for l in String::from_utf8_lossy(&netns.stdout).lines() {
+        if l.starts_with("isthmus-node") {
+            s.push_str(&format!("netns {l}\n"));
+        }
+    }
+    for d in std::fs::read_dir("/sys/fs/cgroup").unwrap() {
+        let p = d.unwrap().path().join("isthmus-node");
+        if p.exists() {
+            s.push_str(&format!("cgroup {}\n", p.display()));
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    for l in mounts
+        .lines()
+        .filter(|l| l.contains("isthmus-node") || l.contains("target/cluster"))
+    {
+        s.push_str(&format!("mount {l}\n"));
+    }
+    s
+}
+
+impl Node {
+    /// `scripts/cluster.sh down`, then the host must be as `before` (taken before `up`).
+    pub fn down_and_check(mut self, before: &str) {
+        self.owner = false;
+        let out = Command::new(&self.script).arg("down").output().unwrap();
+        assert!(out.status.success(), "down: {}", text(&out.stderr));
+        assert_eq!(
+            host_state(),
+            before,
+            "the host after scripts/cluster.sh down"
+        );
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if !self.owner {
+            return;
+        }
+        if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_some() {
+            println!("ISTHMUS_CLUSTER_KEEP: the node stays up (scripts/cluster.sh down)");
+            return;
+        }
+        let out = Command::new(&self.script).arg("down").output();
+        if let Ok(out) = out {
+            if !out.status.success() {
+                eprintln!("scripts/cluster.sh down: {}", text(&out.stderr));
+            }
+        }
+    }
+}
+
+/// Polls `f` until it returns `Some`, pausing `every` between attempts; after `timeout`
+/// panics with `what`, the last error and the node's diagnostics.
+pub fn poll<T>(
+    node: &Node,
+    what: &str,
+    timeout: Duration,
+    every: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => panic!(
+                "timed out after {timeout:?} waiting for {what}; last: {e}\n{}",
+                node.diagnostics()
+            ),
+            Err(_) => std::thread::sleep(every),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! The temporary VPN as pods (deploy/tunnel.yaml unchanged, configs in the Secrets it names):
+//! the agent (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
+//! proxy's VPN route (rendered by the controller from a destination migration's `spec.vpn` at
+//! `Join`) takes it to the tunnel server;
+//! a client labelled as the shoot's kube-apiserver then reaches the etcd pod through the
+//! server's CONNECT front, the agent's session and the agent's dial.
+
+use super::node::{poll, Node, ROOT, SYSTEM};
+use super::shoot::NS;
+use isthmus_testkit::{Scratch, TestPki};
+use std::time::{Duration, Instant};
+
+const VPN: &str = "vpn.shoot--foo--bar.seed-a.internal.example.com";
+const SERVER: &str = "isthmus-tunnel-server.shoot--foo--bar.svc.cluster.local";
+const ETCD: &str = "etcd-main-0.etcd-main-peer.shoot--foo--bar.svc.cluster.local";
+/// The namespace of the destination migration whose temporary VPN this is.
+const DST_NS: &str = "shoot--foo--baz";
+const LONG: Duration = Duration::from_secs(300);
+
+fn secret(node: &Node, ns: &str, name: &str, dir: &Scratch, files: &[&str]) {
+    let mut args = vec!["-n", ns, "create", "secret", "generic", name];
+    let from: Vec<String> = files
+        .iter()
+        .map(|f| format!("--from-file={f}={}", dir.join(f).display()))
+        .collect();
+    args.extend(from.iter().map(String::as_str));
+    node.kubectl(&args);
+}
+
+pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::path::Path) {
+    let dir = Scratch::new("cluster-tunnel");
+    let pki = TestPki::new();
+    pki.write_ca(dir.path());
+    pki.server_cert(&[VPN, SERVER]).write(dir.path(), "server");
+    pki.server_cert(&[SERVER]).write(dir.path(), "connect");
+    pki.peer_cert(&["agent.shoot--foo--bar"])
+        .write(dir.path(), "agent");
+    pki.peer_cert(&["kube-apiserver.shoot--foo--bar"])
+        .write(dir.path(), "apiserver");
+    std::fs::copy(etcd_ca, dir.join("etcd-ca.crt")).unwrap();
+    let tls = "/etc/isthmus";
+    std::fs::write(
+        dir.join("server.yaml"),
+        format!(
+            "agents: {{ address: \"0.0.0.0:9443\", tls: {{ cert: {tls}/server.crt, key: {tls}/server.key, client_ca: {tls}/ca.crt, allowed_client_names: [agent.shoot--foo--bar] }} }}\n\
+             connect: {{ address: \"0.0.0.0:8132\", tls: {{ cert: {tls}/connect.crt, key: {tls}/connect.key, client_ca: {tls}/ca.crt, allowed_client_names: [kube-apiserver.shoot--foo--bar] }} }}\n"
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("agent.yaml"),
+        format!(
+            "servers:\n  - {{ address: \"{lb}:8443\", server_name: {VPN} }}\n\
+             tls: {{ ca: {tls}/ca.crt, cert: {tls}/agent.crt, key: {tls}/agent.key }}\n\
+             allow: [\"10.244.0.0/16:2379\"]\n"
+        ),
+    )
+    .unwrap();
+    let server_files = [
+        "server.yaml",
+        "ca.crt",
+        "server.crt",
+        "server.key",
+        "connect.crt",
+        "connect.key",
+    ];
+    secret(node, NS, "isthmus-tunnel-server", &dir, &server_files);
+    let agent_files = ["agent.yaml", "ca.crt", "agent.crt", "agent.key"];
+    secret(
+        node,
+        "kube-system",
+        "isthmus-tunnel-agent",
+        &dir,
+        &agent_files,
+    );
+    let client_files = ["ca.crt", "apiserver.crt", "apiserver.key", "etcd-ca.crt"];
+    secret(node, NS, "tunnel-client", &dir, &client_files);
+    node.apply(&std::fs::read_to_string(format!("{ROOT}/deploy/tunnel.yaml")).unwrap());
+    // The shoot's egress (here: the pod network) may reach the load balancer's VPN port.
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "patch",
+        "svc/isthmus-proxy",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"10.244.0.0/16"}]"#,
+    ]);
+    // The temporary VPN is the destination's (its route exists from Join to Shrink): a
+    // destination migration of another shoot on this seed, at Join, names it.
+    node.kubectl(&["create", "namespace", DST_NS]);
+    let mut template = isthmus_testkit::minimal_etcd("etcd-main", DST_NS, 2)["spec"].clone();
+    template.as_object_mut().unwrap().remove("replicas");
+    let migration = serde_json::json!({
+        "apiVersion": "isthmus.dev/v1alpha1",
+        "kind": "EtcdMigration",
+        "metadata": {"name": "etcd-main", "namespace": DST_NS},
+        "spec": {
+            "role": "destination",
+            "step": "Join",
+            "etcdName": "etcd-main",
+            "seedName": "seed-a",
+            "internalDomain": "internal.example.com",
+            "members": 2,
+            "dns": {"type": "aws-route53", "secretRef": {"name": "dns-internal", "namespace": DST_NS}},
+            "loadBalancer": {"name": "isthmus-proxy", "namespace": SYSTEM},
+            "destination": {
+                "memberNamePrefix": "dest",
+                "sourceMembers": [{
+                    "name": "etcd-main-0",
+                    "peerUrls": ["https://etcd-main-0.shoot--foo--baz.seed-b.internal.example.com:2380"],
+                    "clientUrls": ["https://etcd-main-0.shoot--foo--baz.seed-b.internal.example.com:2379"],
+                }],
+                "etcdTemplate": {"labels": {"app": "etcd-statefulset"}, "spec": template},
+            },
+            "vpn": {"dnsName": VPN, "target": format!("{SERVER}:9443"), "port": 8443},
+        },
+    });
+    node.apply(&migration.to_string());
+    poll(
+        node,
+        "the VPN route in the ConfigMap",
+        LONG,
+        Duration::from_millis(200),
+        || {
+            let cm = node.jsonpath(SYSTEM, "cm/isthmus-proxy-routes", "{.data}");
+            if cm.contains(VPN) {
+                Ok(())
+            } else {
+                Err(cm)
+            }
+        },
+    );
+    let t0 = Instant::now();
+    // A client labelled as the shoot's kube-apiserver (the CONNECT front's policy admits it).
+    node.apply(&format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata: {{name: kube-apiserver-probe, namespace: {NS}, labels: {{app: kubernetes, role: apiserver}}}}
+spec:
+  containers:
+    - name: probe
+      image: isthmus.local/test-etcd:v3.6.16
+      imagePullPolicy: Never
+      command: [/pause]
+      volumeMounts: [{{name: tls, mountPath: /tls, readOnly: true}}]
+  volumes:
+    - {{name: tls, secret: {{secretName: tunnel-client}}}}
+"#
+    ));
+    node.kubectl(&[
+        "-n",
+        NS,
+        "wait",
+        "--for=condition=Ready",
+        "pod/kube-apiserver-probe",
+        "--timeout=120s",
+    ]);
+    let proxy = format!("https://{SERVER}:8132");
+    let target = format!("https://{ETCD}:2379/health");
+    let body = poll(
+        node,
+        "etcd's /health through the tunnel (server CONNECT -> agent session via the proxy -> etcd)",
+        LONG,
+        Duration::from_secs(1),
+        || {
+            let out = node.try_kubectl(&[
+                "-n",
+                NS,
+                "exec",
+                "kube-apiserver-probe",
+                "--",
+                "/usr/bin/curl",
+                "-sS",
+                "--max-time",
+                "10",
+                "--proxy",
+                &proxy,
+                "--proxy-cacert",
+                "/tls/ca.crt",
+                "--proxy-cert",
+                "/tls/apiserver.crt",
+                "--proxy-key",
+                "/tls/apiserver.key",
+                "--cacert",
+                "/tls/etcd-ca.crt",
+                &target,
+            ])?;
+            if out.contains("\"health\":\"true\"") {
+                Ok(out)
+            } else {
+                Err(out)
+            }
+        },
+    );
+    println!(
+        "figure: VPN route written -> agent session through the proxy carrying a CONNECT to etcd: {:.1?} ({})",
+        t0.elapsed(),
+        body.trim()
+    );
+    let agents = node.jsonpath(
+        "kube-system",
+        "deploy/isthmus-tunnel-agent",
+        "{.status.readyReplicas}",
+    );
+    println!(
+        "checked: tunnel server and {agents} agent pods; etcd reached through the temporary VPN"
+    );
+}

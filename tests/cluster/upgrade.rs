@@ -1,0 +1,208 @@
+//! A DaemonSet rolling update to a new image under load (maxSurge: the new pod is Ready before
+//! the old one stops), and a pod deleted with open connections draining within its grace period.
+
+use super::checks::proxy_metric;
+use super::node::{poll, Node, ROOT, SYSTEM};
+use super::traffic::{Client, Ended, Load, Watch, POLL};
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(300);
+/// deploy/proxy.yaml's terminationGracePeriodSeconds.
+const GRACE: Duration = Duration::from_secs(45);
+const ACTIVE: &str = "isthmus_proxy_active_connections{listener=\"client-2379\"}";
+
+fn proxy_pods(node: &Node) -> Vec<String> {
+    node.pods_jsonpath(
+        SYSTEM,
+        "app.kubernetes.io/name=isthmus-proxy",
+        "{.items[*].metadata.name}",
+    )
+    .split_whitespace()
+    .map(str::to_string)
+    .collect()
+}
+
+/// Opens `n` etcd watches and waits until the proxy counts them.
+fn open_watches(node: &Node, client: &Client, n: usize) -> Vec<Watch> {
+    let before = proxy_metric(node, ACTIVE);
+    let watches: Vec<Watch> = (0..n).map(|_| client.watch(node)).collect();
+    poll(
+        node,
+        "the watches open through the proxy",
+        LONG,
+        POLL,
+        || {
+            let now = proxy_metric(node, ACTIVE);
+            if now >= before + n as f64 {
+                Ok(())
+            } else {
+                Err(format!("{ACTIVE} = {now}"))
+            }
+        },
+    );
+    watches
+}
+
+/// Waits for every watch to end and counts (drained, failed).
+fn ended(node: &Node, watches: &mut [Watch]) -> (usize, Vec<i32>) {
+    poll(
+        node,
+        "the long-lived connections to end",
+        LONG,
+        POLL,
+        || {
+            let open = watches
+                .iter_mut()
+                .map(|w| w.ended())
+                .filter(|e| *e == Ended::Open)
+                .count();
+            if open == 0 {
+                Ok(())
+            } else {
+                Err(format!("{open} open"))
+            }
+        },
+    );
+    let mut drained = 0;
+    let mut failed = Vec::new();
+    for w in watches.iter_mut() {
+        match w.ended() {
+            Ended::Drained => drained += 1,
+            Ended::Failed(c) => failed.push(c),
+            Ended::Open => unreachable!(),
+        }
+    }
+    (drained, failed)
+}
+
+pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
+    // The same binary under a new tag (a new image for the DaemonSet, no second build).
+    let mut build = std::process::Command::new(format!("{ROOT}/scripts/image.sh"));
+    build
+        .arg("v2")
+        .env("ISTHMUS_IMAGE_VERSION", "e2e-v2")
+        .env("ISTHMUS_IMAGE_NO_BUILD", "1");
+    let t = Instant::now();
+    let out = build.output().unwrap();
+    println!(
+        "figure: scripts/image.sh v2 (same binary, new tag): {:.1?}",
+        t.elapsed()
+    );
+    assert!(
+        out.status.success(),
+        "scripts/image.sh v2: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = node.script(&["load", &format!("{ROOT}/target/image/isthmus-v2.oci.tar")]);
+    assert!(
+        out.status.success(),
+        "load: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let old = proxy_pods(node);
+    let mut watches = open_watches(node, client, 3);
+    let load = Load::start(client, 2);
+    // Some traffic before the update starts.
+    poll(node, "the load running", LONG, POLL, || {
+        let a = load.attempted.load(std::sync::atomic::Ordering::Relaxed);
+        if a >= 20 {
+            Ok(())
+        } else {
+            Err(format!("{a} attempted"))
+        }
+    });
+    let t0 = Instant::now();
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "set",
+        "image",
+        "ds/isthmus-proxy",
+        "proxy=isthmus:v2",
+    ]);
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "rollout",
+        "status",
+        "ds/isthmus-proxy",
+        "--timeout=300s",
+    ]);
+    let rolled = t0.elapsed();
+    poll(node, "the old proxy pods gone", LONG, POLL, || {
+        let now = proxy_pods(node);
+        if old.iter().any(|o| now.contains(o)) {
+            Err(format!("{now:?}"))
+        } else {
+            Ok(())
+        }
+    });
+    let (drained, reset) = ended(node, &mut watches);
+    let (attempted, failed, errors) = load.stop();
+    println!(
+        "figure: rolling update to a new image: rollout {rolled:.1?}, old pod gone {:.1?}; new connections {attempted} attempted, {failed} failed; long-lived connections {} closed by the drain, {} reset/failed {reset:?}",
+        t0.elapsed(),
+        drained,
+        reset.len()
+    );
+    assert_eq!(
+        failed, 0,
+        "new connections failed during the rolling update: {errors:?}"
+    );
+    assert!(
+        reset.is_empty(),
+        "long-lived connections not closed by the drain: curl exit codes {reset:?}"
+    );
+    assert_eq!(drained, 3);
+}
+
+pub fn drain_on_delete(node: &Node, client: &Client) {
+    let pod = proxy_pods(node).into_iter().next().unwrap();
+    let mut watches = open_watches(node, client, 2);
+    // Every update of the pod until it is gone: the container's terminated state shows
+    // whether it exited by itself (0) or was killed at the end of the grace period (137).
+    let status = node
+        .kubectl_command(&[
+            "-n", SYSTEM, "get", "pod", &pod, "--watch", "-o",
+            "jsonpath={.status.containerStatuses[0].state.terminated.exitCode}/{.status.containerStatuses[0].state.terminated.reason}{\"\\n\"}",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    node.kubectl(&["-n", SYSTEM, "delete", "pod", &pod, "--wait=false"]);
+    poll(node, "the deleted proxy pod gone", LONG, POLL, || {
+        if proxy_pods(node).contains(&pod) {
+            Err(pod.clone())
+        } else {
+            Ok(())
+        }
+    });
+    let gone = t0.elapsed();
+    let (drained, failed) = ended(node, &mut watches);
+    let mut status = status;
+    let _ = status.kill();
+    let seen = String::from_utf8_lossy(&status.wait_with_output().unwrap().stdout).into_owned();
+    let exits: Vec<&str> = seen.lines().filter(|l| *l != "/").collect();
+    println!(
+        "figure: proxy pod deleted with 2 open connections: gone after {gone:.1?} (grace period {GRACE:?}, exit {exits:?}); {drained} closed by the drain, {} failed {failed:?}",
+        failed.len()
+    );
+    assert!(
+        failed.is_empty(),
+        "connections reset instead of drained: {failed:?}"
+    );
+    assert!(
+        exits.iter().all(|e| e.starts_with("0/")) && !exits.is_empty(),
+        "the proxy did not exit 0 within its grace period (killed?): {seen:?}"
+    );
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "rollout",
+        "status",
+        "ds/isthmus-proxy",
+        "--timeout=180s",
+    ]);
+}
