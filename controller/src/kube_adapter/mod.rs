@@ -14,7 +14,9 @@ mod metrics;
 pub mod probe;
 mod proxy;
 mod reconcile;
+mod refuse;
 mod serve;
+mod write;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;

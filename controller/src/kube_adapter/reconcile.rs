@@ -5,24 +5,22 @@
 //! and **without force**: a field another manager (gardenlet) owns with another value is a
 //! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
-use super::context::{Context, FIELD_MANAGER, FINALIZER};
+use super::context::{Context, FINALIZER};
 use super::etcd::EtcdClient;
+use super::refuse::refuse;
+use super::write::{confirm_and_delete, release_etcd, status_apply, write};
 use super::{proxy, Error};
-use crate::crd::{EtcdMigration, EtcdMigrationSpec, ObjectRef, Role, Step};
+use crate::crd::{EtcdMigration, EtcdMigrationSpec, EtcdMigrationStatus, ObjectRef, Role, Step};
 use crate::gardener::{
-    dnsrecord_body, dnsrecord_observe, dnsrecord_resource, etcd_body, etcd_observe, etcd_resource,
-    MIGRATION_LABEL,
+    dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
 };
 use crate::plan::conditions::{self as cond, Verdict};
-use crate::plan::{
-    self, EtcdAction, EtcdCluster, EtcdFields, EtcdOp, Observed, Plan, CONFIRM_DELETION,
-};
+use crate::plan::{self, EtcdCluster, EtcdOp, Observed, Plan};
 use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event};
 use kube::ResourceExt;
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,16 +68,17 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
     )
 }
 
-/// Server-side apply, strict field validation, no force.
-pub(super) fn ssa() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).validation_strict()
-}
-
 /// Whether this pass needs etcd's own member list (reading it costs a TLS round trip per
 /// endpoint, and times out while the exposure does not work yet).
-fn needs_cluster(spec: &EtcdMigrationSpec, etcd_exists: bool) -> bool {
+fn needs_cluster(
+    spec: &EtcdMigrationSpec,
+    etcd_exists: bool,
+    previous: &EtcdMigrationStatus,
+) -> bool {
     match (spec.role, spec.step) {
         (Role::Source, Step::Abort) => true,
+        // Whether a source member is still in the cluster, until the cleanup began.
+        (Role::Source, Step::Complete) => !plan::source_cleanup_started(previous),
         (Role::Destination, Step::Join | Step::Grow | Step::Shrink | Step::Abort) => etcd_exists,
         _ => false,
     }
@@ -88,6 +87,10 @@ fn needs_cluster(spec: &EtcdMigrationSpec, etcd_exists: bool) -> bool {
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let spec = &m.spec;
+    let problems = plan::validate(spec, ns);
+    if !problems.is_empty() {
+        return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
+    }
     let (dns_api, etcd_api) = apis(ctx, ns);
 
     let lb_address = lb_address(ctx, &spec.load_balancer).await?;
@@ -110,7 +113,7 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         etcd_cluster: None,
         previous: m.status.clone().unwrap_or_default(),
     };
-    let client = if needs_cluster(spec, obs.etcd.is_some()) {
+    let client = if needs_cluster(spec, obs.etcd.is_some(), &obs.previous) {
         match etcd_client(ctx, ns, spec).await {
             Ok(c) => Some(c),
             Err(e) => {
@@ -131,7 +134,15 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         }
     }
     let first = plan::plan(spec, &obs);
-    let rolled_out = proxy::sync(ctx, Some((ns, &name, &first.routes))).await?;
+    let rolled_out = match proxy::sync(ctx, Some((ns, &name, &first.routes))).await {
+        Ok(r) => r,
+        // The proxy's loader refuses this migration's routes: a spec it cannot serve.
+        Err(Error::InvalidRoutes(message)) => {
+            let v = Verdict::done(cond::SPEC_INVALID, "RoutesRefused", message);
+            return refuse(m, ns, ctx, v).await;
+        }
+        Err(e) => return Err(e),
+    };
     obs.served_routes = rolled_out.then(|| first.routes.clone());
     let mut plan = plan::plan(spec, &obs);
 
@@ -153,14 +164,7 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     };
     plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
 
-    let status = json!({
-        "apiVersion": "isthmus.dev/v1alpha1",
-        "kind": "EtcdMigration",
-        "status": plan.status,
-    });
-    let api: Api<EtcdMigration> = Api::namespaced(ctx.client.clone(), ns);
-    api.patch_status(&name, &ssa().force(), &Patch::Apply(status))
-        .await?;
+    status_apply(ctx, ns, &name, &plan.status).await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -191,54 +195,6 @@ fn apply_reason(e: &Error) -> &'static str {
         Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
         _ => "ApplyFailed",
     }
-}
-
-/// Applies the plan's objects in order: DNS records, record deletions, the `Etcd`.
-async fn write(
-    ns: &str,
-    name: &str,
-    spec: &EtcdMigrationSpec,
-    obs: &Observed,
-    plan: &Plan,
-    dns_api: &Api<DynamicObject>,
-    etcd_api: &Api<DynamicObject>,
-) -> Result<(), Error> {
-    for d in &plan.dns_records {
-        let body = dnsrecord_body(ns, name, d);
-        dns_api
-            .patch(&d.object_name, &ssa(), &Patch::Apply(body))
-            .await?;
-    }
-    for n in &plan.dns_deletions {
-        if obs.dns_records.contains_key(n) {
-            confirm_and_delete(dns_api, n).await?;
-        }
-    }
-    let none = BTreeMap::new();
-    match &plan.etcd {
-        EtcdAction::Keep => {}
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => {
-            let body = etcd_body(spec, ns, fields, annotations);
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
-        }
-        EtcdAction::Release => {
-            let body = etcd_body(spec, ns, &EtcdFields::default(), &none);
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
-        }
-        EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
-    }
-    if !plan.members_to_remove.is_empty() && plan.etcd_ops.is_empty() {
-        // At Shrink etcd-druid removes the source members (after the bootstrap is cleared).
-        tracing::info!(members = ?plan.members_to_remove, "waiting for etcd member removal");
-    }
-    Ok(())
 }
 
 /// The client URLs the controller asks etcd through: the source members' (through the other
@@ -338,8 +294,10 @@ async fn etcd_client(
 }
 
 /// Removes what this migration created: its DNS records, its proxy routes, and (source) the
-/// fields it set on the `Etcd`. A destination `Etcd` is left alone: after a completed
-/// migration it *is* the cluster.
+/// fields it set on the `Etcd`, with the reconcile request so etcd-druid rolls the members
+/// back. A destination `Etcd` is left alone: after a completed migration it *is* the cluster;
+/// so is a source `Etcd` whose cleanup began (its members left the cluster; gardenlet deletes
+/// it).
 async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let (dns_api, etcd_api) = apis(ctx, ns);
@@ -350,11 +308,12 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         }
     }
     proxy::sync(ctx, None).await?;
-    if m.spec.role == Role::Source && etcd_api.get_opt(&m.spec.etcd_name).await?.is_some() {
-        let body = etcd_body(&m.spec, ns, &EtcdFields::default(), &BTreeMap::new());
-        etcd_api
-            .patch(&m.spec.etcd_name, &ssa(), &Patch::Apply(body))
-            .await?;
+    let previous = m.status.clone().unwrap_or_default();
+    if m.spec.role == Role::Source
+        && !plan::source_cleanup_started(&previous)
+        && etcd_api.get_opt(&m.spec.etcd_name).await?.is_some()
+    {
+        release_etcd(&etcd_api, &m.spec, ns).await?;
     }
     if !records.is_empty() {
         // Keep the finalizer until the DNS provider has removed the records.
@@ -365,15 +324,6 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
 
 fn by_migration(name: &str) -> ListParams {
     ListParams::default().labels(&format!("{MIGRATION_LABEL}={name}"))
-}
-
-/// Gardener refuses to delete a `DNSRecord` or `Etcd` without the confirmation annotation.
-async fn confirm_and_delete(api: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
-    let confirm = json!({"metadata": {"annotations": {CONFIRM_DELETION: "true"}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(confirm))
-        .await?;
-    api.delete(name, &DeleteParams::default()).await?;
-    Ok(())
 }
 
 async fn lb_address(ctx: &Context, lb: &ObjectRef) -> Result<Option<String>, Error> {

@@ -156,8 +156,8 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
             "CleanedUp",
             "joined members removed, exposure removed",
         )
-    } else if ctx.routes_held {
-        Verdict::waiting(cond::ABORTED, "CleanUpInProgress", super::release::HELD)
+    } else if let Some(why) = ctx.routes_held {
+        Verdict::waiting(cond::ABORTED, "CleanUpInProgress", why)
     } else {
         Verdict::waiting(
             cond::ABORTED,

@@ -62,8 +62,10 @@ mod abort;
 pub mod conditions;
 pub mod names;
 mod release;
+pub mod request;
 mod roles;
 mod steps;
+pub mod validate;
 
 use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 
@@ -71,7 +73,9 @@ use std::collections::BTreeMap;
 
 pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
+pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
+pub use validate::{validate, SpecProblem};
 
 /// Annotation that asks a Gardener controller to reconcile.
 pub const OPERATION: &str = "gardener.cloud/operation";
@@ -208,8 +212,8 @@ pub struct DnsRecordDesired {
     pub object_name: String,
     /// Spec.
     pub spec: DnsRecordSpec,
-    /// Annotations to own: `operation: reconcile` and a fresh timestamp when the spec changes,
-    /// the existing timestamp otherwise (a new one on every pass would reconcile forever).
+    /// Annotations to own: a fresh `gardener.cloud/timestamp` when the spec changes, the
+    /// existing one otherwise. The reconcile request is written after the apply ([`request`]).
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -283,10 +287,12 @@ pub enum EtcdAction {
     Apply {
         /// The fields.
         fields: EtcdFields,
-        /// Annotations to own (`operation: reconcile` + timestamp when the fields change).
+        /// Annotations to own (a new timestamp when the fields change; the reconcile request
+        /// is written after the apply, see [`request`]).
         annotations: BTreeMap<String, String>,
     },
-    /// Give up every field we own (apply an empty intent).
+    /// Give up every field we own (apply an empty intent); etcd-druid rolls the members back
+    /// (the source's abort).
     Release,
     /// Confirm and delete it (abort on the destination only).
     Delete,

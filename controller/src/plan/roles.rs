@@ -45,12 +45,9 @@ pub(super) fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
 pub(super) fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
     let existing = ctx.obs.etcd.as_ref();
     let unchanged = existing.is_some_and(|e| covers(&e.fields, &fields));
-    // The reconcile request stays ours until druid picked it up (it removes the annotation).
-    let pending = existing.is_some_and(|e| e.operation.is_some() && !e.synced());
     let annotations = annotations(
         unchanged,
         existing.and_then(|e| e.timestamp.clone()),
-        pending,
         &ctx.obs.now,
     );
     EtcdAction::Apply {
@@ -125,13 +122,19 @@ pub(super) fn label(m: &EtcdMember) -> String {
 
 pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
     match step {
+        // The source members left the cluster at the destination's Shrink: nothing to roll
+        // back, and the `Etcd` is gardenlet's to delete.
         Step::Complete => {
-            let etcd = match ctx.obs.etcd {
-                Some(_) => EtcdAction::Release,
-                None => EtcdAction::Keep,
+            let v = if ctx.exposure_held {
+                Verdict::waiting(
+                    cond::SOURCE_CLEANUP,
+                    "WaitingForSourceMembersRemoval",
+                    "etcd still lists a source member: the exposure stays until it left the cluster",
+                )
+            } else {
+                cleanup_verdict(ctx, cond::SOURCE_CLEANUP)
             };
-            let v = cleanup_verdict(ctx, cond::SOURCE_CLEANUP);
-            Outcome::new(etcd, v, ctx.cleaned)
+            Outcome::new(EtcdAction::Keep, v, ctx.cleaned)
         }
         Step::Abort => super::abort::abort(ctx, EtcdAction::Release),
         _ => {
@@ -175,8 +178,8 @@ pub(super) fn source(ctx: &Ctx<'_>, step: Step) -> Outcome {
 pub(super) fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
     if ctx.cleaned {
         Verdict::done(kind, "CleanedUp", "exposure removed")
-    } else if ctx.routes_held {
-        Verdict::waiting(kind, "CleanUpInProgress", super::release::HELD)
+    } else if let Some(why) = ctx.routes_held {
+        Verdict::waiting(kind, "CleanUpInProgress", why)
     } else {
         Verdict::waiting(
             kind,
@@ -187,7 +190,7 @@ pub(super) fn cleanup_verdict(ctx: &Ctx<'_>, kind: &'static str) -> Verdict {
 }
 
 /// Seconds in a Go-style duration (`10m`, `1h30m`, `90s`, `500ms`); `None` if malformed.
-fn duration_secs(s: &str) -> Option<i64> {
+pub(super) fn duration_secs(s: &str) -> Option<i64> {
     let mut total_ms: i64 = 0;
     let mut digits = String::new();
     let mut chars = s.chars().peekable();
@@ -400,7 +403,7 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
         }
         Step::Complete => {
             // One definition with the check that releases the routes once druid rolled.
-            let fields = super::release::released_fields(ctx.spec).unwrap_or_default();
+            let fields = super::release::released_fields(ctx.spec, step).unwrap_or_default();
             let t = cond::MIGRATION_COMPLETED;
             let ready = ctx.cleaned && etcd_ready(ctx, &fields, 3);
             let v = if ready {
@@ -409,8 +412,8 @@ pub(super) fn destination(ctx: &Ctx<'_>, step: Step) -> Outcome {
                     "MigrationCompleted",
                     "exposure and temporary VPN record removed",
                 )
-            } else if ctx.routes_held {
-                Verdict::waiting(t, "CleanUpInProgress", super::release::HELD)
+            } else if let Some(why) = ctx.routes_held {
+                Verdict::waiting(t, "CleanUpInProgress", why)
             } else {
                 Verdict::waiting(
                     t,

@@ -4,12 +4,13 @@
 use super::conditions::{self as cond, Verdict};
 use super::names::{members_named, routes, Member, VPN_RECORD};
 use super::{abort, release, roles};
-use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, OPERATION, TIMESTAMP};
+use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, TIMESTAMP};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Plans one migration. Pure: equal inputs give equal plans.
+/// Plans one migration. Pure: equal inputs give equal plans. The spec must have passed
+/// [`super::validate`]: a refused spec is reported, not planned.
 pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let mut verdicts = Vec::new();
     let members = members_named(spec, &obs.namespace, member_prefix(spec, obs).as_deref());
@@ -18,11 +19,23 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     // An accepted abort keeps the exposure until the members it added have left etcd: the
     // removal goes through the other seed's exposure, and a learner cut off mid-removal is
     // left behind in the member list.
-    let hold = step == Step::Abort && abort::abort_holds_exposure(spec, obs, &members);
+    // The source's `Complete` likewise while etcd still lists one of its members.
+    let hold = match step {
+        Step::Abort => abort::abort_holds_exposure(spec, obs, &members),
+        Step::Complete if spec.role == Role::Source => {
+            !release::source_cleanup_started(&obs.previous)
+                && release::members_listed(obs, &members)
+        }
+        _ => false,
+    };
     let exposing = wanted_exposure || hold;
-    // A released exposure keeps its member routes until etcd-druid rolled the members off the
-    // exposed URLs (`release`): records and `Etcd` go now, routes after the roll.
-    let routes_held = !exposing && release::routes_held(spec, obs, step);
+    // A released exposure keeps its member routes until nothing dials the exposed names
+    // (`release`): records go now, routes after them.
+    let routes_held = if exposing {
+        None
+    } else {
+        release::routes_held(spec, obs, step)
+    };
 
     let wanted = if exposing {
         desired_records(spec, obs, &members, with_vpn)
@@ -36,7 +49,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         .cloned()
         .collect();
     // Not exposing means no VPN (`with_vpn` is false): held routes are the members' only.
-    let my_routes = if exposing || routes_held {
+    let my_routes = if exposing || routes_held.is_some() {
         routes(spec, &obs.namespace, with_vpn)
     } else {
         Vec::new()
@@ -62,7 +75,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
                         .get(VPN_RECORD)
                         .is_some_and(|o| o.spec == w.spec && o.ready())
             });
-    let cleaned = dns_deletions.is_empty() && !exposing && !routes_held && routes_served;
+    let cleaned = dns_deletions.is_empty() && !exposing && routes_held.is_none() && routes_served;
 
     let ctx = Ctx {
         spec,
@@ -72,6 +85,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         vpn_ready,
         cleaned,
         routes_held,
+        exposure_held: hold,
     };
     let out = match spec.role {
         Role::Source => roles::source(&ctx, step),
@@ -79,7 +93,9 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     };
     verdicts.push(out.verdict);
 
+    // Planning at all means the spec was accepted (`validate`).
     let mut conditions = obs.previous.conditions.clone();
+    conditions.retain(|c| c.type_ != cond::SPEC_INVALID);
     for v in &verdicts {
         conditions = cond::merge(&conditions, v, &obs.now);
     }
@@ -97,7 +113,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
             step_ready: out.ready,
             // Listed while routes are held too: the other migrations' passes render our routes
             // into the shared proxy file from it (`wanted_routes`).
-            exposed_members: if exposing || routes_held {
+            exposed_members: if exposing || routes_held.is_some() {
                 members.iter().map(Member::urls).collect()
             } else {
                 Vec::new()
@@ -187,8 +203,11 @@ pub(super) struct Ctx<'a> {
     pub(super) vpn_ready: bool,
     /// Records deleted and every proxy serves none of our routes.
     pub(super) cleaned: bool,
-    /// The exposure is released but its routes stay until etcd-druid rolled the members back.
-    pub(super) routes_held: bool,
+    /// The exposure is released but its routes stay, and why (`release`).
+    pub(super) routes_held: Option<&'static str>,
+    /// The exposure is kept past its steps: an abort's or the source `Complete`'s members are
+    /// still in etcd.
+    pub(super) exposure_held: bool,
 }
 
 fn desired_records(
@@ -229,7 +248,6 @@ fn desired_records(
             let annotations = annotations(
                 unchanged,
                 existing.and_then(|e| e.timestamp.clone()),
-                existing.is_some_and(|e| e.operation.is_some() && !e.ready()),
                 &obs.now,
             );
             DnsRecordDesired {
@@ -241,29 +259,25 @@ fn desired_records(
         .collect()
 }
 
-/// The annotations we own on a Gardener object: `operation: reconcile` + a new timestamp on
-/// a change. The operation annotation stays ours while the extension has not acted on it
-/// (`pending`): dropping it from our apply would delete it before the extension saw it. Once
-/// the extension removed it (it owns that step), we do not put it back.
+/// The annotations we own on a Gardener object: a new `gardener.cloud/timestamp` when the spec
+/// changes, the existing one otherwise (a new one on every pass would be a change on every
+/// pass). `gardener.cloud/operation: reconcile` is not among them: it is written after the
+/// apply, only when the apply changed the spec (see [`super::request`]), and never owned by
+/// the apply, so that its owner's removal is final.
 pub(super) fn annotations(
     unchanged: bool,
     old: Option<String>,
-    pending: bool,
     now: &str,
 ) -> BTreeMap<String, String> {
-    let mut a = BTreeMap::new();
-    if unchanged {
-        if let Some(ts) = old {
-            a.insert(TIMESTAMP.to_string(), ts);
-        }
-        if pending {
-            a.insert(OPERATION.to_string(), "reconcile".to_string());
-        }
-    } else {
-        a.insert(OPERATION.to_string(), "reconcile".to_string());
-        a.insert(TIMESTAMP.to_string(), now.to_string());
-    }
-    a
+    let timestamp = match (unchanged, old) {
+        (true, Some(ts)) => Some(ts),
+        (true, None) => None,
+        (false, _) => Some(now.to_string()),
+    };
+    timestamp
+        .map(|ts| (TIMESTAMP.to_string(), ts))
+        .into_iter()
+        .collect()
 }
 
 fn exposure_state(
