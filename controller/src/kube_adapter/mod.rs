@@ -10,6 +10,7 @@ mod context;
 mod error;
 pub mod etcd;
 pub mod lease;
+mod membership;
 mod metrics;
 pub mod probe;
 mod proxy;

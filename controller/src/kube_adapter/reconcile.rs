@@ -1,4 +1,5 @@
-//! One reconciliation: observe → plan → apply → write status; and the finalizer's cleanup.
+//! One reconciliation: validate → observe (what `plan::needs` asks too) → plan once →
+//! write (routes, objects, etcd operations) → status; and the finalizer's cleanup.
 //!
 //! Every write is a server-side apply under field manager `isthmus` with
 //! `fieldValidation=Strict` (a field the CRD does not define is an error, not a silent drop)
@@ -6,17 +7,17 @@
 //! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
 use super::context::{Context, FINALIZER};
-use super::etcd::EtcdClient;
+use super::membership::{read_cluster, run_ops};
 use super::refuse::refuse;
 use super::write::{confirm_and_delete, release_etcd, status_apply, write};
 use super::{proxy, Error};
-use crate::crd::{EtcdMigration, EtcdMigrationSpec, EtcdMigrationStatus, ObjectRef, Role, Step};
+use crate::crd::{EtcdMigration, ObjectRef, Role};
 use crate::gardener::{
     dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
 };
 use crate::plan::conditions::{self as cond, Verdict};
-use crate::plan::{self, EtcdCluster, EtcdOp, Observed, Plan};
-use k8s_openapi::api::core::v1::{Secret, Service};
+use crate::plan::{self, Observed};
+use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event};
@@ -68,22 +69,7 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
     )
 }
 
-/// Whether this pass needs etcd's own member list (reading it costs a TLS round trip per
-/// endpoint, and times out while the exposure does not work yet).
-fn needs_cluster(
-    spec: &EtcdMigrationSpec,
-    etcd_exists: bool,
-    previous: &EtcdMigrationStatus,
-) -> bool {
-    match (spec.role, spec.step) {
-        (Role::Source, Step::Abort) => true,
-        // Whether a source member is still in the cluster, until the cleanup began.
-        (Role::Source, Step::Complete) => !plan::source_cleanup_started(previous),
-        (Role::Destination, Step::Join | Step::Grow | Step::Shrink | Step::Abort) => etcd_exists,
-        _ => false,
-    }
-}
-
+/// One pass: validate, observe, plan once, write, report.
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let spec = &m.spec;
@@ -92,68 +78,34 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
     }
     let (dns_api, etcd_api) = apis(ctx, ns);
-
-    let lb_address = lb_address(ctx, &spec.load_balancer).await?;
-    let mut dns_records = BTreeMap::new();
-    for o in dns_api.list(&by_migration(&name)).await?.items {
-        dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
-    }
-    let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
-        Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
-        None => None,
+    let mut obs = observe(m, ns, ctx, &dns_api, &etcd_api).await?;
+    let needs = plan::needs(spec, &obs);
+    let etcd = match needs.etcd_endpoints.is_empty() {
+        true => None,
+        false => read_cluster(ctx, ns, spec, &needs.etcd_endpoints).await,
     };
-    let mut obs = Observed {
-        namespace: ns.to_string(),
-        now: (ctx.now)(),
-        generation: m.metadata.generation,
-        lb_address,
-        dns_records,
-        served_routes: None,
-        etcd,
-        etcd_cluster: None,
-        previous: m.status.clone().unwrap_or_default(),
+    obs.etcd_cluster = etcd.as_ref().map(|(_, cluster)| cluster.clone());
+    // What every proxy serves of this migration now: the routes its last status holds (the
+    // other migrations' passes render them from it too). Routes this plan changes are
+    // served from the next pass on.
+    let held = plan::wanted_routes(spec, ns, &obs.previous);
+    let served = match routes(ctx, m, ns, &held).await? {
+        Ok(served) => served,
+        Err(refusal) => return refuse(m, ns, ctx, refusal).await,
     };
-    let client = if needs_cluster(spec, obs.etcd.is_some(), &obs.previous) {
-        match etcd_client(ctx, ns, spec).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(migration = %name, error = %e, "etcd client");
-                None
-            }
-        }
-    } else {
-        None
-    };
-    // The first plan gives the endpoints (member names carry the observed prefix) and routes.
-    let first = plan::plan(spec, &obs);
-    let endpoints = endpoints(spec, &first);
-    if let Some(c) = &client {
-        match c.cluster(&endpoints).await {
-            Ok(cluster) => obs.etcd_cluster = Some(cluster),
-            Err(e) => tracing::warn!(migration = %name, error = %e, "etcd member list"),
-        }
-    }
-    let first = plan::plan(spec, &obs);
-    let rolled_out = match proxy::sync(ctx, Some((ns, &name, &first.routes))).await {
-        Ok(r) => r,
-        // The proxy's loader refuses this migration's routes: a spec it cannot serve.
-        Err(Error::InvalidRoutes(message)) => {
-            let v = Verdict::done(cond::SPEC_INVALID, "RoutesRefused", message);
-            return refuse(m, ns, ctx, v).await;
-        }
-        Err(e) => return Err(e),
-    };
-    obs.served_routes = rolled_out.then(|| first.routes.clone());
+    obs.served_routes = served.then(|| held.clone());
     let mut plan = plan::plan(spec, &obs);
-
-    let mut failure = None;
-    if let Err(e) = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api).await {
-        failure = Some(e);
-    }
-    if failure.is_none() {
-        if let (Some(c), Some(cluster)) = (&client, &obs.etcd_cluster) {
-            run_ops(c, &plan.etcd_ops, cluster, &endpoints, spec, &plan).await;
+    if plan.routes != held {
+        if let Err(refusal) = routes(ctx, m, ns, &plan.routes).await? {
+            return refuse(m, ns, ctx, refusal).await;
         }
+    }
+
+    let failure = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api)
+        .await
+        .err();
+    if let (None, Some((client, _))) = (&failure, &etcd) {
+        run_ops(client, &plan.etcd_ops, &needs.etcd_endpoints).await;
     }
     let verdict = match &failure {
         None => Verdict::done(cond::APPLIED, "Applied", "every object applied"),
@@ -188,6 +140,58 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     }))
 }
 
+/// Everything the planner reads from the API: the load balancer's address, our DNS records,
+/// the `Etcd`, the last status.
+async fn observe(
+    m: &EtcdMigration,
+    ns: &str,
+    ctx: &Context,
+    dns_api: &Api<DynamicObject>,
+    etcd_api: &Api<DynamicObject>,
+) -> Result<Observed, Error> {
+    let spec = &m.spec;
+    let lb_address = lb_address(ctx, &spec.load_balancer).await?;
+    let mut dns_records = BTreeMap::new();
+    for o in dns_api.list(&by_migration(&m.name_any())).await?.items {
+        dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
+    }
+    let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
+        Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
+        None => None,
+    };
+    Ok(Observed {
+        namespace: ns.to_string(),
+        now: (ctx.now)(),
+        generation: m.metadata.generation,
+        lb_address,
+        dns_records,
+        served_routes: None,
+        etcd,
+        etcd_cluster: None,
+        previous: m.status.clone().unwrap_or_default(),
+    })
+}
+
+/// Renders this migration's `routes` with every other one's into the proxy ConfigMap; whether
+/// every proxy pod serves the result, or the refusal when the proxy's loader refuses this
+/// migration's routes (a spec it cannot serve).
+async fn routes(
+    ctx: &Context,
+    m: &EtcdMigration,
+    ns: &str,
+    routes: &[plan::MemberRoute],
+) -> Result<Result<bool, Verdict>, Error> {
+    match proxy::sync(ctx, Some((ns, &m.name_any(), routes))).await {
+        Ok(served) => Ok(Ok(served)),
+        Err(Error::InvalidRoutes(message)) => Ok(Err(Verdict::done(
+            cond::SPEC_INVALID,
+            "RoutesRefused",
+            message,
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
 fn apply_reason(e: &Error) -> &'static str {
     match e {
         Error::Kube(kube::Error::Api(s)) if s.code == 409 => "FieldConflict",
@@ -195,102 +199,6 @@ fn apply_reason(e: &Error) -> &'static str {
         Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
         _ => "ApplyFailed",
     }
-}
-
-/// The client URLs the controller asks etcd through: the source members' (through the other
-/// seed's exposure) first, since they are voters from the start, then this seed's own.
-fn endpoints(spec: &EtcdMigrationSpec, plan: &Plan) -> Vec<String> {
-    let mut out: Vec<String> = spec
-        .destination
-        .iter()
-        .flat_map(|d| d.source_members.iter())
-        .flat_map(|m| m.client_urls.iter().cloned())
-        .collect();
-    out.extend(
-        plan.status
-            .exposed_members
-            .iter()
-            .flat_map(|m| m.client_urls.iter().cloned()),
-    );
-    out
-}
-
-/// Carries out the plan's etcd operations; a failure is logged and the next pass retries
-/// (the plan asks again while etcd's member list still shows the need).
-async fn run_ops(
-    client: &EtcdClient,
-    ops: &[EtcdOp],
-    cluster: &EtcdCluster,
-    endpoints: &[String],
-    spec: &EtcdMigrationSpec,
-    plan: &Plan,
-) {
-    for op in ops {
-        let result = match op {
-            EtcdOp::MoveLeader { to, name } => {
-                let leader_url = cluster
-                    .leader
-                    .and_then(|l| cluster.members.iter().find(|m| m.id == l))
-                    .and_then(|leader| {
-                        let known = spec
-                            .destination
-                            .iter()
-                            .flat_map(|d| d.source_members.iter())
-                            .chain(plan.status.exposed_members.iter());
-                        known
-                            .filter(|k| {
-                                k.name == leader.name
-                                    || k.peer_urls.iter().any(|u| leader.peer_urls.contains(u))
-                            })
-                            .find_map(|k| k.client_urls.first().cloned())
-                    });
-                match leader_url {
-                    Some(url) => {
-                        tracing::info!(to = %name, via = %url, "moving etcd leadership");
-                        client.move_leader(&url, *to).await
-                    }
-                    None => {
-                        tracing::warn!("the etcd leader has no exposed client URL");
-                        Ok(())
-                    }
-                }
-            }
-            EtcdOp::Remove { id, name } => {
-                tracing::info!(member = %name, "removing etcd member (abort)");
-                client.remove(endpoints, *id).await
-            }
-        };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "etcd operation failed; retried next pass");
-        }
-    }
-}
-
-/// The etcd client TLS material from the Secret named in the spec (`ca.crt`, `tls.crt`,
-/// `tls.key`).
-async fn etcd_client(
-    ctx: &Context,
-    ns: &str,
-    spec: &EtcdMigrationSpec,
-) -> Result<EtcdClient, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let secret = secrets.get(&spec.etcd_client.secret_name).await?;
-    let data = secret.data.unwrap_or_default();
-    let get = |k: &str| {
-        data.get(k).map(|b| b.0.clone()).ok_or_else(|| {
-            Error::EtcdTls(format!(
-                "Secret {ns}/{} has no key {k}",
-                spec.etcd_client.secret_name
-            ))
-        })
-    };
-    EtcdClient::new(
-        &get("ca.crt")?,
-        &get("tls.crt")?,
-        &get("tls.key")?,
-        ctx.settings.etcd_connect_to.clone(),
-    )
-    .map_err(|e| Error::EtcdTls(e.to_string()))
 }
 
 /// Removes what this migration created: its DNS records, its proxy routes, and (source) the

@@ -15,8 +15,8 @@
 //! new connections.
 
 use super::conditions as cond;
+use super::ctx::{covers, listed, urls};
 use super::names::Member;
-use super::roles::{covers, listed, urls};
 use super::{EtcdFields, EtcdObs, Observed};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 

@@ -2,11 +2,11 @@
 //! ready, and the conditions; the `Etcd` and etcd membership side is in `roles`.
 
 use super::conditions::{self as cond, Verdict};
+use super::ctx::{annotations, member_prefix, Ctx, Exposure, Outcome};
 use super::names::{members_named, routes, Member, VPN_RECORD};
 use super::{abort, release, roles};
-use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, TIMESTAMP};
+use super::{DnsRecordDesired, DnsRecordSpec, EtcdAction, Observed, Plan};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 /// Plans one migration. Pure: equal inputs give equal plans. The spec must have passed
@@ -87,10 +87,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         routes_held,
         exposure_held: hold,
     };
-    let out = match spec.role {
-        Role::Source => roles::source(&ctx, step),
-        Role::Destination => roles::destination(&ctx, step),
-    };
+    let out = decide(&ctx, step);
     verdicts.push(out.verdict);
 
     // Planning at all means the spec was accepted (`validate`).
@@ -123,15 +120,20 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     }
 }
 
-/// The etcd member-name prefix of this seed's members: the destination's from its spec, the
-/// source's from its `Etcd` (`spec.memberNamePrefix`, set by Gardener for new `Etcd`s).
-pub(super) fn member_prefix(spec: &EtcdMigrationSpec, obs: &Observed) -> Option<String> {
-    match (&spec.role, &spec.destination) {
-        (Role::Destination, Some(d)) => Some(d.member_name_prefix.clone()),
-        _ => obs
-            .etcd
-            .as_ref()
-            .and_then(|e| e.fields.member_name_prefix.clone()),
+/// What this seed's role wants at `step`: the one place that tells roles and steps apart.
+fn decide(ctx: &Ctx<'_>, step: Step) -> Outcome {
+    use Step::*;
+    match (ctx.spec.role, &ctx.spec.destination, step) {
+        (Role::Destination, None, _) => roles::missing_destination(),
+        (Role::Source, _, Abort) => abort::abort(ctx, EtcdAction::Release),
+        (Role::Source, _, Complete) => roles::source_complete(ctx),
+        (Role::Source, _, Expose | Join | Grow | Shrink) => roles::source_prepared(ctx, step),
+        (Role::Destination, Some(_), Abort) => abort::abort(ctx, EtcdAction::Delete),
+        (Role::Destination, Some(_), Expose) => roles::destination_exposed(ctx),
+        (Role::Destination, Some(d), Join | Grow | Shrink) => {
+            roles::destination_members(ctx, d, step)
+        }
+        (Role::Destination, Some(_), Complete) => roles::destination_complete(ctx),
     }
 }
 
@@ -191,25 +193,6 @@ fn effective_step(
     }
 }
 
-/// Why exposure is not ready yet, or `None` when it is.
-pub(super) type Exposure = Option<(&'static str, String)>;
-
-pub(super) struct Ctx<'a> {
-    pub(super) spec: &'a EtcdMigrationSpec,
-    pub(super) obs: &'a Observed,
-    pub(super) members: &'a [Member],
-    pub(super) exposure: Exposure,
-    /// The temporary VPN's record is ready (or not wanted); it does not gate etcd.
-    pub(super) vpn_ready: bool,
-    /// Records deleted and every proxy serves none of our routes.
-    pub(super) cleaned: bool,
-    /// The exposure is released but its routes stay, and why (`release`).
-    pub(super) routes_held: Option<&'static str>,
-    /// The exposure is kept past its steps: an abort's or the source `Complete`'s members are
-    /// still in etcd.
-    pub(super) exposure_held: bool,
-}
-
 fn desired_records(
     spec: &EtcdMigrationSpec,
     obs: &Observed,
@@ -256,27 +239,6 @@ fn desired_records(
                 annotations,
             }
         })
-        .collect()
-}
-
-/// The annotations we own on a Gardener object: a new `gardener.cloud/timestamp` when the spec
-/// changes, the existing one otherwise (a new one on every pass would be a change on every
-/// pass). `gardener.cloud/operation: reconcile` is not among them: it is written after the
-/// apply, only when the apply changed the spec (see [`super::request`]), and never owned by
-/// the apply, so that its owner's removal is final.
-pub(super) fn annotations(
-    unchanged: bool,
-    old: Option<String>,
-    now: &str,
-) -> BTreeMap<String, String> {
-    let timestamp = match (unchanged, old) {
-        (true, Some(ts)) => Some(ts),
-        (true, None) => None,
-        (false, _) => Some(now.to_string()),
-    };
-    timestamp
-        .map(|ts| (TIMESTAMP.to_string(), ts))
-        .into_iter()
         .collect()
 }
 

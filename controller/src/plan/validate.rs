@@ -6,8 +6,8 @@
 //! and nothing is planned for it until the spec changes.
 
 use super::conditions::{self as cond, Verdict};
+use super::ctx::duration_secs;
 use super::names::members;
-use super::roles::duration_secs;
 use crate::crd::{DruidApi, EtcdMigrationSpec, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE};
 
 /// One refused field.
