@@ -82,7 +82,8 @@ pub struct EtcdMigrationSpec {
     pub members: u8,
     /// The DNS provider used for the `DNSRecord`s.
     pub dns: DnsProvider,
-    /// The Service whose `status.loadBalancer` is the proxy's public address.
+    /// The Service whose `status.loadBalancer` is the proxy's public address (`deploy/`'s RBAC
+    /// lets the controller read `isthmus-system/isthmus-proxy` only).
     pub load_balancer: ObjectRef,
     /// Port scheme of the proxy listeners.
     #[serde(default)]
@@ -148,7 +149,8 @@ pub const SEED_INGRESS_CLIENT: u16 = 12379;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClientSpec {
-    /// The Secret's name. Default `etcd-client-tls` (the name `deploy/`'s RBAC grants).
+    /// The Secret's name. Default `etcd-client-tls`; the orchestrator's grant in the namespace
+    /// names it (`isthmus_controller::access`).
     #[serde(default = "default_client_secret")]
     #[schemars(
         regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),

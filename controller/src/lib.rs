@@ -6,6 +6,8 @@
 //! deletion confirmation.
 //!
 //! # Layers
+//! - [`access`]: what the orchestrator grants the controller in a shoot namespace (a `Role`
+//!   and `RoleBinding` per migration): the controller's writes and its one Secret read.
 //! - [`crd`]: the `EtcdMigration` resource (`isthmus.dev/v1alpha1`), plain serde data.
 //! - [`plan`]: the pure planner. **This is the API a non-Kubernetes backend drives**:
 //!   check the spec with [`plan::validate`], build a [`plan::Observed`] (LB address,
@@ -24,6 +26,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod crd;
 pub mod gardener;
 pub mod kube_adapter;

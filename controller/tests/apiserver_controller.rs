@@ -210,6 +210,9 @@ async fn world() -> World {
         s.etcd_client_secret(NS, &ca, &cert, &key).await;
         s.dns_provider(NS);
     }
+    // gardenlet grants the controller access in the shoot namespace with each migration.
+    a.grant(&src, NS).await;
+    b.grant(&dst, NS).await;
     // gardenlet's source Etcd: the running member (one replica here).
     let gardenlet_etcd: DynamicObject =
         serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();

@@ -11,27 +11,30 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 
 /// A client with the etcd client TLS material of the Secret named in the spec (`ca.crt`,
-/// `tls.crt`, `tls.key`), and etcd's member list through `endpoints`; `None` (logged) when
-/// either fails: the planner then waits or holds, as it does for an unreachable etcd.
+/// `tls.crt`, `tls.key`), and etcd's member list through `endpoints`. `Ok(None)` (logged)
+/// when the material is unusable or no endpoint answers: the planner then waits or holds, as
+/// it does for an unreachable etcd. `Err` when the API server refuses the Secret (the
+/// namespace's grant is missing: reported by the caller).
 pub(super) async fn read_cluster(
     ctx: &Context,
     ns: &str,
     spec: &EtcdMigrationSpec,
     endpoints: &[String],
-) -> Option<(EtcdClient, EtcdCluster)> {
+) -> Result<Option<(EtcdClient, EtcdCluster)>, Error> {
     let key = format!("{ns}/{}", spec.etcd_name);
     let client = match etcd_client(ctx, ns, spec).await {
         Ok(c) => c,
+        Err(e @ Error::Kube(kube::Error::Api(_))) => return Err(e),
         Err(e) => {
             tracing::warn!(etcd = %key, error = %e, "etcd client");
-            return None;
+            return Ok(None);
         }
     };
     match client.cluster(endpoints).await {
-        Ok(cluster) => Some((client, cluster)),
+        Ok(cluster) => Ok(Some((client, cluster))),
         Err(e) => {
             tracing::warn!(etcd = %key, error = %e, "etcd member list");
-            None
+            Ok(None)
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use super::context::{Context, FINALIZER};
 use super::membership::{read_cluster, run_ops};
-use super::refuse::refuse;
+use super::refuse::{refuse, refuse_access};
 use super::write::{confirm_and_delete, release_etcd, status_apply, write};
 use super::{proxy, Error};
 use crate::crd::{EtcdMigration, ObjectRef, Role};
@@ -78,11 +78,17 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
     }
     let (dns_api, etcd_api) = apis(ctx, ns);
-    let mut obs = observe(m, ns, ctx, &dns_api, &etcd_api).await?;
+    let mut obs = match observe(m, ns, ctx, &dns_api, &etcd_api).await {
+        Ok(obs) => obs,
+        Err(e) => return refuse_access(m, ns, ctx, e).await,
+    };
     let needs = plan::needs(spec, &obs);
     let etcd = match needs.etcd_endpoints.is_empty() {
         true => None,
-        false => read_cluster(ctx, ns, spec, &needs.etcd_endpoints).await,
+        false => match read_cluster(ctx, ns, spec, &needs.etcd_endpoints).await {
+            Ok(etcd) => etcd,
+            Err(e) => return refuse_access(m, ns, ctx, e).await,
+        },
     };
     obs.etcd_cluster = etcd.as_ref().map(|(_, cluster)| cluster.clone());
     // What every proxy serves of this migration now: the routes its last status holds (the
@@ -111,7 +117,7 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         None => Verdict::done(cond::APPLIED, "Applied", "every object applied"),
         Some(e) => {
             plan.status.step_ready = false;
-            Verdict::refused(cond::APPLIED, apply_reason(e), e.to_string())
+            Verdict::refused(cond::APPLIED, e.apply_reason(), e.to_string())
         }
     };
     plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
@@ -189,15 +195,6 @@ async fn routes(
             message,
         ))),
         Err(e) => Err(e),
-    }
-}
-
-fn apply_reason(e: &Error) -> &'static str {
-    match e {
-        Error::Kube(kube::Error::Api(s)) if s.code == 409 => "FieldConflict",
-        Error::Kube(kube::Error::Api(s)) if s.code == 422 => "Invalid",
-        Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
-        _ => "ApplyFailed",
     }
 }
 

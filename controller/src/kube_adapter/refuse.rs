@@ -1,5 +1,7 @@
-//! A spec the controller refuses: the `SpecInvalid` condition (field and reason), a Warning
-//! Event, a failure counted once, and no retry until the spec changes.
+//! What the controller cannot do, said in the status: a spec it refuses (the `SpecInvalid`
+//! condition naming field and reason, a Warning Event, a failure counted once, no retry until
+//! the spec changes), and an object the API server does not let it read (`ObjectsApplied=
+//! False / Forbidden`, retried with backoff: a grant may come).
 
 use super::context::Context;
 use super::write::status_apply;
@@ -52,6 +54,34 @@ pub(super) async fn refuse(
         tracing::warn!(error = %e, "publishing the SpecInvalid event");
     }
     Ok(Action::await_change())
+}
+
+/// Reports `e`, an error reading what a pass observes, as `ObjectsApplied=False` when the API
+/// server refused the request (`Forbidden`: typically the namespace's grant is missing), and
+/// returns it for the backoff. Other errors only return.
+pub(super) async fn refuse_access(
+    m: &EtcdMigration,
+    ns: &str,
+    ctx: &Context,
+    e: Error,
+) -> Result<Action, Error> {
+    let Error::Kube(kube::Error::Api(s)) = &e else {
+        return Err(e);
+    };
+    let mut status = m.status.clone().unwrap_or_default();
+    let verdict = Verdict::refused(
+        cond::APPLIED,
+        e.apply_reason(),
+        format!(
+            "{}: {} (the grant in this namespace: deploy/examples/access-*.yaml)",
+            s.reason, s.message
+        ),
+    );
+    status.observed_generation = m.metadata.generation;
+    status.step_ready = false;
+    status.conditions = cond::merge(&status.conditions, &verdict, &(ctx.now)());
+    status_apply(ctx, ns, &m.name_any(), &status).await?;
+    Err(e)
 }
 
 /// At most `max` bytes of `s`, cut at a character boundary (an Event note holds 1 kB).
