@@ -44,6 +44,11 @@ use serde::{Deserialize, Serialize};
         "fieldPath": ".vpn.port"
     },
     {
+        "rule": "!has(self.vpn) || !(self.vpn.target.split('.')[0] in [self.etcdName + '-client', self.etcdName + '-peer'])",
+        "message": "vpn.target is one of etcd's Services",
+        "fieldPath": ".vpn.target"
+    },
+    {
         "rule": "!has(self.vpn) || !has(self.seedIngress) || (self.vpn.port != 12379 && (self.vpn.port < 12380 || self.vpn.port >= 12380 + self.members))",
         "message": "vpn.port is one of the seed-ingress member listener ports (12379, 12380 + i)",
         "fieldPath": ".vpn.port"
@@ -365,9 +370,17 @@ pub struct MemberUrls {
     pub client_urls: Vec<String>,
 }
 
-/// The temporary VPN's exposure.
+/// The temporary VPN's exposure. Its route has no allow-list (the shoot's nodes dial it from
+/// anywhere), so its target is held to the tunnel server's kind of address: a Service of the
+/// migration's namespace (checked by the controller: CEL cannot see the namespace), on a
+/// port that is not etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(int(self.target.split(':')[1]) in [2379, 2380]) && int(self.target.split(':')[1]) >= 1 && int(self.target.split(':')[1]) <= 65535",
+    "message": "target: the port must be 1-65535 and not etcd's (2379, 2380)",
+    "fieldPath": ".target"
+}]))]
 pub struct VpnSpec {
     /// The temporary VPN's DNS name (the agent's SNI).
     #[schemars(
@@ -377,8 +390,15 @@ pub struct VpnSpec {
         length(max = 253)
     )]
     pub dns_name: String,
-    /// In-cluster `host:port` of the tunnel server.
-    #[schemars(regex(pattern = r"^[a-z0-9.-]+:[0-9]{1,5}$"), length(max = 260))]
+    /// The tunnel server's Service in the migration's namespace:
+    /// `<service>.<namespace>.svc[.<cluster-domain>]:<port>`, not one of etcd's Services
+    /// (`<etcdName>-client`, `<etcdName>-peer`) nor etcd's ports.
+    #[schemars(
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*:[0-9]{1,5}$"
+        ),
+        length(max = 260)
+    )]
     pub target: String,
     /// Proxy port the agent dials, 1 to 65535, none of the member listener ports. Default 8443.
     #[serde(default = "default_vpn_port")]

@@ -405,6 +405,33 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
                 v["spec"]["vpn"]["port"] = json!(12381);
             }),
         ),
+        // Issue 25 point 7: the VPN's target is a Service, never etcd's, never on its ports.
+        (
+            "target",
+            Box::new(|v| v["spec"]["vpn"]["target"] = json!("10.0.0.12:9443")),
+        ),
+        (
+            "target",
+            Box::new(|v| v["spec"]["vpn"]["target"] = json!("vpn-seed-server:9443")),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:2379")
+            }),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("etcd-main-peer.shoot--foo--bar.svc:8443")
+            }),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:70000")
+            }),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();

@@ -92,6 +92,7 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
         );
     }
     ports(spec, &mut bad);
+    vpn_target(spec, namespace, &mut bad);
     names(spec, namespace, &mut bad);
     out
 }
@@ -139,13 +140,62 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
             format!("{} is an etcd member listener port", vpn.port),
         );
     }
-    match vpn.target.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {}
-        _ => bad(
-            "spec.vpn.target".into(),
+}
+
+/// etcd's in-cluster client and peer ports: never a VPN target.
+const ETCD_PORTS: [u16; 2] = [2379, 2380];
+
+/// The VPN's route has no allow-list (the shoot's nodes dial it from anywhere): its target
+/// must be a Service of this migration's namespace (not another shoot's, not an address that
+/// could be anything), and not one of etcd's Services or ports.
+fn vpn_target(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    bad: &mut impl FnMut(String, &'static str, String),
+) {
+    let Some(vpn) = &spec.vpn else { return };
+    let field = || "spec.vpn.target".to_string();
+    let form = "<service>.<namespace>.svc[.<cluster-domain>]:<port>";
+    let Some((host, port)) = vpn.target.rsplit_once(':') else {
+        bad(
+            field(),
             "InvalidTarget",
-            format!("{:?} is not host:port with a port 1-65535", vpn.target),
+            format!("{:?} is not {form}", vpn.target),
+        );
+        return;
+    };
+    match port.parse::<u16>() {
+        Ok(p) if ETCD_PORTS.contains(&p) => bad(
+            field(),
+            "EtcdPort",
+            format!("port {p} is etcd's: the VPN must not reach etcd"),
         ),
+        Ok(p) if p > 0 => {}
+        _ => bad(
+            field(),
+            "InvalidTarget",
+            format!("port {port:?} is not 1-65535"),
+        ),
+    }
+    let etcd_services = [
+        format!("{}-client", spec.etcd_name),
+        format!("{}-peer", spec.etcd_name),
+    ];
+    match host.split('.').collect::<Vec<_>>().as_slice() {
+        [service, ns, "svc", ..] if *ns != namespace => bad(
+            field(),
+            "TargetOutsideNamespace",
+            format!(
+                "{service} is a Service of namespace {ns}: the VPN may reach only its own namespace {namespace}"
+            ),
+        ),
+        [service, _, "svc", ..] if etcd_services.iter().any(|e| e == service) => bad(
+            field(),
+            "EtcdService",
+            format!("{service} is one of etcd's Services: the VPN must not reach etcd"),
+        ),
+        [_, _, "svc", ..] => {}
+        _ => bad(field(), "InvalidTarget", format!("{host:?} is not {form}")),
     }
 }
 
