@@ -2,7 +2,8 @@
 # Offline validation of every manifest in deploy/ (called by .ci/run):
 #  1. yamllint over all YAML here;
 #  2. kubernetes-validate --strict against the Kubernetes JSON schemas bundled in the PyPI
-#     package (no network at validation time) for every built-in kind, CRD included;
+#     package (no network at validation time) for every built-in kind, CRD and the example
+#     access grants (Role, RoleBinding) included;
 #  3. custom resources (our EtcdMigration examples) against the openAPIV3Schema of the
 #     committed CRD, strictly (unknown fields rejected, as kubectl's strict field validation
 #     would). Gardener's DNSRecord and etcd-druid's Etcd are never written as manifests here
@@ -22,11 +23,11 @@ echo "== yamllint"
 "$VENV/bin/yamllint" --strict -c .yamllint.yaml .
 
 echo "== kubernetes-validate (Kubernetes $K8S_VERSION, strict)"
-builtin=(namespace.yaml proxy.yaml controller.yaml tunnel.yaml crd-etcdmigration.yaml)
+builtin=(namespace.yaml proxy.yaml controller.yaml tunnel.yaml crd-etcdmigration.yaml examples/access-*.yaml)
 "$VENV/bin/kubernetes-validate" --strict --quiet -k "$K8S_VERSION" "${builtin[@]}"
 
 echo "== custom resources against crd-etcdmigration.yaml"
-"$VENV/bin/python" - examples/*.yaml <<'PY'
+"$VENV/bin/python" - examples/etcdmigration-*.yaml <<'PY'
 import sys, yaml, jsonschema
 
 crd = yaml.safe_load(open("crd-etcdmigration.yaml"))

@@ -21,6 +21,9 @@ pub const MIGRATION_COMPLETED: &str = "MigrationCompleted";
 pub const APPLIED: &str = "ObjectsApplied";
 /// isthmus: the abort's cleanup state (or why an abort was refused).
 pub const ABORTED: &str = "LiveMigrationAborted";
+/// isthmus: present (`True`) while the controller refuses the spec; the reason and message
+/// name the field and why. Nothing is planned until the spec changes; removed once it is valid.
+pub const SPEC_INVALID: &str = "SpecInvalid";
 
 /// A condition before merging with its previous value.
 #[derive(Debug, Clone, PartialEq, Eq)]
