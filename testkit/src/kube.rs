@@ -23,6 +23,7 @@
 //! `<cache>/upstream-crds/` (`scripts/upstream-crds.sh`). Logs and certificates live in a [`Scratch`] directory
 //! (`ISTHMUS_KEEP_SCRATCH=1` keeps it).
 
+use crate::flags::{ApiServerAuth, ApiServerFlags, CLUSTER_ISSUER};
 use crate::{wait_until, CertKey, Scratch, TestPki};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
@@ -35,7 +36,7 @@ use kube::{Client, Config};
 use serde_json::{json, Value};
 use std::fmt;
 use std::fs::File;
-use std::net::TcpListener;
+use std::net::{IpAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -151,6 +152,27 @@ fn write_kubeconfig(path: &Path, server: &str, ca: &Path, user: Value) {
     std::fs::write(path, serde_json::to_vec_pretty(&kc).unwrap()).unwrap();
 }
 
+/// A TokenRequest token (valid 24 h) for ServiceAccount `namespace/name`, asked with `client`:
+/// what a pod of that ServiceAccount gets mounted. `None` if the answer has no status.
+pub async fn service_account_token(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<String>, kube::Error> {
+    let sas: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    let tr = TokenRequest {
+        spec: TokenRequestSpec {
+            expiration_seconds: Some(24 * 3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer = sas
+        .create_token_request(name, &PostParams::default(), &tr)
+        .await?;
+    Ok(answer.status.map(|s| s.token))
+}
+
 /// A client from a kubeconfig file (such as [`KubeApiServer::admin_kubeconfig`] writes).
 pub async fn client_from_kubeconfig(path: &Path) -> Client {
     // kube builds its rustls config with the process-default provider; make it ring's.
@@ -163,7 +185,8 @@ pub async fn client_from_kubeconfig(path: &Path) -> Client {
     Client::try_from(config).unwrap()
 }
 
-async fn readyz(client: &Client) -> bool {
+/// Whether `GET /readyz` answers `ok` within 5 s.
+pub async fn readyz(client: &Client) -> bool {
     let req = http::Request::get("/readyz").body(Vec::new()).unwrap();
     // Bounded: a half-started server may accept a connection and answer late.
     tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
@@ -243,28 +266,18 @@ impl KubeApiServer {
     }
 
     fn apiserver_args(&self) -> Vec<String> {
-        let d = |f: &str| self.scratch.join(f).display().to_string();
-        [
-            format!("--etcd-servers={}", self.etcd_url),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--secure-port={}", self.port),
-            format!("--cert-dir={}", d("certs")),
-            format!("--tls-cert-file={}", d("apiserver.crt")),
-            format!("--tls-private-key-file={}", d("apiserver.key")),
-            format!("--client-ca-file={}", d("ca.crt")),
-            "--authorization-mode=RBAC".into(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", d("sa.pub")),
-            format!("--service-account-signing-key-file={}", d("sa.key")),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            // The default reconciler writes the `kubernetes` Endpoints, which reject a loopback
-            // address; nothing in the tests needs them.
-            "--endpoint-reconciler-type=none".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ]
-        .into()
+        let f = |name: &str| self.scratch.join(name);
+        ApiServerFlags {
+            etcd_servers: self.etcd_url.clone(),
+            address: IpAddr::from([127, 0, 0, 1]),
+            port: self.port,
+            cert_dir: f("certs"),
+            serving: (f("apiserver.crt"), f("apiserver.key")),
+            auth: ApiServerAuth::ClientCa(f("ca.crt")),
+            issuer: CLUSTER_ISSUER.into(),
+            service_account: (f("sa.pub"), f("sa.key")),
+        }
+        .args()
     }
 
     /// Spawns kube-apiserver on `self.port` and waits until it is ready. Err(log path) if the
@@ -355,21 +368,10 @@ impl KubeApiServer {
             ],
         )
         .await;
-        let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
-        let tr = TokenRequest {
-            spec: TokenRequestSpec {
-                expiration_seconds: Some(24 * 3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let token = sas
-            .create_token_request(name, &PostParams::default(), &tr)
+        let token = service_account_token(&admin, namespace, name)
             .await
             .unwrap_or_else(|e| panic!("TokenRequest for {namespace}/{name}: {e}"))
-            .status
-            .unwrap_or_else(|| panic!("TokenRequest for {namespace}/{name} has no status"))
-            .token;
+            .unwrap_or_else(|| panic!("TokenRequest for {namespace}/{name} has no status"));
         let path = self
             .scratch
             .join(&format!("sa-{namespace}-{name}.kubeconfig"));
@@ -575,24 +577,30 @@ async fn apply_one(client: &Client, doc: Value) -> String {
 /// the required `labels`, `backup`, `etcd`, `replicas`, with TLS for peer and client URLs (so
 /// `https://` peer URLs pass the CEL rules).
 pub fn minimal_etcd(name: &str, namespace: &str, replicas: i32) -> Value {
+    let mut spec = etcd_spec(name);
+    spec["replicas"] = json!(replicas);
     json!({
         "apiVersion": "druid.gardener.cloud/v1alpha1",
         "kind": "Etcd",
         "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "labels": {"app": "etcd-statefulset", "name": name},
-            "replicas": replicas,
-            "backup": {},
-            "etcd": {
-                "peerUrlTls": {
-                    "tlsCASecretRef": {"name": format!("{name}-peer-ca"), "dataKey": "bundle.crt"},
-                    "serverTLSSecretRef": {"name": format!("{name}-peer-server")},
-                },
-                "clientUrlTls": {
-                    "tlsCASecretRef": {"name": format!("{name}-ca"), "dataKey": "bundle.crt"},
-                    "serverTLSSecretRef": {"name": format!("{name}-server")},
-                    "clientTLSSecretRef": {"name": format!("{name}-client")},
-                },
+        "spec": spec,
+    })
+}
+
+/// [`minimal_etcd`]'s spec without `replicas`: what gardenlet templates an `Etcd` from.
+pub fn etcd_spec(name: &str) -> Value {
+    json!({
+        "labels": {"app": "etcd-statefulset", "name": name},
+        "backup": {},
+        "etcd": {
+            "peerUrlTls": {
+                "tlsCASecretRef": {"name": format!("{name}-peer-ca"), "dataKey": "bundle.crt"},
+                "serverTLSSecretRef": {"name": format!("{name}-peer-server")},
+            },
+            "clientUrlTls": {
+                "tlsCASecretRef": {"name": format!("{name}-ca"), "dataKey": "bundle.crt"},
+                "serverTLSSecretRef": {"name": format!("{name}-server")},
+                "clientTLSSecretRef": {"name": format!("{name}-client")},
             },
         },
     })

@@ -1,6 +1,8 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
 //! scratch directories, polling with deadlines, the one metric scraper ([`metric`]), the one
-//! seeded random source ([`Rng`]), and a real kube-apiserver ([`kube`]).
+//! seeded random source ([`Rng`]), a real kube-apiserver ([`kube`]) and the flags every
+//! kube-apiserver of the project starts with ([`flags`]). Each helper the lab needs too has a
+//! fallible twin (`try_*`, `Result`) next to the panicking one the tests use.
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
 //! What it must never do: be a dependency of anything but tests, benchmarks and the lab, or hide a
@@ -34,7 +36,11 @@ pub use netns::Netns;
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
 /// ServiceAccounts under RBAC.
 pub mod kube;
-pub use kube::{minimal_etcd, KubeApiServer};
+pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
+
+/// The flags every kube-apiserver of the project starts with (testkit's and the lab's).
+pub mod flags;
+pub use flags::{ApiServerAuth, ApiServerFlags};
 
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;

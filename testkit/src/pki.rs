@@ -26,13 +26,18 @@ pub struct CertKey {
 impl CertKey {
     /// Writes `NAME.crt` and `NAME.key` into `dir`; returns their paths.
     pub fn write(&self, dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+        self.try_write(dir, name).unwrap()
+    }
+
+    /// [`write`](Self::write) for callers that report errors instead of panicking (the lab).
+    pub fn try_write(&self, dir: &Path, name: &str) -> std::io::Result<(PathBuf, PathBuf)> {
         let (c, k) = (
             dir.join(format!("{name}.crt")),
             dir.join(format!("{name}.key")),
         );
-        std::fs::write(&c, &self.cert_pem).unwrap();
-        std::fs::write(&k, &self.key_pem).unwrap();
-        (c, k)
+        std::fs::write(&c, &self.cert_pem)?;
+        std::fs::write(&k, &self.key_pem)?;
+        Ok((c, k))
     }
 }
 
@@ -51,12 +56,17 @@ impl Default for TestPki {
 impl TestPki {
     /// A new CA named "isthmus test CA".
     pub fn new() -> Self {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        Self::try_new().unwrap()
+    }
+
+    /// [`new`](Self::new) for callers that report errors instead of panicking (the lab).
+    pub fn try_new() -> Result<Self, rcgen::Error> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
         params.distinguished_name = dn("isthmus test CA");
-        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-        Self { ca }
+        let ca = CertifiedIssuer::self_signed(params, KeyPair::generate()?)?;
+        Ok(Self { ca })
     }
 
     /// The CA certificate.
@@ -71,9 +81,14 @@ impl TestPki {
 
     /// Writes the CA certificate as `ca.crt` into `dir`.
     pub fn write_ca(&self, dir: &Path) -> PathBuf {
+        self.try_write_ca(dir).unwrap()
+    }
+
+    /// [`write_ca`](Self::write_ca) for callers that report errors instead of panicking.
+    pub fn try_write_ca(&self, dir: &Path) -> std::io::Result<PathBuf> {
         let p = dir.join("ca.crt");
-        std::fs::write(&p, self.ca_pem()).unwrap();
-        p
+        std::fs::write(&p, self.ca_pem())?;
+        Ok(p)
     }
 
     /// A trust store holding just this CA.
@@ -95,14 +110,19 @@ impl TestPki {
     /// A certificate usable as server *and* client, as etcd peers use theirs (each member
     /// dials the others with the certificate it serves).
     pub fn peer_cert(&self, names: &[&str]) -> CertKey {
+        self.try_peer_cert(names).unwrap()
+    }
+
+    /// [`peer_cert`](Self::peer_cert) for callers that report errors instead of panicking.
+    pub fn try_peer_cert(&self, names: &[&str]) -> Result<CertKey, rcgen::Error> {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        let mut params = CertificateParams::new(names.clone()).unwrap();
+        let mut params = CertificateParams::new(names.clone())?;
         params.distinguished_name = dn(names.first().map_or("peer", String::as_str));
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
-        self.issue(params)
+        self.try_issue(params)
     }
 
     /// A client certificate with common name `cn`.
@@ -127,14 +147,18 @@ impl TestPki {
     }
 
     fn issue(&self, params: CertificateParams) -> CertKey {
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.ca).unwrap();
-        CertKey {
+        self.try_issue(params).unwrap()
+    }
+
+    fn try_issue(&self, params: CertificateParams) -> Result<CertKey, rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &self.ca)?;
+        Ok(CertKey {
             chain: vec![cert.der().clone()],
             key: PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
             cert_pem: cert.pem(),
             key_pem: key.serialize_pem(),
-        }
+        })
     }
 
     /// A rustls server config presenting `cert`; with `client_auth`, clients must present a
