@@ -15,7 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use isthmus_lab::etcd::{MemberRef, Side};
+use isthmus_lab::member::MemberRef;
+use isthmus_lab::side::Side;
 use isthmus_lab::{Options, Report, Scenario};
 use std::process::Command;
 use std::sync::Mutex;

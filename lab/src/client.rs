@@ -6,6 +6,7 @@
 //! retries, or if it takes more than [`FAIL_AFTER`]. The client's endpoints can be moved to
 //! the destination as a kube-apiserver would be (new connection, traffic switched over).
 
+use crate::clock::ms;
 use crate::error::{Error, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use serde::Serialize;
@@ -245,11 +246,6 @@ impl Continuous {
             error,
         }
     }
-}
-
-/// Milliseconds as a float.
-pub fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Reads every key under [`PREFIX`] from `endpoints` and returns the acknowledged writes that

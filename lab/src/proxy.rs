@@ -9,8 +9,9 @@
 //! listener port in the same namespace), and the admin port is fixed (9901).
 
 use crate::error::{Error, Result};
-use crate::etcd::{MemberRef, Side};
+use crate::member::MemberRef;
 use crate::seeds::{run, Seed};
+use crate::side::Side;
 use isthmus_controller::crd::PortScheme;
 use isthmus_controller::plan::MemberRoute;
 use isthmus_controller::proxy_config::{self, Layout};
@@ -54,7 +55,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
     let local: Vec<MemberRoute> = routes
         .iter()
         .map(|r| {
-            let m = (0..crate::topology::MEMBERS)
+            let m = (0..crate::member::MEMBERS)
                 .map(|index| MemberRef { side, index })
                 .find(|m| m.dns() == r.sni)
                 .ok_or_else(|| Error::State(format!("route for unknown member {}", r.sni)))?;

@@ -1,14 +1,13 @@
-//! The two `EtcdMigration` specs the lab drives (one per seed) and the names they give the
-//! members. The lab spells member names, DNS names and peer ports exactly as the controller's
-//! planner does (`isthmus_controller::plan::names`, `PortScheme::default()`), so the DNS records
-//! and routes the planner asks for are the ones the etcd members advertise.
+//! The two `EtcdMigration` specs the lab drives (one per seed), from which the members get
+//! their names (`crate::member`). The lab spells member names, DNS names and peer ports exactly
+//! as the controller's planner does (`isthmus_controller::plan::names`, `PortScheme::default()`),
+//! so the DNS records and routes the planner asks for are the ones the etcd members advertise.
 
-use crate::etcd::{MemberRef, Side};
+use crate::side::Side;
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, ObjectRef, PortScheme,
     Role, Step,
 };
-use isthmus_controller::plan::{self, Member};
 
 /// The shoot's namespace on both seeds.
 pub const NAMESPACE: &str = "shoot--lab";
@@ -77,41 +76,5 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         etcd_client: Default::default(),
         seed_ingress: None,
         allowed_sources: Vec::new(),
-    }
-}
-
-/// The planner's view of member `r`: its member name, DNS name and ports.
-pub fn member(r: MemberRef) -> Option<Member> {
-    let index = u8::try_from(r.index).ok()?;
-    let mut s = spec(r.side, Step::Expose);
-    s.members = index.checked_add(1)?;
-    plan::members(&s, NAMESPACE).pop()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lab_names_are_the_planners() {
-        let m = MemberRef {
-            side: Side::Destination,
-            index: 1,
-        };
-        assert_eq!(m.name(), "dest-etcd-main-1");
-        assert_eq!(m.dns(), "etcd-main-1.shoot--lab.destination.lab.test");
-        assert_eq!(
-            m.peer_url(),
-            "https://etcd-main-1.shoot--lab.destination.lab.test:2381"
-        );
-        let s = MemberRef {
-            side: Side::Source,
-            index: 2,
-        };
-        assert_eq!(s.name(), "etcd-main-2");
-        assert_eq!(
-            s.peer_url(),
-            "https://etcd-main-2.shoot--lab.source.lab.test:2382"
-        );
     }
 }

@@ -1,38 +1,16 @@
-//! The lab's fixed topology: two seeds, the link between them (a relay per peer and client
-//! port of the planner's port scheme, in each direction) and the members of each seed. What each seed's DNS
-//! and proxy hold is the planner's business (`crate::backend`).
+//! The lab's fixed topology: two seeds and the link between them (a relay per peer and client
+//! port of the planner's port scheme, in each direction). What each seed's DNS and proxy hold
+//! is the migration's business (`crate::world`, the drivers).
 
 use crate::error::Result;
-use crate::etcd::{MemberRef, Side};
 use crate::link::Link;
+use crate::member::{MemberRef, MEMBERS};
 use crate::seeds::Seed;
+use crate::side::Side;
 use isthmus_controller::crd::PortScheme;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
-
-/// Members per seed (3: the HA control plane of GEP-20).
-pub const MEMBERS: u16 = 3;
-
-/// The source members.
-pub fn source() -> Vec<MemberRef> {
-    (0..MEMBERS)
-        .map(|index| MemberRef {
-            side: Side::Source,
-            index,
-        })
-        .collect()
-}
-
-/// The destination members.
-pub fn destination() -> Vec<MemberRef> {
-    (0..MEMBERS)
-        .map(|index| MemberRef {
-            side: Side::Destination,
-            index,
-        })
-        .collect()
-}
 
 /// The two seeds and the emulated link between them.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! configuration that gives kube-apiserver its client certificate for the webhook.
 
 use crate::error::{Error, Result};
-use crate::pki::Pki;
+use crate::pki;
 use crate::webhook::Egress;
 use std::hash::{BuildHasher, Hasher};
 use std::net::Ipv4Addr;
@@ -16,8 +16,6 @@ pub struct Files {
     pub dir: PathBuf,
     /// Serving certificate and key.
     pub serving: (PathBuf, PathBuf),
-    /// The CA that signed `serving` (DER), for the lab's clients.
-    pub ca_der: Vec<u8>,
     /// The token the lab's clients present (`system:masters`).
     pub token: String,
     pub tokens: PathBuf,
@@ -30,11 +28,11 @@ impl Files {
     /// Writes everything but the egress files (those need the tunnel, [`Files::write_egress`]).
     pub fn new(dir: &Path, seed_ips: &[Ipv4Addr], webhook: &Egress) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let pki = Pki::new(dir)?;
+        let ca = pki::ca(dir)?;
         let mut names: Vec<String> = vec![super::API_NAME.into(), "kubernetes.default.svc".into()];
         names.extend(seed_ips.iter().map(|ip| ip.to_string()));
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-        pki.leaf(dir, "kube-apiserver-serving", &refs)?;
+        pki::leaf(&ca, dir, "kube-apiserver-serving", &refs)?;
         let sa = rcgen::KeyPair::generate()?;
         let sa_paths = (dir.join("sa.key"), dir.join("sa.pub"));
         write(&sa_paths.0, &sa.serialize_pem())?;
@@ -76,7 +74,6 @@ impl Files {
                 dir.join("kube-apiserver-serving.crt"),
                 dir.join("kube-apiserver-serving.key"),
             ),
-            ca_der: pki.ca_der(),
             token,
             tokens,
             sa: sa_paths,

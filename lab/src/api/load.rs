@@ -13,7 +13,7 @@
 //! this create's value. A retried request keeps its first error in the record, so an outage
 //! the retries hid is still seen (`api.retried` in the report).
 
-use super::Dns;
+use super::dns::Dns;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde::Serialize;
@@ -225,7 +225,7 @@ impl Worker {
     }
 
     fn ack(&self, name: String, seq: u64, rv: u64) {
-        let t_ms = crate::client::ms(self.epoch.elapsed());
+        let t_ms = crate::clock::ms(self.epoch.elapsed());
         let mut rec = self.rec.lock().unwrap_or_else(PoisonError::into_inner);
         rec.acks.push(Ack {
             name,
@@ -278,8 +278,8 @@ impl Worker {
         };
         let sample = ApiSample {
             op: kind,
-            start_ms: crate::client::ms(start - self.epoch),
-            latency_ms: crate::client::ms(latency),
+            start_ms: crate::clock::ms(start - self.epoch),
+            latency_ms: crate::clock::ms(latency),
             via,
             ok,
             attempts,

@@ -10,7 +10,10 @@
 //! moves; the source kube-apiserver stops (SIGTERM, graceful) before `Shrink` removes the
 //! members it reads from.
 
+mod admission;
+pub mod dns;
 pub mod files;
+pub mod kubeconfig;
 pub mod load;
 pub mod report;
 pub mod server;
@@ -18,20 +21,17 @@ pub mod watch;
 
 use crate::error::{Error, Result};
 use crate::seeds::Seed;
-use crate::webhook::{Egress, WebhookLab, WEBHOOK_SERVICE};
+use crate::webhook::{Egress, WebhookLab};
+pub use dns::Dns;
 use files::Files;
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
-use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
+use kubeconfig::{kubeconfig_client, write_kubeconfig};
 use load::{Load, Recording, NAMESPACE};
 use report::{ApiReport, ControlPlane, Objects};
 use server::ApiServer;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use watch::{Seen, Watch};
@@ -44,35 +44,8 @@ pub fn default_binary() -> PathBuf {
 /// The shoot API's DNS name (in the serving certificate; the lab's clients resolve it through
 /// [`Dns`]).
 pub const API_NAME: &str = "api.shoot.lab";
-/// How long the first write through the webhook may take after the configuration is created
-/// (kube-apiserver picks it up from its informer).
-const WEBHOOK_READY: Duration = Duration::from_secs(30);
 /// How long the watch may take to catch up with the last acknowledged write at the end.
 const WATCH_CATCH_UP: Duration = Duration::from_secs(30);
-
-/// The shoot API's DNS name: which seed's kube-apiserver it points at. Clients resolve it per
-/// request; a watch re-resolves when it reconnects.
-#[derive(Clone)]
-pub struct Dns {
-    clients: Arc<[Client; 2]>,
-    current: Arc<AtomicUsize>,
-}
-
-impl std::fmt::Debug for Dns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Dns")
-            .field("current", &self.resolve().1)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Dns {
-    /// A client for the kube-apiserver the name points at now, and that seed's label.
-    pub fn resolve(&self) -> (Client, &'static str) {
-        let i = self.current.load(Ordering::Relaxed).min(1);
-        (self.clients[i].clone(), ["source", "destination"][i])
-    }
-}
 
 /// The shoot's kube-apiservers, the load and the watch.
 #[derive(Debug)]
@@ -121,10 +94,7 @@ impl ShootApi {
         let [c0, c1]: [Client; 2] = clients
             .try_into()
             .map_err(|_| Error::State("two seeds, two clients".into()))?;
-        let dns = Dns {
-            clients: Arc::new([c0.clone(), c1]),
-            current: Arc::new(AtomicUsize::new(0)),
-        };
+        let dns = Dns::new([c0.clone(), c1]);
         let source = ApiServer::start(bin, seeds[0], &files, etcd, &c0).await?;
         let version = c0
             .apiserver_version()
@@ -168,66 +138,8 @@ impl ShootApi {
             .create(&pp, &load::config_map(load::COUNTER, 0))
             .await
             .map_err(|e| kube_err("counter", e))?;
-        let hook = self.egress[0].webhook;
-        // An ExternalName Service: kube-apiserver's service resolver turns it into
-        // `https://<address>:<port>`, dialled through the `cluster` egress (the tunnel), where
-        // the shoot's agents reach the webhook.
-        let (svc_ns, svc_name) = WEBHOOK_SERVICE;
-        let svc: Service = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": svc_name, "namespace": svc_ns },
-            "spec": { "type": "ExternalName", "externalName": hook.ip().to_string(),
-                      "ports": [{ "port": hook.port() }] }
-        }))
-        .map_err(json_err)?;
-        Api::<Service>::namespaced(c.clone(), svc_ns)
-            .create(&pp, &svc)
-            .await
-            .map_err(|e| kube_err("webhook service", e))?;
-        let ca = std::fs::read(&self.egress[0].ca)
-            .map_err(|e| Error::io(self.egress[0].ca.display(), e))?;
-        let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": "isthmus-lab" },
-            "webhooks": [{
-                "name": "validate.lab.isthmus.dev",
-                "clientConfig": {
-                    "service": { "namespace": svc_ns, "name": svc_name,
-                                 "path": "/validate", "port": hook.port() },
-                },
-                "rules": [{ "operations": ["CREATE", "UPDATE"], "apiGroups": [""],
-                            "apiVersions": ["v1"], "resources": ["configmaps"] }],
-                "namespaceSelector": { "matchLabels":
-                    { "kubernetes.io/metadata.name": NAMESPACE } },
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": 10,
-            }]
-        }))
-        .map_err(json_err)?;
-        // `caBundle` is bytes: k8s-openapi's ByteString encodes it (base64) on the wire.
-        for w in vwc.webhooks.iter_mut().flatten() {
-            w.client_config.ca_bundle = Some(ByteString(ca.clone()));
-        }
-        Api::<ValidatingWebhookConfiguration>::all(c.clone())
-            .create(&pp, &vwc)
-            .await
-            .map_err(|e| kube_err("webhook configuration", e))?;
-        // Until kube-apiserver's informer has the configuration, writes skip the webhook.
-        let cms = Api::<ConfigMap>::namespaced(c.clone(), NAMESPACE);
-        let deadline = Instant::now() + WEBHOOK_READY;
-        let mut n = 0;
-        while webhook.kube_apiserver_calls() == 0 {
-            if Instant::now() >= deadline {
-                return Err(Error::Timeout {
-                    what: "a write through the webhook (kube-apiserver → tunnel → shoot)".into(),
-                    after: WEBHOOK_READY,
-                });
-            }
-            n += 1;
-            let probe = load::config_map(&format!("probe-{n}"), 0);
-            let _ = cms.create(&pp, &probe).await;
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        admission::register(c, &self.egress[0]).await?;
+        admission::first_call(c, webhook).await?;
         self.webhook_calls_at_start = webhook.kube_apiserver_calls();
         Ok(())
     }
@@ -241,11 +153,11 @@ impl ShootApi {
         etcd: &[String],
     ) -> Result<std::result::Result<f64, String>> {
         let t0 = Instant::now();
-        let c = self.dns.clients[1].clone();
+        let c = self.dns.destination();
         match ApiServer::start(&self.bin, seed, &self.files, etcd, &c).await {
             Ok(s) => {
                 self.servers[1] = Some(s);
-                let took = crate::client::ms(t0.elapsed());
+                let took = crate::clock::ms(t0.elapsed());
                 self.destination_ready_ms = Some(took);
                 Ok(Ok(took))
             }
@@ -256,7 +168,7 @@ impl ShootApi {
 
     /// `MigrateDNSRecords`: the shoot API's name points at the destination.
     pub fn move_dns(&self) {
-        self.dns.current.store(1, Ordering::Relaxed);
+        self.dns.move_to_destination();
     }
 
     /// The source kube-apiserver stops (its members are about to be removed); says how.
@@ -273,7 +185,7 @@ impl ShootApi {
         mut self,
         webhook: Option<&WebhookLab>,
         phases: &[(String, f64, f64)],
-        fault: Option<&crate::report::Fault>,
+        fault: Option<&crate::stats::Fault>,
         violations: &mut Vec<String>,
     ) -> Result<(ApiReport, Objects, ControlPlane)> {
         let rec = match self.load.take() {
@@ -314,32 +226,6 @@ async fn client(files: &Files, seed: &Seed) -> Result<Client> {
     let server = format!("https://{}:{}", seed.seed_ip, server::PORT);
     write_kubeconfig(&path, &server, &files.dir.join("ca.crt"), &files.token)?;
     kubeconfig_client(&path).await
-}
-
-/// Writes a kubeconfig for `server` (its CA file `ca`) with a bearer `token`.
-pub(crate) fn write_kubeconfig(
-    path: &std::path::Path,
-    server: &str,
-    ca: &std::path::Path,
-    token: &str,
-) -> Result<()> {
-    let text = format!(
-        "apiVersion: v1\nkind: Config\ncurrent-context: lab\nclusters:\n- name: lab\n  \
-         cluster:\n    server: {server}\n    certificate-authority: {}\ncontexts:\n\
-         - name: lab\n  context:\n    cluster: lab\n    user: user\nusers:\n- name: user\n  \
-         user:\n    token: {token}\n",
-        ca.display()
-    );
-    std::fs::write(path, text).map_err(|e| Error::io(path.display(), e))
-}
-
-/// A client from a kubeconfig file.
-pub async fn kubeconfig_client(path: &std::path::Path) -> Result<Client> {
-    let kc = Kubeconfig::read_from(path).map_err(|e| Error::State(format!("{e}")))?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| Error::State(format!("{}: {e}", path.display())))?;
-    Client::try_from(config).map_err(|e| Error::State(format!("{}: {e}", path.display())))
 }
 
 fn kube_err(what: &str, e: kube::Error) -> Error {

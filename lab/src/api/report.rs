@@ -25,7 +25,7 @@ pub struct ApiReport {
     pub via_destination: usize,
     pub webhook: ApiWebhook,
     pub watch: WatchReport,
-    pub phases: Vec<crate::report::PhaseStats>,
+    pub phases: Vec<crate::stats::PhaseStats>,
     /// Every request, for the picture (`api_samples.json` has them).
     #[serde(skip)]
     pub samples: Vec<ApiSample>,
@@ -122,7 +122,7 @@ impl ApiReport {
             failed: rec.samples.iter().filter(|s| !s.ok).count(),
             retried: rec.samples.iter().filter(|s| s.attempts > 1).count(),
             worst_ms: lat.last().copied().unwrap_or(0.0),
-            longest_write_gap_ms: crate::report::longest_gap(&mut acks),
+            longest_write_gap_ms: crate::stats::longest_gap(&mut acks),
             stale_reads: rec.stale_reads.len(),
             via_source: rec.samples.iter().filter(|s| s.via == "source").count(),
             via_destination: rec
@@ -158,13 +158,13 @@ impl ApiReport {
         &self,
         objects: &Objects,
         rec: &Recording,
-        fault: Option<&crate::report::Fault>,
+        fault: Option<&crate::stats::Fault>,
         out: &mut Vec<String>,
     ) {
         let unexpected: Vec<&ApiSample> = rec
             .samples
             .iter()
-            .filter(|s| !s.ok && !crate::report::covered(fault, s.start_ms))
+            .filter(|s| !s.ok && !crate::stats::covered(fault, s.start_ms))
             .collect();
         if let Some(first) = unexpected.first() {
             out.push(format!(
@@ -205,7 +205,7 @@ impl ApiReport {
             .iter()
             .filter(|s| {
                 s.error.as_deref().is_some_and(|e| e.contains("webhook"))
-                    && !crate::report::covered(fault, s.start_ms)
+                    && !crate::stats::covered(fault, s.start_ms)
             })
             .count();
         if webhook_failed > 0 {
@@ -216,7 +216,7 @@ impl ApiReport {
     }
 }
 
-fn phase(name: &str, start: f64, end: f64, samples: &[ApiSample]) -> crate::report::PhaseStats {
+fn phase(name: &str, start: f64, end: f64, samples: &[ApiSample]) -> crate::stats::PhaseStats {
     let items = samples.iter().map(|s| (s.start_ms, s.latency_ms, s.ok));
-    crate::report::PhaseStats::of(name, start, end, items)
+    crate::stats::PhaseStats::of(name, start, end, items)
 }

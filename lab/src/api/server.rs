@@ -7,6 +7,7 @@
 use super::files::Files;
 use crate::error::{Error, Result};
 use crate::seeds::{run, Seed};
+use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags};
 use kube::Client;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,28 +44,19 @@ impl ApiServer {
         etcd: &[String],
         client: &Client,
     ) -> Result<Self> {
+        let mut args = ApiServerFlags {
+            etcd_servers: etcd.join(","),
+            address: seed.seed_ip.into(),
+            port: PORT,
+            cert_dir: files.dir.join(format!("certs-{}", seed.label)),
+            serving: files.serving.clone(),
+            auth: ApiServerAuth::TokenFile(files.tokens.clone()),
+            issuer: format!("https://{}", super::API_NAME),
+            service_account: (files.sa.1.clone(), files.sa.0.clone()),
+        }
+        .args();
         let d = |f: &Path| f.display().to_string();
-        let args = [
-            format!("--etcd-servers={}", etcd.join(",")),
-            format!("--bind-address={}", seed.seed_ip),
-            format!("--advertise-address={}", seed.seed_ip),
-            format!("--secure-port={PORT}"),
-            format!(
-                "--cert-dir={}",
-                d(&files.dir.join(format!("certs-{}", seed.label)))
-            ),
-            format!("--tls-cert-file={}", d(&files.serving.0)),
-            format!("--tls-private-key-file={}", d(&files.serving.1)),
-            format!("--token-auth-file={}", d(&files.tokens)),
-            "--authorization-mode=RBAC".into(),
-            format!("--service-account-issuer=https://{}", super::API_NAME),
-            format!("--service-account-key-file={}", d(&files.sa.1)),
-            format!("--service-account-signing-key-file={}", d(&files.sa.0)),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            // Two kube-apiservers of one shoot share the etcd during the handover; the lease
-            // reconciler would have them fight over the `kubernetes` Endpoints, which nothing
-            // here reads.
-            "--endpoint-reconciler-type=none".into(),
+        args.extend([
             // etcd 3.4.23 (Debian's, the lab's members) has no RequestWatchProgress: without
             // this, kube-apiserver 1.34's streaming LIST (WatchList) answers 500.
             "--feature-gates=WatchList=false".into(),
@@ -73,9 +65,7 @@ impl ApiServer {
                 d(&files.egress(&seed.label))
             ),
             format!("--admission-control-config-file={}", d(&files.admission)),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ];
+        ]);
         let addr = SocketAddr::from((seed.seed_ip, PORT));
         let log = files.dir.join(format!("kube-apiserver-{}.log", seed.label));
         Self::spawn(bin, seed, addr, &args, log, client).await
@@ -121,7 +111,7 @@ impl ApiServer {
     async fn wait_ready(&mut self, client: &Client) -> Result<()> {
         let deadline = Instant::now() + READY;
         loop {
-            if readyz(client).await {
+            if isthmus_testkit::kube::readyz(client).await {
                 return Ok(());
             }
             if let Some(c) = &mut self.child {
@@ -185,14 +175,4 @@ impl Drop for ApiServer {
             let _ = c.wait();
         }
     }
-}
-
-async fn readyz(client: &Client) -> bool {
-    let Ok(req) = http::Request::get("/readyz").body(Vec::new()) else {
-        return false;
-    };
-    // Bounded: a half-started server may accept a connection and answer late.
-    tokio::time::timeout(Duration::from_secs(5), client.request_text(req))
-        .await
-        .is_ok_and(|r| r.is_ok_and(|t| t.trim() == "ok"))
 }

@@ -5,8 +5,8 @@
 //! watch cache) forces a relist: counted, and what the relist showed is kept so the final check
 //! can tell a write the watch skipped from a write it never could have seen.
 
+use super::dns::Dns;
 use super::load::{rv, NAMESPACE};
-use super::Dns;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};

@@ -4,14 +4,14 @@
 //! RBAC, service-account tokens. The lab reaches it over the seed's veth; the seed's
 //! `isthmus controller` reaches it from inside the seed.
 
+use crate::api::kubeconfig::{kubeconfig_client, write_kubeconfig};
 use crate::api::server::ApiServer;
-use crate::api::write_kubeconfig;
 use crate::error::{Error, Result};
-use crate::pki::Pki;
+use crate::pki;
 use crate::seeds::Seed;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags, CLUSTER_ISSUER};
+use isthmus_testkit::kube::service_account_token;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::Client;
@@ -65,9 +65,9 @@ impl SeedApi {
     /// Starts the store and kube-apiserver in `seed` (files under `dir`) and waits until ready.
     pub async fn start(bin: &Path, seed: &Seed, dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let pki = Pki::new(dir)?;
+        let ca = pki::ca(dir)?;
         let ip = seed.seed_ip.to_string();
-        pki.leaf(dir, "serving", &[&ip, "kubernetes.default.svc"])?;
+        pki::leaf(&ca, dir, "serving", &[&ip, "kubernetes.default.svc"])?;
         let sa = rcgen::KeyPair::generate()?;
         write(&dir.join("sa.key"), &sa.serialize_pem())?;
         write(&dir.join("sa.pub"), &sa.public_key_pem())?;
@@ -77,29 +77,21 @@ impl SeedApi {
             &format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
         )?;
         let store = start_store(seed, dir)?;
-        let d = |f: &str| dir.join(f).display().to_string();
-        let args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{STORE_CLIENT}"),
-            format!("--bind-address={ip}"),
-            format!("--advertise-address={ip}"),
-            format!("--secure-port={PORT}"),
-            format!("--cert-dir={}", d("certs")),
-            format!("--tls-cert-file={}", d("serving.crt")),
-            format!("--tls-private-key-file={}", d("serving.key")),
-            format!("--token-auth-file={}", d("tokens.csv")),
-            "--authorization-mode=RBAC".into(),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!("--service-account-key-file={}", d("sa.pub")),
-            format!("--service-account-signing-key-file={}", d("sa.key")),
-            "--service-cluster-ip-range=10.0.0.0/24".into(),
-            "--endpoint-reconciler-type=none".into(),
-            "--profiling=false".into(),
-            "--v=1".into(),
-        ];
+        let args = ApiServerFlags {
+            etcd_servers: format!("http://127.0.0.1:{STORE_CLIENT}"),
+            address: seed.seed_ip.into(),
+            port: PORT,
+            cert_dir: dir.join("certs"),
+            serving: (dir.join("serving.crt"), dir.join("serving.key")),
+            auth: ApiServerAuth::TokenFile(dir.join("tokens.csv")),
+            issuer: CLUSTER_ISSUER.into(),
+            service_account: (dir.join("sa.pub"), dir.join("sa.key")),
+        }
+        .args();
         let url = format!("https://{ip}:{PORT}");
         let admin_path = dir.join("admin.kubeconfig");
         write_kubeconfig(&admin_path, &url, &dir.join("ca.crt"), &token)?;
-        let admin = crate::api::kubeconfig_client(&admin_path).await?;
+        let admin = kubeconfig_client(&admin_path).await?;
         let addr = SocketAddr::from((seed.seed_ip, PORT));
         let log = dir.join("kube-apiserver.log");
         let server = ApiServer::spawn(bin, seed, addr, &args, log, &admin).await?;
@@ -182,20 +174,9 @@ impl SeedApi {
     /// A kubeconfig (bearer token from a TokenRequest) for ServiceAccount `namespace/name`:
     /// what a pod of that ServiceAccount gets mounted.
     pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {
-        let sas: Api<ServiceAccount> = Api::namespaced(self.admin.clone(), namespace);
-        let tr = TokenRequest {
-            spec: TokenRequestSpec {
-                expiration_seconds: Some(24 * 3600),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let token = sas
-            .create_token_request(name, &PostParams::default(), &tr)
+        let token = service_account_token(&self.admin, namespace, name)
             .await
             .map_err(|e| Error::State(format!("TokenRequest for {namespace}/{name}: {e}")))?
-            .status
-            .map(|s| s.token)
             .ok_or_else(|| {
                 Error::State(format!("TokenRequest for {namespace}/{name}: no token"))
             })?;

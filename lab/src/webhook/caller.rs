@@ -3,13 +3,14 @@
 //! Like kube-apiserver for an admission webhook, a failed call is not retried.
 
 use super::certs::LabTls;
+use super::http::{read_head, status};
 use super::{Call, Via, WEBHOOK_NAME};
 use rustls::pki_types::ServerName;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -86,8 +87,8 @@ impl Callers {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(Call {
-                    start_ms: crate::client::ms(start - self.epoch),
-                    latency_ms: crate::client::ms(latency),
+                    start_ms: crate::clock::ms(start - self.epoch),
+                    latency_ms: crate::clock::ms(latency),
                     via,
                     ok: result.is_ok(),
                     error: result.err(),
@@ -144,24 +145,4 @@ impl Callers {
             Err(format!("webhook answered {:?}", answer.lines().next()))
         }
     }
-}
-
-/// Reads an HTTP head (up to the blank line), byte by byte so nothing after it is consumed.
-pub(super) async fn read_head<S: AsyncRead + Unpin>(io: &mut S) -> std::io::Result<String> {
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if head.len() > 16 * 1024 {
-            return Err(std::io::Error::other("HTTP head too long"));
-        }
-        if io.read(&mut b).await? == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        head.push(b[0]);
-    }
-    Ok(String::from_utf8_lossy(&head).into_owned())
-}
-
-fn status(head: &str) -> Option<u16> {
-    head.split_whitespace().nth(1)?.parse().ok()
 }

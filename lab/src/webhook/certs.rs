@@ -3,7 +3,7 @@
 
 use super::{VPN_NAME, WEBHOOK_NAME, WEBHOOK_SERVICE_NAME};
 use crate::error::{Error, Result};
-use crate::pki::Pki;
+use crate::pki;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -19,15 +19,15 @@ impl Certs {
     /// endpoint (kube-apiserver's egress selector checks the URL's host, an address).
     pub(super) fn new(dir: &Path, seed_ips: &[Ipv4Addr]) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir.display(), e))?;
-        let pki = Pki::new(dir)?;
+        let ca = pki::ca(dir)?;
         let ips: Vec<String> = seed_ips.iter().map(|ip| ip.to_string()).collect();
         let mut server: Vec<&str> = vec![VPN_NAME];
         server.extend(ips.iter().map(String::as_str));
-        pki.leaf(dir, "tunnel-server", &server)?;
-        pki.leaf(dir, "tunnel-agent", &["vpn-shoot"])?;
-        pki.leaf(dir, "kube-apiserver", &["kube-apiserver"])?;
+        pki::leaf(&ca, dir, "tunnel-server", &server)?;
+        pki::leaf(&ca, dir, "tunnel-agent", &["vpn-shoot"])?;
+        pki::leaf(&ca, dir, "kube-apiserver", &["kube-apiserver"])?;
         // kube-apiserver checks a service-referenced webhook against `<service>.<namespace>.svc`.
-        pki.leaf(dir, "webhook", &[WEBHOOK_NAME, WEBHOOK_SERVICE_NAME])?;
+        pki::leaf(&ca, dir, "webhook", &[WEBHOOK_NAME, WEBHOOK_SERVICE_NAME])?;
         Ok(Self {
             dir: dir.to_path_buf(),
         })

@@ -3,7 +3,7 @@
 //! veth, where the shoot's agents dial it. A review from a real kube-apiserver carries
 //! `request.uid`, which the answer must echo; those reviews are counted ([`Served`]).
 
-use super::caller::read_head;
+use super::http::read_head;
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -18,6 +18,7 @@
 mod caller;
 mod certs;
 mod endpoint;
+mod http;
 mod process;
 mod servers;
 mod shoot;

@@ -1,0 +1,124 @@
+//! etcd as the lab's parts talk to it: Debian's etcd 3.4 member processes inside a seed
+//! ([`process`]), the membership operations etcd-druid performs ([`membership`]: add as
+//! learner, promote, remove, member update, move leader, each retried while etcd refuses it for
+//! a transient reason: "unhealthy cluster", a learner not yet in sync), and the reads every
+//! part needs (member list, leader, whether a member serves).
+//!
+//! Names and exposed peer URLs are the planner's (`crate::member`); the ports members listen
+//! on inside a seed are the lab's (peer 12380 + index behind the proxy, client 22379 + index):
+//! the proxy and all members share the seed's one namespace, where the proxy holds 2380+.
+
+pub mod membership;
+pub mod process;
+
+pub use membership::{add_learner, move_leader, promote, remove, update_peer_urls};
+pub use process::{initial_cluster, Member};
+
+use crate::error::{Error, Result};
+use crate::member::{Listed, MemberRef};
+use etcd_client::{Client, ConnectOptions};
+use std::time::{Duration, Instant};
+
+/// An admin connection to the cluster (the one etcd-druid's operations go through).
+pub async fn connect(endpoints: &[String]) -> Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(5));
+    Client::connect(endpoints, Some(opts))
+        .await
+        .map_err(|e| Error::etcd(format!("connect {endpoints:?}"), e))
+}
+
+/// The member list.
+pub async fn list(c: &mut Client) -> Result<Vec<Listed>> {
+    let r = c
+        .member_list()
+        .await
+        .map_err(|e| Error::etcd("member list", e))?;
+    Ok(r.members()
+        .iter()
+        .map(|m| Listed {
+            id: m.id(),
+            name: m.name().to_string(),
+            peer_urls: m.peer_urls().to_vec(),
+            learner: m.is_learner(),
+        })
+        .collect())
+}
+
+/// Retries `op` until it succeeds or `budget` runs out; etcd refuses membership changes for a
+/// few seconds after members (re)connect, and promotion until the learner caught up.
+pub async fn retry<T, F, Fut>(what: &str, budget: Duration, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let deadline = Instant::now() + budget;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if Instant::now() > deadline => {
+                return Err(Error::State(format!(
+                    "{what}: gave up after {budget:?}: {e}"
+                )))
+            }
+            Err(e) => tracing::debug!(what, error = %e, "retrying"),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The name of the current leader, asked of the given endpoints.
+pub async fn leader(endpoints: &[String]) -> Result<String> {
+    let mut c = connect(endpoints).await?;
+    let st = c.status().await.map_err(|e| Error::etcd("status", e))?;
+    let members = list(&mut c).await?;
+    Ok(members
+        .into_iter()
+        .find(|l| l.id == st.leader())
+        .map(|l| l.name)
+        .unwrap_or_default())
+}
+
+/// How many of `endpoints` serve a linearizable read now.
+pub async fn healthy_count(endpoints: &[String]) -> usize {
+    let mut n = 0;
+    for e in endpoints {
+        if let Ok(mut c) = connect(std::slice::from_ref(e)).await {
+            // A linearizable read needs the member connected to a working leader.
+            if c.get("health", None).await.is_ok() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+pub(crate) async fn find(c: &mut Client, m: MemberRef) -> Result<Listed> {
+    list(c)
+        .await?
+        .into_iter()
+        .find(|l| m.listed_as(l))
+        .ok_or_else(|| Error::State(format!("{} is not a member", m.name())))
+}
+
+/// Whether a linearizable read on `endpoint` succeeds now (one attempt): the member serves and
+/// is connected to a working leader. What the lab reports as a ready replica.
+pub async fn serving(endpoint: &str) -> bool {
+    match connect(&[endpoint.to_string()]).await {
+        Ok(mut c) => c.get("health", None).await.is_ok(),
+        Err(_) => false,
+    }
+}
+
+/// Waits until a linearizable read on `endpoint` succeeds (the member serves, caught up).
+pub async fn wait_serving(endpoint: &str, budget: Duration) -> Result<()> {
+    retry(&format!("{endpoint} serving"), budget, || async {
+        let mut c = connect(&[endpoint.to_string()]).await?;
+        c.get("health", None)
+            .await
+            .map(|_| ())
+            .map_err(|e| Error::etcd("get", e))
+    })
+    .await
+}
