@@ -28,7 +28,7 @@ for target in $targets; do
   case "$target" in
     client_hello | record_layer) seeds=(corpus-seed) ;;
     # The loaders only get far on structured YAML: start from the real configuration files.
-    config_scan | config_load) seeds=(../examples ../deploy/examples ../proxy/examples ../tunnel/examples) ;;
+    config_load) seeds=(../examples ../deploy/examples ../proxy/examples ../tunnel/examples) ;;
     *) seeds=() ;;
   esac
   [ -d "seeds/$target" ] && seeds+=("seeds/$target")

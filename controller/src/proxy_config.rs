@@ -1,51 +1,22 @@
 //! The shared proxy ConfigMap: every migration's routes on this seed rendered into one isthmus
-//! proxy YAML file, and the rule for when a new file counts as rolled out.
+//! proxy file, and the rule for when a new file counts as rolled out.
+//!
+//! The file is JSON, written with `serde_json` from the proxy's own schema
+//! (`isthmus_config::ProxyConfig`), and read by the proxy with `serde_json`: one schema, one
+//! writer, one reader. It is checked once, as the typed value it is built as (every SNI,
+//! endpoint and CIDR parsed, then the proxy's own validation), never by parsing the text back;
+//! a problem is traced to the migration whose route or upstream sits at its field path.
+
+mod build;
+
+pub use build::{Claim, LeftOut};
 
 use crate::plan::MemberRoute;
-use isthmus_config::hash_bytes;
-use serde::Serialize;
-use std::collections::BTreeMap;
+use isthmus_config::{hash_bytes, ProxyConfig};
 use std::net::SocketAddr;
 
-// The file is written from these minimal shapes rather than `isthmus_config::ProxyConfig`:
-// only the fields the controller decides are written, every other setting takes the proxy
-// schema's default, and new fields in the proxy schema cannot break this crate. The tests parse
-// the output with the proxy's own loader.
-#[derive(Serialize)]
-struct File {
-    admin: Admin,
-    listeners: Vec<Listener>,
-    upstreams: Vec<Upstream>,
-}
-#[derive(Serialize)]
-struct Admin {
-    address: SocketAddr,
-}
-#[derive(Serialize)]
-struct Listener {
-    name: String,
-    address: SocketAddr,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    proxy_protocol: Option<&'static str>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    trusted_proxies: Vec<String>,
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    allowed_sources: Vec<String>,
-    routes: Vec<Route>,
-}
-#[derive(Serialize, PartialEq, Eq, PartialOrd, Ord)]
-struct Route {
-    sni: String,
-    upstream: String,
-}
-#[derive(Serialize)]
-struct Upstream {
-    name: String,
-    endpoints: Vec<String>,
-}
-
-/// Key of the proxy file in the ConfigMap (mounted as `/etc/isthmus/proxy.yaml`).
-pub const CONFIG_KEY: &str = "proxy.yaml";
+/// Key of the proxy file in the ConfigMap (mounted as `/etc/isthmus/proxy.json`).
+pub const CONFIG_KEY: &str = "proxy.json";
 
 /// Listeners that exist whether or not a migration uses them, so the proxy binds the same
 /// ports the LoadBalancer Service forwards.
@@ -88,83 +59,71 @@ impl Layout {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RenderError {
-    /// YAML serialisation failed.
+    /// JSON serialisation failed.
     #[error("cannot serialise the proxy config: {0}")]
-    Yaml(String),
+    Json(String),
+    /// The file would be invalid: the layout's own part (`None`), or a migration's routes.
+    #[error("the proxy would refuse the rendered file: {0}")]
+    Invalid(String),
 }
 
 /// The rendered file and its SHA-256 (what each proxy's `/config` reports once loaded).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rendered {
-    /// YAML text.
+    /// JSON text.
     pub text: String,
     /// `hash_bytes(text)`.
     pub hash: String,
 }
 
-/// Renders `routes` of every migration into one proxy config; output is sorted so equal inputs
-/// give byte-identical files (and so identical hashes).
+/// The file of every migration's routes, and the migrations left out of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// The file.
+    pub rendered: Rendered,
+    /// Migrations whose routes the file does not hold, and why.
+    pub left_out: Vec<LeftOut>,
+}
+
+/// Renders `routes` (of one migration, or already merged) into one proxy file; any problem is
+/// an error. Output is sorted, so equal inputs give byte-identical files (and hashes).
 pub fn render(layout: &Layout, routes: &[MemberRoute]) -> Result<Rendered, RenderError> {
-    let mut listeners: BTreeMap<(u16, String), Vec<Route>> = BTreeMap::new();
-    // Per listener: the union of its routes' allowed sources, `None` once a route allows any.
-    let mut sources: BTreeMap<(u16, String), Option<Vec<String>>> = BTreeMap::new();
-    for (name, port) in &layout.listeners {
-        listeners.entry((*port, name.clone())).or_default();
-    }
-    let mut upstreams: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for r in routes {
-        listeners
-            .entry((r.port, r.listener.clone()))
-            .or_default()
-            .push(Route {
-                sni: r.sni.clone(),
-                upstream: r.upstream.clone(),
-            });
-        let key = (r.port, r.listener.clone());
-        let entry = sources.entry(key).or_insert_with(|| Some(Vec::new()));
-        match (entry.as_mut(), r.allowed_sources.is_empty()) {
-            (Some(_), true) => *entry = None,
-            (Some(list), false) => list.extend(r.allowed_sources.iter().cloned()),
-            (None, _) => {}
-        }
-        let eps = upstreams.entry(r.upstream.clone()).or_default();
-        if !eps.contains(&r.endpoint) {
-            eps.push(r.endpoint.clone());
-        }
-    }
-    let file = File {
-        admin: Admin {
-            address: layout.admin,
-        },
-        listeners: listeners
-            .into_iter()
-            .map(|((port, name), mut routes)| {
-                routes.sort();
-                routes.dedup();
-                let mut allowed = sources
-                    .get(&(port, name.clone()))
-                    .cloned()
-                    .flatten()
-                    .unwrap_or_default();
-                allowed.sort();
-                allowed.dedup();
-                Listener {
-                    name,
-                    address: SocketAddr::from(([0, 0, 0, 0], port)),
-                    proxy_protocol: (!layout.trusted_proxies.is_empty()).then_some("accept"),
-                    trusted_proxies: layout.trusted_proxies.clone(),
-                    allowed_sources: allowed,
-                    routes,
-                }
-            })
-            .collect(),
-        upstreams: upstreams
-            .into_iter()
-            .map(|(name, endpoints)| Upstream { name, endpoints })
-            .collect(),
+    render_with(layout, routes, |_| {})
+}
+
+/// Like [`render`], with settings outside the controller's concern (`watch_interval`, drain
+/// times) changed by `tune` before the file is written.
+pub fn render_with(
+    layout: &Layout,
+    routes: &[MemberRoute],
+    tune: impl FnOnce(&mut ProxyConfig),
+) -> Result<Rendered, RenderError> {
+    let claim = Claim {
+        owner: String::new(),
+        routes: routes.to_vec(),
     };
-    let body = serde_saphyr::to_string(&file).map_err(|e| RenderError::Yaml(e.to_string()))?;
-    let text = format!("# Written by isthmus controller; edits are overwritten.\n{body}");
+    let mut built = build::build(layout, std::slice::from_ref(&claim))?;
+    if let Some(p) = built.left_out.first() {
+        return Err(RenderError::Invalid(format!("{}: {}", p.path, p.message)));
+    }
+    tune(&mut built.config);
+    write(&built.config)
+}
+
+/// Renders the routes of every migration in `claims` (in order of precedence) into one file.
+/// A migration whose routes would make the proxy refuse the file is left out, with the field
+/// path of the problem, so the others keep working; a problem of the layout is an error.
+pub fn render_claims(layout: &Layout, claims: &[Claim]) -> Result<Outcome, RenderError> {
+    let built = build::build(layout, claims)?;
+    Ok(Outcome {
+        rendered: write(&built.config)?,
+        left_out: built.left_out,
+    })
+}
+
+/// Serialises a configuration as the proxy reads it.
+pub fn write(config: &ProxyConfig) -> Result<Rendered, RenderError> {
+    let text = serde_json::to_string(config).map_err(|e| RenderError::Json(e.to_string()))?;
     let hash = hash_bytes(text.as_bytes());
     Ok(Rendered { text, hash })
 }

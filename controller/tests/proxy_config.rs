@@ -25,7 +25,7 @@ fn renders_a_config_the_proxy_accepts() {
     other.etcd_name = "etcd-events".into();
     all.extend(routes(&other, "shoot--other", false));
     let r = render(&layout(), &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
         .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
     assert_eq!(r.hash, isthmus_config::hash_bytes(r.text.as_bytes()));
     let names: Vec<&str> = parsed.listeners.iter().map(|l| l.name.as_str()).collect();
@@ -56,7 +56,7 @@ fn equal_inputs_give_equal_bytes_and_order_does_not_matter() {
     assert_eq!(r1, r2);
     let empty = render(&layout(), &[]).unwrap();
     assert_ne!(empty.hash, r1.hash);
-    assert!(isthmus_config::parse_proxy("p", &empty.text).is_ok());
+    assert!(isthmus_config::parse_proxy("p.json", &empty.text).is_ok());
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
     let mut l = layout();
     l.trusted_proxies = vec!["10.250.0.0/16".into()];
     let r = render(&l, &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
         .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
     let peer = parsed
         .listeners
@@ -103,7 +103,7 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
     c.etcd_name = "etcd-other".into();
     all.extend(routes(&c, NS, false));
     let r = render(&layout(), &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
     let peer = parsed
         .listeners
         .iter()
@@ -111,4 +111,49 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
         .unwrap();
     assert!(peer.allowed_sources.is_empty());
     assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::None);
+}
+
+#[test]
+fn the_file_is_json_from_the_proxy_schema_and_reads_back_equal() {
+    let all = routes(&spec(Role::Destination, Step::Join), NS, true);
+    let r = render(&layout(), &all).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+    assert_eq!(value["listeners"][0]["name"], "client-2377");
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    assert_eq!(isthmus_controller::proxy_config::write(&parsed).unwrap(), r);
+}
+
+#[test]
+fn a_problem_is_traced_to_the_migration_at_its_field_path_and_only_it_is_left_out() {
+    use isthmus_controller::proxy_config::{render_claims, Claim};
+    let good = routes(&spec(Role::Source, Step::Expose), NS, false);
+    let mut bad_spec = spec(Role::Destination, Step::Join);
+    bad_spec.vpn.as_mut().unwrap().target =
+        "vpn-seed-server.shoot--b.svc.cluster.local:99999".into();
+    let bad = routes(&bad_spec, "shoot--b", true);
+    let claims = [
+        Claim {
+            owner: format!("{NS}/etcd-main"),
+            routes: good.clone(),
+        },
+        Claim {
+            owner: "shoot--b/etcd-main".into(),
+            routes: bad,
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert_eq!(outcome.left_out.len(), 1, "{:?}", outcome.left_out);
+    let left = &outcome.left_out[0];
+    assert_eq!(left.owner, "shoot--b/etcd-main");
+    assert!(
+        left.path.starts_with("upstreams[") && left.path.ends_with("].endpoints[0]"),
+        "{left}"
+    );
+    assert!(left.message.contains("port must be 1-65535"), "{left}");
+    // The file holds exactly the good migration's routes.
+    assert_eq!(outcome.rendered, render(&layout(), &good).unwrap());
+    let e = render(&layout(), &claims[1].routes)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("].endpoints[0]: invalid endpoint"), "{e}");
 }

@@ -114,11 +114,11 @@ impl Snapshot {
                 let endpoints = u
                     .endpoints
                     .iter()
-                    .zip(&u.targets)
-                    .map(|(label, endpoint)| {
+                    .map(|endpoint| {
+                        let label = endpoint.to_string();
                         let carried = before.and_then(|b| {
                             b.pool.endpoints.iter().find(|e| {
-                                e.label == *label
+                                e.label == label
                                     && (same_dns || matches!(e.target, Target::Addr(_)))
                             })
                         });
@@ -126,7 +126,7 @@ impl Snapshot {
                             Some(e) => e.clone(),
                             None => Arc::new(Endpoint::new(
                                 &u.name,
-                                label,
+                                &label,
                                 target(endpoint, dns),
                                 metrics,
                             )),
@@ -202,8 +202,10 @@ fn compile_listener(
             }
             continue;
         }
-        if let Some(route) = route(&r.sni_pattern, &r.upstream) {
-            routes.insert(&r.sni_pattern, route);
+        if let Some(sni) = &r.sni {
+            if let Some(route) = route(sni.as_str(), &r.upstream) {
+                routes.insert(sni.as_str(), route);
+            }
         }
     }
     ListenerSpec {

@@ -4,7 +4,7 @@ use super::context::{Context, FIELD_MANAGER};
 use super::Error;
 use crate::crd::EtcdMigration;
 use crate::plan::{wanted_routes, MemberRoute};
-use crate::proxy_config::{render, rolled_out, Layout, Rendered, CONFIG_KEY};
+use crate::proxy_config::{render_claims, rolled_out, Claim, CONFIG_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
@@ -16,9 +16,9 @@ use std::net::{IpAddr, SocketAddr};
 /// reconciled, with the routes its plan wants now; every other migration contributes the
 /// routes its last status holds. Migrations being deleted contribute none.
 ///
-/// The file is checked with the proxy's own loader before it is written: a migration whose
-/// routes would make the proxies refuse the file is left out (and logged) so the others keep
-/// working; if it is `this` one, the reconciliation fails with the loader's errors.
+/// The file is checked once, as it is built: a migration whose routes would make the proxies
+/// refuse it is left out (and logged with the field path of the problem) so the others keep
+/// working; if it is `this` one, the reconciliation fails with that problem.
 pub async fn sync(
     ctx: &Context,
     this: Option<(&str, &str, &[MemberRoute])>,
@@ -28,25 +28,36 @@ pub async fn sync(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let mut per_migration: Vec<(String, Vec<MemberRoute>)> = Vec::new();
+    let mut claims: Vec<Claim> = Vec::new();
     for m in migrations.list(&ListParams::default()).await?.items {
         let ns = m.namespace().unwrap_or_default();
-        let key = format!("{ns}/{}", m.name_any());
         if m.metadata.deletion_timestamp.is_some()
             || this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname)
         {
             continue;
         }
         let routes = wanted_routes(&m.spec, &ns, &m.status.clone().unwrap_or_default());
-        per_migration.push((key, routes));
+        claims.push(Claim {
+            owner: format!("{ns}/{}", m.name_any()),
+            routes,
+        });
     }
-    if let Some((ns, name, routes)) = this {
-        let own = render(&s.layout, routes)?;
-        isthmus_config::parse_proxy(CONFIG_KEY, &own.text)
-            .map_err(|e| Error::InvalidRoutes(format!("{ns}/{name}: {e}")))?;
-        per_migration.push((format!("{ns}/{name}"), routes.to_vec()));
+    let this_owner = this.map(|(ns, name, _)| format!("{ns}/{name}"));
+    if let (Some((_, _, routes)), Some(owner)) = (this, &this_owner) {
+        claims.push(Claim {
+            owner: owner.clone(),
+            routes: routes.to_vec(),
+        });
     }
-    let rendered = render_valid(&s.layout, &per_migration)?;
+    let outcome = render_claims(&s.layout, &claims)?;
+    for left in &outcome.left_out {
+        if Some(&left.owner) == this_owner.as_ref() {
+            return Err(Error::InvalidRoutes(left.to_string()));
+        }
+        tracing::error!(migration = %left.owner, path = %left.path, error = %left.message,
+            "routes left out: the proxy would refuse them");
+    }
+    let rendered = outcome.rendered;
     let cm = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -86,30 +97,4 @@ pub async fn sync(
         reports.push(report);
     }
     Ok(rolled_out(&rendered.hash, &reports))
-}
-
-/// Renders every migration's routes; if the proxy's loader refuses the result, leaves out
-/// each migration whose routes alone make it invalid.
-fn render_valid(layout: &Layout, all: &[(String, Vec<MemberRoute>)]) -> Result<Rendered, Error> {
-    let flat: Vec<MemberRoute> = all.iter().flat_map(|(_, r)| r.clone()).collect();
-    let rendered = render(layout, &flat)?;
-    if isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text).is_ok() {
-        return Ok(rendered);
-    }
-    let mut kept = Vec::new();
-    for (key, routes) in all {
-        let mut candidate = kept.clone();
-        candidate.extend(routes.iter().cloned());
-        match render(layout, &candidate).map(|r| isthmus_config::parse_proxy(CONFIG_KEY, &r.text)) {
-            Ok(Ok(_)) => kept = candidate,
-            Ok(Err(e)) => {
-                tracing::error!(migration = %key, error = %e, "routes left out: the proxy would refuse them")
-            }
-            Err(e) => tracing::error!(migration = %key, error = %e, "routes left out"),
-        }
-    }
-    let rendered = render(layout, &kept)?;
-    isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text)
-        .map_err(|e| Error::InvalidRoutes(e.to_string()))?;
-    Ok(rendered)
 }

@@ -1,0 +1,272 @@
+//! Every migration's routes into one typed proxy configuration, remembering which migration
+//! each route and upstream came from, so that a problem at a field path can be traced to the
+//! migration that put it there, which is then left out.
+
+use super::{Layout, RenderError};
+use crate::plan::MemberRoute;
+use isthmus_config::{
+    AdminConfig, Cidr, Endpoint, ListenerConfig, ProxyConfig, ProxyProtocolMode, RouteConfig,
+    Schema, SniPattern, UpstreamConfig,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+/// One migration's routes; `owner` names it (`namespace/name`) in what is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `namespace/name` of the migration.
+    pub owner: String,
+    /// Its routes.
+    pub routes: Vec<MemberRoute>,
+}
+
+/// A migration whose routes are not in the file: the first problem they caused, at its field
+/// path in the file (`listeners[3].routes[7].sni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// `namespace/name` of the migration.
+    pub owner: String,
+    /// Field path of the problem.
+    pub path: String,
+    /// What is wrong, as the proxy's loader would say it.
+    pub message: String,
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.owner, self.path, self.message)
+    }
+}
+
+/// The configuration built, and who was left out of it.
+#[derive(Debug)]
+pub(super) struct Built {
+    pub config: ProxyConfig,
+    pub left_out: Vec<LeftOut>,
+}
+
+/// Indices into the claims: who put a route or an upstream into the file.
+type Owners = BTreeSet<usize>;
+
+/// A problem, with the migrations that caused it (`None`: the layout's own part).
+struct Problem {
+    owners: Option<Owners>,
+    path: String,
+    message: String,
+}
+
+/// Builds the file of every claim; a claim whose routes cause a problem is left out and the
+/// rest built again, so each pass checks the whole file once.
+pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderError> {
+    let mut excluded = Owners::new();
+    let mut left_out = Vec::new();
+    loop {
+        let (config, problems) = Draft::new(layout, claims, &excluded).typed(layout);
+        if problems.is_empty() {
+            return Ok(Built { config, left_out });
+        }
+        let mut progress = false;
+        for p in problems {
+            let Some(owners) = p.owners else {
+                return Err(RenderError::Invalid(format!("{}: {}", p.path, p.message)));
+            };
+            for o in owners {
+                if excluded.insert(o) {
+                    progress = true;
+                    left_out.push(LeftOut {
+                        owner: claims[o].owner.clone(),
+                        path: p.path.clone(),
+                        message: p.message.clone(),
+                    });
+                }
+            }
+        }
+        if !progress {
+            return Err(RenderError::Invalid(
+                "the rendered file stays invalid".into(),
+            ));
+        }
+    }
+}
+
+/// The file as text values, sorted, each with its owners.
+struct Draft {
+    /// Per listener `(port, name)`: routes `(sni, upstream)`, and the union of their allowed
+    /// sources.
+    listeners: BTreeMap<(u16, String), Listener>,
+    /// Per upstream name: endpoints in first-seen order.
+    upstreams: BTreeMap<String, (Vec<String>, Owners)>,
+}
+
+#[derive(Default)]
+struct Listener {
+    routes: BTreeMap<(String, String), Owners>,
+    sources: BTreeMap<String, Owners>,
+    /// A route on it allows any source (its migration lists none).
+    open: bool,
+}
+
+impl Draft {
+    fn new(layout: &Layout, claims: &[Claim], excluded: &Owners) -> Self {
+        let mut listeners: BTreeMap<(u16, String), Listener> = BTreeMap::new();
+        for (name, port) in &layout.listeners {
+            listeners.entry((*port, name.clone())).or_default();
+        }
+        let mut upstreams: BTreeMap<String, (Vec<String>, Owners)> = BTreeMap::new();
+        for (o, claim) in claims.iter().enumerate() {
+            if excluded.contains(&o) {
+                continue;
+            }
+            for r in &claim.routes {
+                let l = listeners.entry((r.port, r.listener.clone())).or_default();
+                l.routes
+                    .entry((r.sni.clone(), r.upstream.clone()))
+                    .or_default()
+                    .insert(o);
+                l.open |= r.allowed_sources.is_empty();
+                for s in &r.allowed_sources {
+                    l.sources.entry(s.clone()).or_default().insert(o);
+                }
+                let (eps, owners) = upstreams.entry(r.upstream.clone()).or_default();
+                if !eps.contains(&r.endpoint) {
+                    eps.push(r.endpoint.clone());
+                }
+                owners.insert(o);
+            }
+        }
+        Self {
+            listeners,
+            upstreams,
+        }
+    }
+
+    /// The typed configuration and every problem in it, each traced to its owners.
+    fn typed(self, layout: &Layout) -> (ProxyConfig, Vec<Problem>) {
+        let mut problems = Vec::new();
+        let trusted = trusted_proxies(layout, &mut problems);
+        let mut route_owners = Vec::new();
+        let mut listeners = Vec::new();
+        for (i, ((port, name), l)) in self.listeners.into_iter().enumerate() {
+            let at = format!("listeners[{i}]");
+            let mut allowed = Vec::new();
+            // A listener on which one route allows any source allows any (the union).
+            let sources = if l.open { BTreeMap::new() } else { l.sources };
+            for (text, owners) in sources {
+                match Cidr::parse(&text) {
+                    Ok(c) => allowed.push(c),
+                    Err(message) => problems.push(Problem {
+                        owners: Some(owners),
+                        path: format!("{at}.allowed_sources"),
+                        message,
+                    }),
+                }
+            }
+            let mut routes = Vec::new();
+            let mut owners_here = Vec::new();
+            for ((sni, upstream), owners) in l.routes {
+                match SniPattern::parse(&sni) {
+                    Ok(sni) => {
+                        routes.push(RouteConfig {
+                            sni: Some(sni),
+                            upstream,
+                            ..RouteConfig::default()
+                        });
+                        owners_here.push(owners);
+                    }
+                    Err(message) => problems.push(Problem {
+                        owners: Some(owners),
+                        path: format!("{at}.routes[{}].sni", routes.len()),
+                        message,
+                    }),
+                }
+            }
+            route_owners.push(owners_here);
+            listeners.push(listener(name, port, layout, &trusted, allowed, routes));
+        }
+        let mut upstream_owners = Vec::new();
+        let mut upstreams = Vec::new();
+        for (k, (name, (texts, owners))) in self.upstreams.into_iter().enumerate() {
+            let mut endpoints = Vec::new();
+            for (e, text) in texts.iter().enumerate() {
+                match Endpoint::parse(text) {
+                    Ok(ep) => endpoints.push(ep),
+                    Err(message) => problems.push(Problem {
+                        owners: Some(owners.clone()),
+                        path: format!("upstreams[{k}].endpoints[{e}]"),
+                        message,
+                    }),
+                }
+            }
+            upstreams.push(UpstreamConfig::new(name, endpoints));
+            upstream_owners.push(owners);
+        }
+        let config = ProxyConfig {
+            admin: AdminConfig {
+                address: layout.admin,
+                ..AdminConfig::default()
+            },
+            listeners,
+            upstreams,
+            ..ProxyConfig::default()
+        };
+        for (path, message) in config.validate() {
+            let owners = owners_at(&path, &route_owners, &upstream_owners);
+            problems.push(Problem {
+                owners,
+                path,
+                message,
+            });
+        }
+        (config, problems)
+    }
+}
+
+/// The layout's load balancers; a bad one is the layout's problem.
+fn trusted_proxies(layout: &Layout, problems: &mut Vec<Problem>) -> Vec<Cidr> {
+    let mut out = Vec::new();
+    for (i, t) in layout.trusted_proxies.iter().enumerate() {
+        match Cidr::parse(t) {
+            Ok(c) => out.push(c),
+            Err(message) => problems.push(Problem {
+                owners: None,
+                path: format!("trusted_proxies[{i}]"),
+                message,
+            }),
+        }
+    }
+    out
+}
+
+/// Who put the field at `path` into the file: a route's or an upstream's owners; `None` for
+/// anything else (the layout's part).
+fn owners_at(path: &str, routes: &[Vec<Owners>], upstreams: &[Owners]) -> Option<Owners> {
+    let index = |s: &str, prefix: &str| -> Option<(usize, String)> {
+        let rest = s.strip_prefix(prefix)?;
+        let (n, rest) = rest.split_once(']')?;
+        Some((n.parse().ok()?, rest.to_owned()))
+    };
+    if let Some((i, rest)) = index(path, "listeners[") {
+        let (j, _) = index(&rest, ".routes[")?;
+        return routes.get(i)?.get(j).cloned();
+    }
+    let (k, _) = index(path, "upstreams[")?;
+    upstreams.get(k).cloned()
+}
+
+fn listener(
+    name: String,
+    port: u16,
+    layout: &Layout,
+    trusted: &[Cidr],
+    allowed_sources: Vec<Cidr>,
+    routes: Vec<RouteConfig>,
+) -> ListenerConfig {
+    let mut l = ListenerConfig::new(name, SocketAddr::from(([0, 0, 0, 0], port)));
+    if !layout.trusted_proxies.is_empty() {
+        l.proxy_protocol = ProxyProtocolMode::Accept;
+        l.trusted_proxies = trusted.to_vec();
+    }
+    l.allowed_sources = allowed_sources;
+    l.routes = routes;
+    l
+}
