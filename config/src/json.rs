@@ -2,6 +2,9 @@
 //! configuration, no tree in between. An invalid file is read again with
 //! `serde_path_to_error` for the field path of its first error; semantic problems are
 //! located on marked-yaml's tree of the same text (JSON is YAML), when it has one.
+//!
+//! Nesting is bounded by serde_json itself: it refuses more than 128 levels as it reads, and
+//! no schema nests more than six, so a deeper file fails long before.
 
 use crate::error::{ConfigError, ConfigErrors};
 use crate::load::{errors, Schema};

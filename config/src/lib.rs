@@ -7,7 +7,8 @@
 //! Values with a syntax of their own (SNI patterns, endpoints, CIDRs, durations) are parsed
 //! into their own types while the file is read, once. What it must never do: I/O beyond
 //! reading the one file it is asked to read, networking, accepting a file it did not fully
-//! understand (unknown keys are errors).
+//! understand (unknown keys are errors), or recursing as deep as a file nests (a YAML file's
+//! nesting is counted before any tree is built, see [`depth`]).
 //!
 //! # One reader per kind of file
 //! - **JSON** (`*.json`): the routes file the controller renders from these same types with
@@ -18,13 +19,15 @@
 //!   from those nodes with `serde_path_to_error` paths, so one parse gives both the field path
 //!   of an error and its line and column, also for semantic errors found afterwards. It is
 //!   pure Rust and small. Its one quirk: every scalar is text, so YAML `null` is not special;
-//!   [`nullable`] maps `null`/`~`/empty to `None` where the schema allows null.
+//!   [`nullable`] maps `null`/`~`/empty to `None` where the schema allows null. Before the
+//!   tree is built, yaml-rust2's own events count the nesting ([`depth`]).
 
 #![forbid(unsafe_code)]
 
 mod allow;
 pub mod cidr;
 mod defaults;
+pub mod depth;
 mod duration;
 mod endpoint;
 mod error;

@@ -39,6 +39,12 @@ pub struct ProxyConfig {
     /// How endpoint host names are resolved.
     #[serde(default)]
     pub resolver: ResolverConfig,
+    /// Lets a reload remove every listener, or more than half of the routes in effect (when
+    /// there are at least 10). Without it such a reload is refused and counted
+    /// (`removal_refused`), and the configuration in effect stays: an emptied or truncated
+    /// file must not take every route down. Start-up is not a reload. Default `false`.
+    #[serde(default)]
+    pub allow_large_removal: bool,
 }
 
 /// Every setting at its default, as an empty YAML file gives it.
@@ -53,6 +59,7 @@ impl Default for ProxyConfig {
             watch_interval: defaults::watch_interval(),
             max_connections: defaults::max_connections(),
             resolver: ResolverConfig::default(),
+            allow_large_removal: false,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! YAML files: marked-yaml's tree, with a position on every node, deserialised with the field
 //! path of an error; semantic problems are located on the same tree.
 
+use crate::depth;
 use crate::error::{ConfigError, ConfigErrors};
 use crate::load::{errors, Lists, Schema};
 use marked_yaml::{Marker, Node};
@@ -49,8 +50,18 @@ pub(crate) fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors
     }
 }
 
-/// The marked tree of `text`. An empty file is an empty mapping: every field has a default.
+/// The marked tree of `text`, once its nesting is known to be bounded ([`depth`]). An empty
+/// file is an empty mapping: every field has a default.
 pub(crate) fn tree(text: &str) -> Result<Node, ConfigError> {
+    depth::check(text).map_err(|d| ConfigError {
+        line: d.line,
+        column: d.column,
+        path: String::new(),
+        message: format!(
+            "nested too deeply: more than {} levels of collections",
+            depth::MAX_DEPTH
+        ),
+    })?;
     let text = if text.trim().is_empty() { "{}" } else { text };
     marked_yaml::parse_yaml(0, text).map_err(|e| load_error(&e))
 }

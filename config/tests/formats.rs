@@ -1,5 +1,6 @@
 //! The two readers: JSON (the controller's routes file) and YAML (files people write) give the
-//! same configuration and errors that name the field path.
+//! same configuration, errors that name the field path, and refuse deep nesting without
+//! recursing into it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -75,6 +76,52 @@ fn json_errors_name_the_field_path() {
     assert!(
         e.starts_with("p.json:1:0: EOF"),
         "an empty JSON file is no file: {e}"
+    );
+}
+
+#[test]
+fn ten_thousand_levels_are_refused_without_recursing_into_them() {
+    let flow = |open: &str, close: &str| {
+        format!(
+            "{{\"listeners\": {}{}}}",
+            open.repeat(10_000),
+            close.repeat(10_000)
+        )
+    };
+    // `- - - … x`: block sequences, 2 bytes a level.
+    let compact = format!("listeners:\n{}x\n", "- ".repeat(10_000));
+    for text in [flow("[", "]"), flow("{\"a\":", "}"), compact] {
+        // A 2 MiB stack like the reload's blocking thread: deep recursion would overflow it.
+        let (json, yaml) = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || {
+                let json = parse_proxy("p.json", &text)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                let yaml = parse_proxy("p.yaml", &text)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string());
+                (json, yaml)
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        // JSON goes straight into the types, which stop at the first level that does not
+        // fit (serde_json would stop at 128 levels anyway). YAML: yaml-rust2's scanner refuses
+        // flow nesting past its own limit, and the depth check the rest, before any tree.
+        assert!(json.is_err());
+        let yaml = yaml.unwrap_err();
+        assert!(
+            yaml.contains("nested too deeply") || yaml.contains("recursion limit exceeded"),
+            "{yaml}"
+        );
+    }
+    let e = parse_proxy("p.yaml", &format!("listeners:\n{}x\n", "- ".repeat(10_000)))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "p.yaml:2:127: nested too deeply: more than 64 levels of collections"
     );
 }
 

@@ -25,7 +25,8 @@
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
-//! configuration), `server.rs` (start, reload as parse/bind/compile/swap, drain), `admin.rs`
+//! configuration), `server.rs` (start, reload as parse/guard/bind/compile/swap, drain; the guard
+//! against files that would empty the proxy in `guard.rs`), `admin.rs`
 //! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
@@ -38,6 +39,7 @@ mod conn;
 mod dns;
 pub mod fds;
 mod forward;
+mod guard;
 /// The hardened HTTP/1 server, now in `isthmus-admin` (re-exported for existing users).
 pub use isthmus_admin::http1;
 pub mod http_connect;

@@ -80,7 +80,7 @@ pub struct LimitLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
-    /// `applied`, `unchanged`, `invalid`, `unreadable`, `bind_error`.
+    /// `applied`, `unchanged`, `invalid`, `unreadable`, `removal_refused`, `bind_error`.
     pub result: &'static str,
 }
 

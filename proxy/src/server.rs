@@ -67,6 +67,8 @@ pub enum ReloadError {
         address: SocketAddr,
         source: std::io::Error,
     },
+    #[error("{path}: refused: {why}")]
+    LargeRemoval { path: String, why: String },
 }
 
 /// What a successful reload did.
@@ -311,8 +313,9 @@ impl Proxy {
     /// Re-reads the file. On any error the old configuration stays and the error is returned
     /// (and counted); established connections are never touched either way.
     ///
-    /// Four steps, each counting and logging its own failure: parse, bind (every new or moved
-    /// listener, before anything changes), compile (resolver and snapshot), swap.
+    /// Five steps, each counting and logging its own failure: parse, guard (a file that would
+    /// remove every listener or most routes needs `allow_large_removal`), bind (every new or
+    /// moved listener, before anything changes), compile (resolver and snapshot), swap.
     pub async fn reload(&self) -> Result<Reloaded, ReloadError> {
         let mut running = self.inner.running.lock().await;
         let started = std::time::Instant::now();
@@ -322,6 +325,14 @@ impl Proxy {
         if loaded.hash == old.hash {
             self.inner.shared.metrics.reload("unchanged");
             return Ok(Reloaded::Unchanged);
+        }
+        if let Some(why) = crate::guard::large_removal(&old.config, &loaded.config) {
+            self.inner.shared.metrics.reload("removal_refused");
+            warn!(%why, "reload refused; the previous configuration stays in effect");
+            return Err(ReloadError::LargeRemoval {
+                path: self.inner.path.display().to_string(),
+                why,
+            });
         }
         let fresh = self.bind(&loaded.config, &running)?;
         let compiling = std::time::Instant::now();

