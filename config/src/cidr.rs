@@ -6,7 +6,7 @@ use std::fmt;
 use std::net::IpAddr;
 
 /// A network: address with its host bits zero, and a prefix length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cidr {
     net: IpAddr,
     prefix: u8,
@@ -44,6 +44,11 @@ impl Cidr {
         [ip, ip.to_canonical()]
             .into_iter()
             .any(|ip| ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net)
+    }
+
+    /// Whether it holds every address of its family (`0.0.0.0/0`, `::/0`).
+    pub fn is_everything(&self) -> bool {
+        self.prefix == 0
     }
 
     /// Whether any network of `list` contains `ip`.

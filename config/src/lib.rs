@@ -49,7 +49,7 @@ pub use endpoint::Endpoint;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use listener::{KeepaliveConfig, ListenerConfig, ListenerKind, ProxyProtocolMode, RouteConfig};
 pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
-pub use proxy::{AdminConfig, HttpLimits, ProxyConfig, ResolverConfig};
+pub use proxy::{AdminConfig, HttpLimits, ProxyConfig, ResolverConfig, UnlistedSources};
 pub use sni::SniPattern;
 pub use tunnel::{
     AgentTlsConfig, AgentsListenerConfig, AllowRule, ConnectListenerConfig, Http2Config,

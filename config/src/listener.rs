@@ -67,7 +67,8 @@ pub struct ListenerConfig {
     /// Source networks allowed to connect (`10.0.0.0/8`, `2001:db8::/32`, or a bare address).
     /// Matched against the client address of a PROXY header when one is honoured, else the
     /// peer's. Others are closed before anything is read and counted (`source_not_allowed`).
-    /// Default: empty, meaning any source.
+    /// Default: empty, meaning any source. Each route may narrow it further (its own
+    /// `allowed_sources`, checked after the route is found).
     #[serde(default)]
     pub allowed_sources: Vec<Cidr>,
     /// Peers (the load balancer) whose PROXY protocol header is honoured. Required (non-empty)
@@ -116,8 +117,8 @@ impl ListenerConfig {
     }
 }
 
-/// One route: an SNI (for `tls_passthrough`) or a header value (for `http_connect`).
-/// Serialised, it leaves out what it does not set.
+/// One route: an SNI (for `tls_passthrough`) or a header value (for `http_connect`), and the
+/// sources it admits. Serialised, it leaves out what it does not set.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
@@ -133,6 +134,12 @@ pub struct RouteConfig {
     pub header_value: String,
     /// Name of the upstream that matching connections go to.
     pub upstream: String,
+    /// Source networks this route admits, checked once the SNI (or header value) picked it,
+    /// against the same client address as the listener's `allowed_sources`. Others are closed
+    /// as an unknown name would be, and counted (`route_source_not_allowed`). Empty (default):
+    /// the top-level `routes_without_allowed_sources` decides.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_sources: Vec<Cidr>,
 }
 
 /// TCP keepalive probes (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).

@@ -45,6 +45,22 @@ pub struct ProxyConfig {
     /// file must not take every route down. Start-up is not a reload. Default `false`.
     #[serde(default)]
     pub allow_large_removal: bool,
+    /// Which sources a route admits when it lists no `allowed_sources` of its own: `allow`
+    /// (default: any source its listener admits) or `deny` (none: a seed-wide "deny unless
+    /// listed", what the controller renders). Applies to a listener's `default_upstream` too.
+    #[serde(default)]
+    pub routes_without_allowed_sources: UnlistedSources,
+}
+
+/// Which sources a route without `allowed_sources` admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnlistedSources {
+    /// Any source its listener admits.
+    #[default]
+    Allow,
+    /// No source.
+    Deny,
 }
 
 /// Every setting at its default, as an empty YAML file gives it.
@@ -60,6 +76,7 @@ impl Default for ProxyConfig {
             max_connections: defaults::max_connections(),
             resolver: ResolverConfig::default(),
             allow_large_removal: false,
+            routes_without_allowed_sources: UnlistedSources::Allow,
         }
     }
 }

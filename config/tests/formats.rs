@@ -8,13 +8,14 @@ use isthmus_config::{parse_proxy, ProxyConfig};
 
 const YAML: &str = "\
 admin: { address: \"0.0.0.0:9901\" }
+routes_without_allowed_sources: deny
 listeners:
   - name: peer-2380
     address: \"0.0.0.0:2380\"
     allowed_sources: [\"198.51.100.0/24\"]
     max_connections_per_source: 320
     routes:
-      - { sni: \"ETCD-main-0.shoot--a.seed.example.com.\", upstream: a0 }
+      - { sni: \"ETCD-main-0.shoot--a.seed.example.com.\", upstream: a0, allowed_sources: [\"198.51.100.0/24\"] }
       - { sni: \"*.vpn.seed.example.com\", upstream: a0 }
   - { name: vpn, address: \"0.0.0.0:8443\", kind: http_connect, route_header: X-Gardener-Destination }
 upstreams:
@@ -141,4 +142,25 @@ fn constructors_give_what_the_file_gives() {
     let u: UpstreamConfig = serde_json::from_str(r#"{"name": "u", "endpoints": []}"#).unwrap();
     assert_eq!(UpstreamConfig::new("u", Vec::new()), u);
     assert_eq!(ProxyConfig::default(), parse_proxy("p.yaml", "").unwrap());
+}
+
+#[test]
+fn a_route_lists_its_own_sources_and_a_bad_one_names_its_path() {
+    let c = config();
+    assert_eq!(
+        c.routes_without_allowed_sources,
+        isthmus_config::UnlistedSources::Deny
+    );
+    let routes = &c.listeners[0].routes;
+    assert_eq!(routes[0].allowed_sources[0].to_string(), "198.51.100.0/24");
+    assert!(routes[1].allowed_sources.is_empty());
+    let bad = YAML.replace("[\"198.51.100.0/24\"] }", "[\"198.51.100.1/24\"] }");
+    let e = parse_proxy("p.yaml", &bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("p.yaml:9:90: ")
+            && e.contains(
+                ": listeners[0].routes[0].allowed_sources[0]: invalid CIDR \"198.51.100.1/24\""
+            ),
+        "{e}"
+    );
 }

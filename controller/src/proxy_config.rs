@@ -11,6 +11,7 @@ mod build;
 
 pub use build::{Claim, LeftOut};
 
+use crate::plan::conditions::Verdict;
 use crate::plan::MemberRoute;
 use isthmus_config::{hash_bytes, ProxyConfig};
 use std::net::SocketAddr;
@@ -31,6 +32,10 @@ pub struct Layout {
     /// then accepts a header from these peers only (`proxy_protocol: accept`,
     /// `trusted_proxies`). Empty: no PROXY protocol.
     pub trusted_proxies: Vec<String>,
+    /// The sources (CIDRs) a migration's member routes admit when its spec lists no
+    /// `allowedSources`: the seed-wide default. Empty (the default): none, so such a
+    /// migration's members are reachable by nobody until it lists its peers.
+    pub default_allowed_sources: Vec<String>,
 }
 
 impl Layout {
@@ -51,6 +56,7 @@ impl Layout {
             admin,
             listeners,
             trusted_proxies: Vec::new(),
+            default_allowed_sources: Vec::new(),
         }
     }
 }
@@ -126,6 +132,38 @@ pub fn write(config: &ProxyConfig) -> Result<Rendered, RenderError> {
     let text = serde_json::to_string(config).map_err(|e| RenderError::Json(e.to_string()))?;
     let hash = hash_bytes(text.as_bytes());
     Ok(Rendered { text, hash })
+}
+
+/// Whether a migration's member routes admit only listed sources: its `allowedSources`, else
+/// the seed's default (`ExposureRestricted`).
+pub fn exposure(allowed_sources: &[String], layout: &Layout) -> Verdict {
+    use crate::plan::conditions::EXPOSURE_RESTRICTED as T;
+    let (listed, reason) = if allowed_sources.is_empty() {
+        (&layout.default_allowed_sources[..], "SeedDefault")
+    } else {
+        (allowed_sources, "AllowedSources")
+    };
+    let everything = |s: &String| isthmus_config::Cidr::parse(s).is_ok_and(|c| c.is_everything());
+    if let Some(open) = listed.iter().find(|s| everything(s)) {
+        return Verdict::refused(
+            T,
+            "OpenToAnySource",
+            format!("the members' routes admit every address ({open} in {reason})"),
+        );
+    }
+    if listed.is_empty() {
+        return Verdict::done(
+            T,
+            "NoSourceAllowed",
+            "no spec.allowedSources and no seed default: the members' routes admit no source; \
+             list the other seed's egress networks in spec.allowedSources",
+        );
+    }
+    Verdict::done(
+        T,
+        reason,
+        format!("the members' routes admit only {}", listed.join(", ")),
+    )
 }
 
 /// The rollout is complete when at least one proxy pod answered and every pod reports `hash`.

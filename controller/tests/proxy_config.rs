@@ -98,19 +98,77 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
         peer.proxy_protocol,
         isthmus_config::ProxyProtocolMode::Accept
     );
-    // A migration without allowedSources on the same listener opens it to any source.
+    // Each route carries its own migration's sources (not the union of the listener).
+    let route = |sni_prefix: &str| {
+        peer.routes
+            .iter()
+            .find(|r| r.sni.as_ref().unwrap().as_str().starts_with(sni_prefix))
+            .unwrap()
+    };
+    assert_eq!(
+        route("etcd-main-0").allowed_sources[0].to_string(),
+        "198.51.100.0/24"
+    );
+    assert_eq!(
+        route("etcd-events-0").allowed_sources[0].to_string(),
+        "192.0.2.7/32"
+    );
+    // A migration without allowedSources opens nothing (issue 25 point 5): its routes admit
+    // nobody (the seed's default is none), the listener keeps the others' union.
     let mut c = spec(Role::Source, Step::Expose);
     c.etcd_name = "etcd-other".into();
     all.extend(routes(&c, NS, false));
     let r = render(&layout(), &all).unwrap();
     let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    assert_eq!(
+        parsed.routes_without_allowed_sources,
+        isthmus_config::UnlistedSources::Deny
+    );
     let peer = parsed
         .listeners
         .iter()
         .find(|l| l.name == "peer-2380")
         .unwrap();
-    assert!(peer.allowed_sources.is_empty());
+    assert_eq!(peer.allowed_sources.len(), 2);
+    let other = peer
+        .routes
+        .iter()
+        .find(|r| r.sni.as_ref().unwrap().as_str().starts_with("etcd-other-0"))
+        .unwrap();
+    assert!(other.allowed_sources.is_empty(), "admits nobody");
     assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::None);
+    // With a seed-wide default, that migration's routes admit the default.
+    let mut l = layout();
+    l.default_allowed_sources = vec!["203.0.113.0/24".into()];
+    let parsed =
+        isthmus_config::parse_proxy("proxy.json", &render(&l, &all).unwrap().text).unwrap();
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
+    let other = peer
+        .routes
+        .iter()
+        .find(|r| r.sni.as_ref().unwrap().as_str().starts_with("etcd-other-0"))
+        .unwrap();
+    assert_eq!(other.allowed_sources[0].to_string(), "203.0.113.0/24");
+    assert_eq!(peer.allowed_sources.len(), 3);
+}
+
+#[test]
+fn exposure_restricted_says_whether_members_admit_only_listed_sources() {
+    use isthmus_controller::proxy_config::exposure;
+    let mut l = layout();
+    let v = exposure(&["198.51.100.0/24".into()], &l);
+    assert_eq!((v.status, v.reason), ("True", "AllowedSources"));
+    let v = exposure(&[], &l);
+    assert_eq!((v.status, v.reason), ("True", "NoSourceAllowed"));
+    l.default_allowed_sources = vec!["203.0.113.0/24".into()];
+    assert_eq!(exposure(&[], &l).reason, "SeedDefault");
+    let v = exposure(&["10.0.0.0/8".into(), "::/0".into()], &l);
+    assert_eq!((v.status, v.reason), ("False", "OpenToAnySource"));
+    assert!(v.message.contains("::/0"), "{}", v.message);
 }
 
 #[test]

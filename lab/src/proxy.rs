@@ -83,7 +83,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
         sni: TUNNEL_SNI.into(),
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: Vec::new(),
+        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
     });
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);
@@ -108,6 +108,7 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         admin,
         listeners: vec![(listener.clone(), TUNNEL_PORT)],
         trusted_proxies: Vec::new(),
+        default_allowed_sources: Vec::new(),
     };
     let route = MemberRoute {
         listener,
@@ -115,7 +116,7 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         sni: TUNNEL_SNI.into(),
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: Vec::new(),
+        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
     };
     file(proxy_config::render_with(&layout, &[route], lab_settings))
 }

@@ -17,7 +17,8 @@
 //! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
 //!    slots), then the PROXY header (`proxy_protocol.rs`) and the ClientHello
 //!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
-//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot.
+//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot and
+//!    its allow-list checked (`admits.rs`).
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
 //!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
 //! 5. `splice.rs` (`splice/`): the worker's splicer moves the bytes both ways until both
@@ -34,6 +35,7 @@
 #![deny(unsafe_code)]
 
 mod admin;
+mod admits;
 pub mod client_hello;
 mod conn;
 mod dns;

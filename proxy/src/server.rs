@@ -470,6 +470,11 @@ impl Proxy {
                 r.stop.cancel();
                 info!(listener = %name, "listener removed; its open connections stay");
             }
+            // A removed listener has no routes, open or not.
+            let labels = crate::metrics::ListenerLabels {
+                listener: name.clone(),
+            };
+            shared.metrics.open_routes.remove(&labels);
         }
         (added, removed)
     }

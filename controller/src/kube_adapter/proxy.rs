@@ -3,13 +3,24 @@
 use super::context::{Context, FIELD_MANAGER};
 use super::Error;
 use crate::crd::EtcdMigration;
+use crate::plan::conditions::Verdict;
 use crate::plan::{wanted_routes, MemberRoute};
-use crate::proxy_config::{render_claims, rolled_out, Claim, CONFIG_KEY};
+use crate::proxy_config::{exposure, render_claims, rolled_out, Claim, CONFIG_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
+
+/// What a sync found: whether every running proxy pod serves the file, and conditions of the
+/// migration reconciled.
+#[derive(Debug)]
+pub struct Synced {
+    /// Every running proxy pod reports the new file's hash.
+    pub rolled_out: bool,
+    /// Conditions for the migration reconciled (none for a cleanup).
+    pub conditions: Vec<Verdict>,
+}
 
 /// Renders the routes of every live migration into the ConfigMap (server-side apply) and
 /// returns whether every running proxy pod reports the new hash. `this` is the migration being
@@ -22,18 +33,21 @@ use std::net::{IpAddr, SocketAddr};
 pub async fn sync(
     ctx: &Context,
     this: Option<(&str, &str, &[MemberRoute])>,
-) -> Result<bool, Error> {
+) -> Result<Synced, Error> {
     let s = &ctx.settings;
     let migrations: Api<EtcdMigration> = match &s.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
     let mut claims: Vec<Claim> = Vec::new();
+    let mut conditions = Vec::new();
     for m in migrations.list(&ListParams::default()).await?.items {
         let ns = m.namespace().unwrap_or_default();
-        if m.metadata.deletion_timestamp.is_some()
-            || this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname)
-        {
+        if this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname) {
+            conditions.push(exposure(&m.spec.allowed_sources, &s.layout));
+            continue;
+        }
+        if m.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let routes = wanted_routes(&m.spec, &ns, &m.status.clone().unwrap_or_default());
@@ -96,5 +110,8 @@ pub async fn sync(
         }
         reports.push(report);
     }
-    Ok(rolled_out(&rendered.hash, &reports))
+    Ok(Synced {
+        rolled_out: rolled_out(&rendered.hash, &reports),
+        conditions,
+    })
 }

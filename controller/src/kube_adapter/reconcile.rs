@@ -131,8 +131,8 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         }
     }
     let first = plan::plan(spec, &obs);
-    let rolled_out = proxy::sync(ctx, Some((ns, &name, &first.routes))).await?;
-    obs.served_routes = rolled_out.then(|| first.routes.clone());
+    let synced = proxy::sync(ctx, Some((ns, &name, &first.routes))).await?;
+    obs.served_routes = synced.rolled_out.then(|| first.routes.clone());
     let mut plan = plan::plan(spec, &obs);
 
     let mut failure = None;
@@ -152,6 +152,9 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         }
     };
     plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
+    for v in &synced.conditions {
+        plan.status.conditions = cond::merge(&plan.status.conditions, v, &obs.now);
+    }
 
     let status = json!({
         "apiVersion": "isthmus.dev/v1alpha1",

@@ -21,6 +21,9 @@ pub const MIGRATION_COMPLETED: &str = "MigrationCompleted";
 pub const APPLIED: &str = "ObjectsApplied";
 /// isthmus: the abort's cleanup state (or why an abort was refused).
 pub const ABORTED: &str = "LiveMigrationAborted";
+/// isthmus: the members' routes admit only listed sources (`False`, reason `OpenToAnySource`:
+/// they admit every address; `True` with reason `NoSourceAllowed`: they admit nobody).
+pub const EXPOSURE_RESTRICTED: &str = "ExposureRestricted";
 
 /// A condition before merging with its previous value.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use super::{Layout, RenderError};
 use crate::plan::MemberRoute;
 use isthmus_config::{
     AdminConfig, Cidr, Endpoint, ListenerConfig, ProxyConfig, ProxyProtocolMode, RouteConfig,
-    Schema, SniPattern, UpstreamConfig,
+    Schema, SniPattern, UnlistedSources, UpstreamConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -91,19 +91,17 @@ pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderEr
 
 /// The file as text values, sorted, each with its owners.
 struct Draft {
-    /// Per listener `(port, name)`: routes `(sni, upstream)`, and the union of their allowed
-    /// sources.
+    /// Per listener `(port, name)`: its routes.
     listeners: BTreeMap<(u16, String), Listener>,
     /// Per upstream name: endpoints in first-seen order.
     upstreams: BTreeMap<String, (Vec<String>, Owners)>,
 }
 
+/// Per route `(sni, upstream)`: its owners and the sources it admits (its migration's
+/// `allowedSources`, else the seed's default; empty: none).
 #[derive(Default)]
 struct Listener {
-    routes: BTreeMap<(String, String), Owners>,
-    sources: BTreeMap<String, Owners>,
-    /// A route on it allows any source (its migration lists none).
-    open: bool,
+    routes: BTreeMap<(String, String), (Owners, BTreeSet<String>)>,
 }
 
 impl Draft {
@@ -119,14 +117,17 @@ impl Draft {
             }
             for r in &claim.routes {
                 let l = listeners.entry((r.port, r.listener.clone())).or_default();
-                l.routes
+                let (owners, sources) = l
+                    .routes
                     .entry((r.sni.clone(), r.upstream.clone()))
-                    .or_default()
-                    .insert(o);
-                l.open |= r.allowed_sources.is_empty();
-                for s in &r.allowed_sources {
-                    l.sources.entry(s.clone()).or_default().insert(o);
-                }
+                    .or_default();
+                owners.insert(o);
+                let listed = if r.allowed_sources.is_empty() {
+                    &layout.default_allowed_sources
+                } else {
+                    &r.allowed_sources
+                };
+                sources.extend(listed.iter().cloned());
                 let (eps, owners) = upstreams.entry(r.upstream.clone()).or_default();
                 if !eps.contains(&r.endpoint) {
                     eps.push(r.endpoint.clone());
@@ -148,38 +149,47 @@ impl Draft {
         let mut listeners = Vec::new();
         for (i, ((port, name), l)) in self.listeners.into_iter().enumerate() {
             let at = format!("listeners[{i}]");
-            let mut allowed = Vec::new();
-            // A listener on which one route allows any source allows any (the union).
-            let sources = if l.open { BTreeMap::new() } else { l.sources };
-            for (text, owners) in sources {
-                match Cidr::parse(&text) {
-                    Ok(c) => allowed.push(c),
-                    Err(message) => problems.push(Problem {
-                        owners: Some(owners),
-                        path: format!("{at}.allowed_sources"),
-                        message,
-                    }),
-                }
-            }
             let mut routes = Vec::new();
             let mut owners_here = Vec::new();
-            for ((sni, upstream), owners) in l.routes {
-                match SniPattern::parse(&sni) {
-                    Ok(sni) => {
-                        routes.push(RouteConfig {
-                            sni: Some(sni),
-                            upstream,
-                            ..RouteConfig::default()
-                        });
-                        owners_here.push(owners);
-                    }
-                    Err(message) => problems.push(Problem {
-                        owners: Some(owners),
-                        path: format!("{at}.routes[{}].sni", routes.len()),
+            for ((sni, upstream), (owners, sources)) in l.routes {
+                let j = routes.len();
+                let mut problem = |field: String, message: String| {
+                    problems.push(Problem {
+                        owners: Some(owners.clone()),
+                        path: format!("{at}.routes[{j}].{field}"),
                         message,
-                    }),
+                    })
+                };
+                let sni = match SniPattern::parse(&sni) {
+                    Ok(sni) => sni,
+                    Err(message) => {
+                        problem("sni".into(), message);
+                        continue;
+                    }
+                };
+                let mut allowed_sources = Vec::new();
+                for (k, text) in sources.iter().enumerate() {
+                    match Cidr::parse(text) {
+                        Ok(c) => allowed_sources.push(c),
+                        Err(message) => problem(format!("allowed_sources[{k}]"), message),
+                    }
                 }
+                routes.push(RouteConfig {
+                    sni: Some(sni),
+                    upstream,
+                    allowed_sources,
+                    ..RouteConfig::default()
+                });
+                owners_here.push(owners);
             }
+            // The listener admits the union of its routes' sources before reading a byte
+            // (nothing listed: any, and each route refuses on its own).
+            let mut allowed: Vec<Cidr> = routes
+                .iter()
+                .flat_map(|r| r.allowed_sources.iter().copied())
+                .collect();
+            allowed.sort();
+            allowed.dedup();
             route_owners.push(owners_here);
             listeners.push(listener(name, port, layout, &trusted, allowed, routes));
         }
@@ -211,6 +221,10 @@ impl Draft {
             // job (a finished migration's routes go), and a proxy refusing the file would
             // stall every rollout. The proxy's guard is for files written by other hands.
             allow_large_removal: true,
+            // Deny unless listed: a route carries its migration's sources or the seed's
+            // default, and with neither it admits nobody (the old union over a listener let
+            // one migration without `allowedSources` open every shoot's members).
+            routes_without_allowed_sources: UnlistedSources::Deny,
             ..ProxyConfig::default()
         };
         for (path, message) in config.validate() {
