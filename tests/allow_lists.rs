@@ -122,3 +122,63 @@ async fn a_shoots_peer_seed_reaches_only_that_shoots_members() {
         0.0
     );
 }
+
+/// The rendered per-source cap (issue 25 point 7): one source holding idle spliced
+/// connections cannot take every connection of the proxy. Before the controller rendered a
+/// cap, one source opening `max_connections` idle connections left another 0 of 30.
+#[tokio::test]
+async fn one_source_cannot_take_every_connection() {
+    use isthmus_controller::proxy_config::connections_per_source;
+    let pki = TestPki::new();
+    let ns = "shoot--a";
+    let names: Vec<String> = (0..3).map(|i| member(ns, i)).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let up = TlsEchoServer::start(ns, server_config(&pki, &pki.server_cert(&names))).await;
+    let mut r = routes(&spec(ns, &["127.0.0.0/8"]), ns, false);
+    for route in &mut r {
+        route.endpoint = up.addr.to_string();
+    }
+    let claims = [Claim {
+        owner: format!("{ns}/etcd-main"),
+        routes: r,
+    }];
+    let layout = Layout::standard(
+        PortScheme::default(),
+        3,
+        8443,
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+    );
+    let outcome = render_claims(&layout, &claims).unwrap();
+    let mut config: serde_json::Value = serde_json::from_str(&outcome.rendered.text).unwrap();
+    for l in config["listeners"].as_array_mut().unwrap() {
+        l["address"] = "127.0.0.1:0".into();
+    }
+    // The whole proxy's cap, small for the test: the rendered per-source cap is below it.
+    let cap = connections_per_source(1);
+    config["max_connections"] = (cap + 44).into();
+    let dir = Scratch::new("per-source");
+    let path = dir.join("proxy.json");
+    std::fs::write(&path, config.to_string()).unwrap();
+    let proxy = isthmus_proxy::Proxy::start(&path, Default::default())
+        .await
+        .unwrap();
+    let addr = proxy.listener_addr("peer-2380").await.unwrap();
+    let sni = member(ns, 0);
+    let mut held = Vec::new();
+    for _ in 0..cap + 44 {
+        let from: IpAddr = "127.0.0.2".parse().unwrap();
+        if let Ok(mut tls) = tls_connect_from(client_config(&pki), from, addr, &sni).await {
+            let mut buf = [0u8; 16];
+            if tls.write_all(b"x").await.is_ok() && tls.read(&mut buf).await.is_ok_and(|n| n > 0) {
+                held.push(tls);
+            }
+        }
+    }
+    assert_eq!(held.len(), cap, "the first source gets its share, no more");
+    let mut other = 0;
+    for _ in 0..30 {
+        other += usize::from(reaches(&pki, "127.0.0.3", addr, &sni, ns).await);
+    }
+    assert_eq!(other, 30, "another source still gets through");
+    drop(held);
+}

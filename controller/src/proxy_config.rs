@@ -9,7 +9,7 @@
 
 mod build;
 
-pub use build::{Claim, LeftOut};
+pub use build::{Claim, Conflict, LeftOut};
 
 use crate::plan::conditions::Verdict;
 use crate::plan::MemberRoute;
@@ -61,6 +61,24 @@ impl Layout {
     }
 }
 
+/// How long a spliced connection may stay idle (no byte either way) before the proxy closes
+/// it, on every upstream rendered. Long enough that it cannot cut etcd: a watch may stay
+/// silent as long as nothing changes, but etcd's server pings every idle client connection
+/// after `--grpc-keepalive-interval` (2 h by default), and peer streams carry heartbeats
+/// (Istio's 1 h default silently cut idle watches); short enough that a connection parked by
+/// a client that went away without a FIN, or by an attacker, is closed within hours.
+pub const IDLE_TIMEOUT: isthmus_config::Duration = isthmus_config::Duration::from_secs(3 * 3600);
+
+/// The connections one source may hold on a listener, rendered as its
+/// `max_connections_per_source`: 64 per route on the listener (a member's etcd opens at most
+/// ~18 connections from the other seed, 2 streams and up to 4 pipeline connections per remote
+/// member, and reconnects may overlap with dying ones; a seed's egress NAT may carry every
+/// shoot's peers from one address), at least 256. One source then cannot take the whole
+/// `max_connections` (100,000, or what fits the open-files limit) of the proxy.
+pub fn connections_per_source(routes: usize) -> usize {
+    routes.saturating_mul(64).max(256)
+}
+
 /// Rendering failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -89,6 +107,8 @@ pub struct Outcome {
     pub rendered: Rendered,
     /// Migrations whose routes the file does not hold, and why.
     pub left_out: Vec<LeftOut>,
+    /// Routes the file does not hold because an earlier claim holds them.
+    pub conflicts: Vec<Conflict>,
 }
 
 /// Renders `routes` (of one migration, or already merged) into one proxy file; any problem is
@@ -112,18 +132,27 @@ pub fn render_with(
     if let Some(p) = built.left_out.first() {
         return Err(RenderError::Invalid(format!("{}: {}", p.path, p.message)));
     }
+    if let Some(c) = built.conflicts.first() {
+        return Err(RenderError::Invalid(format!(
+            "{} on {} goes to two places",
+            c.sni, c.listener
+        )));
+    }
     tune(&mut built.config);
     write(&built.config)
 }
 
-/// Renders the routes of every migration in `claims` (in order of precedence) into one file.
-/// A migration whose routes would make the proxy refuse the file is left out, with the field
+/// Renders the routes of every migration in `claims` (in order of precedence: the older
+/// migration first) into one file. A route that an earlier claim holds (the same SNI on the
+/// same listener, or the same upstream name, going elsewhere) stays the earlier claim's; a
+/// migration whose routes would make the proxy refuse the file is left out, with the field
 /// path of the problem, so the others keep working; a problem of the layout is an error.
 pub fn render_claims(layout: &Layout, claims: &[Claim]) -> Result<Outcome, RenderError> {
     let built = build::build(layout, claims)?;
     Ok(Outcome {
         rendered: write(&built.config)?,
         left_out: built.left_out,
+        conflicts: built.conflicts,
     })
 }
 

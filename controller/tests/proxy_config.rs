@@ -215,3 +215,111 @@ fn a_problem_is_traced_to_the_migration_at_its_field_path_and_only_it_is_left_ou
         .to_string();
     assert!(e.contains("].endpoints[0]: invalid endpoint"), "{e}");
 }
+
+#[test]
+fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
+    use isthmus_controller::proxy_config::{render_claims, Claim};
+    let older = spec(Role::Destination, Step::Join);
+    let mut younger = spec(Role::Destination, Step::Join);
+    younger.vpn.as_mut().unwrap().target = "vpn-seed-server.shoot--b.svc.cluster.local:9443".into();
+    let claims = [
+        Claim {
+            owner: format!("{NS}/etcd-main"),
+            routes: routes(&older, NS, true),
+        },
+        Claim {
+            owner: "shoot--b/etcd-main".into(),
+            routes: routes(&younger, "shoot--b", true),
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert!(outcome.left_out.is_empty());
+    assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
+    let c = &outcome.conflicts[0];
+    assert_eq!(
+        (
+            c.owner.as_str(),
+            c.held_by.as_str(),
+            c.listener.as_str(),
+            c.sni.as_str()
+        ),
+        (
+            "shoot--b/etcd-main",
+            "shoot--foo--bar/etcd-main",
+            "vpn-8443",
+            "vpn-tmp.foo.example.com"
+        )
+    );
+    let parsed = isthmus_config::parse_proxy("proxy.json", &outcome.rendered.text).unwrap();
+    let vpn = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "vpn-8443")
+        .unwrap();
+    assert_eq!(vpn.routes.len(), 1);
+    assert_eq!(vpn.routes[0].upstream, format!("{NS}.vpn"));
+    // The younger's member routes are in (they conflict with nothing).
+    assert_eq!(
+        parsed
+            .listeners
+            .iter()
+            .map(|l| l.routes.len())
+            .sum::<usize>(),
+        13
+    );
+    // The same upstream name to another place is a conflict too (two migrations of one
+    // namespace with different VPN targets).
+    let mut same_ns = spec(Role::Destination, Step::Join);
+    same_ns.etcd_name = "etcd-events".into();
+    same_ns.vpn.as_mut().unwrap().target = "other.shoot--foo--bar.svc.cluster.local:9443".into();
+    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.example.com".into();
+    let claims = [
+        claims[0].clone(),
+        Claim {
+            owner: format!("{NS}/etcd-events"),
+            routes: routes(&same_ns, NS, true),
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
+    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.example.com");
+}
+
+#[test]
+fn internet_facing_listeners_get_a_per_source_cap_and_upstreams_an_idle_timeout() {
+    use isthmus_controller::proxy_config::{connections_per_source, IDLE_TIMEOUT};
+    let mut all = routes(&spec(Role::Destination, Step::Join), NS, true);
+    for i in 0..9 {
+        let mut other = spec(Role::Source, Step::Expose);
+        other.etcd_name = format!("etcd-{i}");
+        all.extend(routes(&other, NS, false));
+    }
+    let r = render(&layout(), &all).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    for l in &parsed.listeners {
+        assert_eq!(
+            l.max_connections_per_source,
+            Some(connections_per_source(l.routes.len())),
+            "{}",
+            l.name
+        );
+    }
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
+    assert_eq!(peer.routes.len(), 10);
+    assert_eq!(peer.max_connections_per_source, Some(640));
+    let vpn = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "vpn-8443")
+        .unwrap();
+    assert_eq!(vpn.max_connections_per_source, Some(256));
+    assert!(parsed
+        .upstreams
+        .iter()
+        .all(|u| u.idle_timeout == Some(IDLE_TIMEOUT)));
+    assert_eq!(IDLE_TIMEOUT.to_string(), "3h");
+}

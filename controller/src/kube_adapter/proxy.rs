@@ -3,10 +3,11 @@
 use super::context::{Context, FIELD_MANAGER};
 use super::Error;
 use crate::crd::EtcdMigration;
-use crate::plan::conditions::Verdict;
+use crate::plan::conditions::{Verdict, ROUTE_CONFLICT};
 use crate::plan::{wanted_routes, MemberRoute};
 use crate::proxy_config::{exposure, render_claims, rolled_out, Claim, CONFIG_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
@@ -39,30 +40,32 @@ pub async fn sync(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let mut claims: Vec<Claim> = Vec::new();
+    let this_owner = this.map(|(ns, name, _)| format!("{ns}/{name}"));
+    // Claims in order of precedence: the older migration keeps a route two of them want
+    // (`creationTimestamp`, then the name), whichever of them is reconciled.
+    let mut claims: Vec<(Option<Time>, Claim)> = Vec::new();
     let mut conditions = Vec::new();
+    let mut had_conflict = false;
     for m in migrations.list(&ListParams::default()).await?.items {
         let ns = m.namespace().unwrap_or_default();
-        if this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname) {
+        let owner = format!("{ns}/{}", m.name_any());
+        let created = m.metadata.creation_timestamp.clone();
+        if let (Some((_, _, routes)), true) = (this, Some(&owner) == this_owner.as_ref()) {
             conditions.push(exposure(&m.spec.allowed_sources, &s.layout));
+            let status = m.status.unwrap_or_default();
+            had_conflict = status.conditions.iter().any(|c| c.type_ == ROUTE_CONFLICT);
+            let routes = routes.to_vec();
+            claims.push((created, Claim { owner, routes }));
             continue;
         }
         if m.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let routes = wanted_routes(&m.spec, &ns, &m.status.clone().unwrap_or_default());
-        claims.push(Claim {
-            owner: format!("{ns}/{}", m.name_any()),
-            routes,
-        });
+        claims.push((created, Claim { owner, routes }));
     }
-    let this_owner = this.map(|(ns, name, _)| format!("{ns}/{name}"));
-    if let (Some((_, _, routes)), Some(owner)) = (this, &this_owner) {
-        claims.push(Claim {
-            owner: owner.clone(),
-            routes: routes.to_vec(),
-        });
-    }
+    claims.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.owner.cmp(&y.owner)));
+    let claims: Vec<Claim> = claims.into_iter().map(|(_, c)| c).collect();
     let outcome = render_claims(&s.layout, &claims)?;
     for left in &outcome.left_out {
         if Some(&left.owner) == this_owner.as_ref() {
@@ -70,6 +73,31 @@ pub async fn sync(
         }
         tracing::error!(migration = %left.owner, path = %left.path, error = %left.message,
             "routes left out: the proxy would refuse them");
+    }
+    // The file holds all of this migration's routes, or its exposure is not served.
+    let conflicts: Vec<_> = outcome
+        .conflicts
+        .iter()
+        .filter(|c| Some(&c.owner) == this_owner.as_ref())
+        .collect();
+    if let Some(c) = conflicts.first() {
+        tracing::warn!(migration = %c.owner, held_by = %c.held_by, sni = %c.sni,
+            "route held by an older migration");
+        conditions.push(Verdict::done(
+            ROUTE_CONFLICT,
+            "HeldByOlderMigration",
+            format!(
+                "{} on {} is routed for the older {}; this migration's route is left out and its \
+                 exposure not served until that one releases it or this spec changes",
+                c.sni, c.listener, c.held_by
+            ),
+        ));
+    } else if had_conflict {
+        conditions.push(Verdict::refused(
+            ROUTE_CONFLICT,
+            "NoConflict",
+            "every route is in the file",
+        ));
     }
     let rendered = outcome.rendered;
     let cm = json!({
@@ -111,7 +139,7 @@ pub async fn sync(
         reports.push(report);
     }
     Ok(Synced {
-        rolled_out: rolled_out(&rendered.hash, &reports),
+        rolled_out: conflicts.is_empty() && rolled_out(&rendered.hash, &reports),
         conditions,
     })
 }

@@ -43,6 +43,7 @@ impl std::fmt::Display for LeftOut {
 pub(super) struct Built {
     pub config: ProxyConfig,
     pub left_out: Vec<LeftOut>,
+    pub conflicts: Vec<Conflict>,
 }
 
 /// Indices into the claims: who put a route or an upstream into the file.
@@ -55,15 +56,22 @@ struct Problem {
     message: String,
 }
 
-/// Builds the file of every claim; a claim whose routes cause a problem is left out and the
-/// rest built again, so each pass checks the whole file once.
+/// Builds the file of every claim, in order of precedence: a route an earlier claim holds is
+/// left out (a [`Conflict`]); a claim whose routes cause a problem is left out and the rest
+/// built again, so each pass checks the whole file once.
 pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderError> {
     let mut excluded = Owners::new();
     let mut left_out = Vec::new();
     loop {
-        let (config, problems) = Draft::new(layout, claims, &excluded).typed(layout);
+        let mut draft = Draft::new(layout, claims, &excluded);
+        let conflicts = std::mem::take(&mut draft.conflicts);
+        let (config, problems) = draft.typed(layout);
         if problems.is_empty() {
-            return Ok(Built { config, left_out });
+            return Ok(Built {
+                config,
+                left_out,
+                conflicts,
+            });
         }
         let mut progress = false;
         for p in problems {
@@ -89,19 +97,35 @@ pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderEr
     }
 }
 
+/// A route of a migration that an earlier claim (an older migration) holds: the same name on
+/// the same listener to another upstream, or the same upstream name to another endpoint. The
+/// older keeps it; the route is left out of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// `namespace/name` of the migration whose route is left out.
+    pub owner: String,
+    /// `namespace/name` of the migration that holds it.
+    pub held_by: String,
+    /// The listener.
+    pub listener: String,
+    /// The route's SNI.
+    pub sni: String,
+}
+
 /// The file as text values, sorted, each with its owners.
 struct Draft {
     /// Per listener `(port, name)`: its routes.
     listeners: BTreeMap<(u16, String), Listener>,
-    /// Per upstream name: endpoints in first-seen order.
-    upstreams: BTreeMap<String, (Vec<String>, Owners)>,
+    /// Per upstream name: its endpoint.
+    upstreams: BTreeMap<String, (String, Owners)>,
+    conflicts: Vec<Conflict>,
 }
 
-/// Per route `(sni, upstream)`: its owners and the sources it admits (its migration's
+/// Per route SNI: its upstream, owners and the sources it admits (its migration's
 /// `allowedSources`, else the seed's default; empty: none).
 #[derive(Default)]
 struct Listener {
-    routes: BTreeMap<(String, String), (Owners, BTreeSet<String>)>,
+    routes: BTreeMap<String, (String, Owners, BTreeSet<String>)>,
 }
 
 impl Draft {
@@ -110,17 +134,34 @@ impl Draft {
         for (name, port) in &layout.listeners {
             listeners.entry((*port, name.clone())).or_default();
         }
-        let mut upstreams: BTreeMap<String, (Vec<String>, Owners)> = BTreeMap::new();
+        let mut upstreams: BTreeMap<String, (String, Owners)> = BTreeMap::new();
+        let mut conflicts = Vec::new();
         for (o, claim) in claims.iter().enumerate() {
             if excluded.contains(&o) {
                 continue;
             }
             for r in &claim.routes {
                 let l = listeners.entry((r.port, r.listener.clone())).or_default();
-                let (owners, sources) = l
+                let route = l.routes.get(&r.sni).map(|(u, owners, _)| (u, owners));
+                let upstream = upstreams.get(&r.upstream).map(|(e, owners)| (e, owners));
+                let held_by = match (route, upstream) {
+                    (Some((u, owners)), _) if *u != r.upstream => owners.first(),
+                    (_, Some((e, owners))) if *e != r.endpoint => owners.first(),
+                    _ => None,
+                };
+                if let Some(&h) = held_by {
+                    conflicts.push(Conflict {
+                        owner: claim.owner.clone(),
+                        held_by: claims[h].owner.clone(),
+                        listener: r.listener.clone(),
+                        sni: r.sni.clone(),
+                    });
+                    continue;
+                }
+                let (_, owners, sources) = l
                     .routes
-                    .entry((r.sni.clone(), r.upstream.clone()))
-                    .or_default();
+                    .entry(r.sni.clone())
+                    .or_insert_with(|| (r.upstream.clone(), Owners::new(), BTreeSet::new()));
                 owners.insert(o);
                 let listed = if r.allowed_sources.is_empty() {
                     &layout.default_allowed_sources
@@ -128,16 +169,16 @@ impl Draft {
                     &r.allowed_sources
                 };
                 sources.extend(listed.iter().cloned());
-                let (eps, owners) = upstreams.entry(r.upstream.clone()).or_default();
-                if !eps.contains(&r.endpoint) {
-                    eps.push(r.endpoint.clone());
-                }
+                let (_, owners) = upstreams
+                    .entry(r.upstream.clone())
+                    .or_insert_with(|| (r.endpoint.clone(), Owners::new()));
                 owners.insert(o);
             }
         }
         Self {
             listeners,
             upstreams,
+            conflicts,
         }
     }
 
@@ -151,7 +192,7 @@ impl Draft {
             let at = format!("listeners[{i}]");
             let mut routes = Vec::new();
             let mut owners_here = Vec::new();
-            for ((sni, upstream), (owners, sources)) in l.routes {
+            for (sni, (upstream, owners, sources)) in l.routes {
                 let j = routes.len();
                 let mut problem = |field: String, message: String| {
                     problems.push(Problem {
@@ -195,19 +236,19 @@ impl Draft {
         }
         let mut upstream_owners = Vec::new();
         let mut upstreams = Vec::new();
-        for (k, (name, (texts, owners))) in self.upstreams.into_iter().enumerate() {
+        for (k, (name, (text, owners))) in self.upstreams.into_iter().enumerate() {
             let mut endpoints = Vec::new();
-            for (e, text) in texts.iter().enumerate() {
-                match Endpoint::parse(text) {
-                    Ok(ep) => endpoints.push(ep),
-                    Err(message) => problems.push(Problem {
-                        owners: Some(owners.clone()),
-                        path: format!("upstreams[{k}].endpoints[{e}]"),
-                        message,
-                    }),
-                }
+            match Endpoint::parse(&text) {
+                Ok(ep) => endpoints.push(ep),
+                Err(message) => problems.push(Problem {
+                    owners: Some(owners.clone()),
+                    path: format!("upstreams[{k}].endpoints[0]"),
+                    message,
+                }),
             }
-            upstreams.push(UpstreamConfig::new(name, endpoints));
+            let mut u = UpstreamConfig::new(name, endpoints);
+            u.idle_timeout = Some(super::IDLE_TIMEOUT);
+            upstreams.push(u);
             upstream_owners.push(owners);
         }
         let config = ProxyConfig {
@@ -285,6 +326,7 @@ fn listener(
         l.trusted_proxies = trusted.to_vec();
     }
     l.allowed_sources = allowed_sources;
+    l.max_connections_per_source = Some(super::connections_per_source(routes.len()));
     l.routes = routes;
     l
 }
