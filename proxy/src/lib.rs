@@ -26,7 +26,8 @@
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
-//! configuration), `server.rs` (start, reload as parse/guard/bind/compile/swap, drain; the guard
+//! configuration), `server.rs` (the running proxy; `server/start.rs` start and drain,
+//! `server/reload.rs` reload as parse/guard/bind/compile/swap and the file watch; the guard
 //! against files that would empty the proxy in `guard.rs`), `admin.rs`
 //! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
