@@ -31,6 +31,10 @@ pub struct Synced {
 /// The file is checked once, as it is built: a migration whose routes would make the proxies
 /// refuse it is left out (and logged with the field path of the problem) so the others keep
 /// working; if it is `this` one, the reconciliation fails with that problem.
+///
+/// A route two migrations want (the same VPN name) stays the older one's, whichever is
+/// reconciled; `this` one then gets `RouteConflict` and does not count as rolled out while
+/// the file lacks any of its routes. It also gets `ExposureRestricted`.
 pub async fn sync(
     ctx: &Context,
     this: Option<(&str, &str, &[MemberRoute])>,
