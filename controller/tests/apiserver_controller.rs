@@ -547,7 +547,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .is_none());
     let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
-    let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.yaml"].clone();
+    let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.json"].clone();
     assert!(
         !text.contains("shoot--foo--bar"),
         "routes released:\n{text}"
