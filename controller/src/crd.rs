@@ -120,11 +120,11 @@ pub struct EtcdMigrationSpec {
     /// scheme (`ports`, one `DNSRecord` per member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_ingress: Option<SeedIngress>,
-    /// Source networks (CIDR or address) allowed on this migration's etcd peer and client
-    /// listeners: the other seed's egress addresses. Rendered as the proxy listeners'
-    /// `allowed_sources`; a listener shared by several migrations allows the union, and any
-    /// migration on it without this field leaves the listener open to every source. Empty:
-    /// any source.
+    /// Source networks (CIDR or address) allowed to reach this migration's etcd members
+    /// through the proxy: the other seed's egress addresses. Rendered as the `allowed_sources`
+    /// of this migration's routes, checked after the SNI picked the route, so shoots sharing a
+    /// listener never share their peers. Empty: the seed's default (the controller's
+    /// `--default-allowed-sources`), which is none unless set: nobody reaches the members.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "cidr_list")]
     pub allowed_sources: Vec<String>,

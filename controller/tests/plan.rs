@@ -811,7 +811,7 @@ fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
         "0.0.0.0:9901".parse().unwrap(),
     );
     let file = isthmus_controller::proxy_config::render(&layout, &p.routes).unwrap();
-    isthmus_config::parse_proxy("proxy.yaml", &file.text).unwrap_or_else(|e| panic!("{e}"));
+    isthmus_config::parse_proxy("proxy.json", &file.text).unwrap_or_else(|e| panic!("{e}"));
     // And the step converges without any DNSRecord.
     let done = converge(&s, &mut obs, 10);
     assert!(done.status.step_ready, "{:?}", done.status);

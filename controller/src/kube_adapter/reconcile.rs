@@ -95,15 +95,16 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     // other migrations' passes render them from it too). Routes this plan changes are
     // served from the next pass on.
     let held = plan::wanted_routes(spec, ns, &obs.previous);
-    let served = match routes(ctx, m, ns, &held).await? {
-        Ok(served) => served,
+    let mut synced = match routes(ctx, m, ns, &held).await? {
+        Ok(synced) => synced,
         Err(refusal) => return refuse(m, ns, ctx, refusal).await,
     };
-    obs.served_routes = served.then(|| held.clone());
+    obs.served_routes = synced.rolled_out.then(|| held.clone());
     let mut plan = plan::plan(spec, &obs);
     if plan.routes != held {
-        if let Err(refusal) = routes(ctx, m, ns, &plan.routes).await? {
-            return refuse(m, ns, ctx, refusal).await;
+        match routes(ctx, m, ns, &plan.routes).await? {
+            Ok(now) => synced = now,
+            Err(refusal) => return refuse(m, ns, ctx, refusal).await,
         }
     }
 
@@ -121,6 +122,9 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         }
     };
     plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
+    for v in &synced.conditions {
+        plan.status.conditions = cond::merge(&plan.status.conditions, v, &obs.now);
+    }
 
     status_apply(ctx, ns, &name, &plan.status).await?;
     if let Some(e) = failure {
@@ -186,9 +190,9 @@ async fn routes(
     m: &EtcdMigration,
     ns: &str,
     routes: &[plan::MemberRoute],
-) -> Result<Result<bool, Verdict>, Error> {
+) -> Result<Result<proxy::Synced, Verdict>, Error> {
     match proxy::sync(ctx, Some((ns, &m.name_any(), routes))).await {
-        Ok(served) => Ok(Ok(served)),
+        Ok(synced) => Ok(Ok(synced)),
         Err(Error::InvalidRoutes(message)) => Ok(Err(Verdict::done(
             cond::SPEC_INVALID,
             "RoutesRefused",

@@ -74,7 +74,7 @@ impl HashFetcher for KubeletAndProxyStandIn {
             let text = cm
                 .data
                 .and_then(|d| d.get(CONFIG_KEY).cloned())
-                .ok_or_else(|| ProbeError::Body(addr, "no proxy.yaml".into()))?;
+                .ok_or_else(|| ProbeError::Body(addr, "no proxy.json".into()))?;
             isthmus_config::parse_proxy(CONFIG_KEY, &text)
                 .map_err(|e| ProbeError::Body(addr, e.to_string()))?;
             Ok(isthmus_config::hash_bytes(text.as_bytes()))

@@ -224,7 +224,7 @@ async fn start_proxies(
         let config = volume.path(CONFIG_KEY);
         let p = SeedProxy::start_at(bin, seed, config, log, proxy::ADMIN_PORT, &initial.hash);
         proxies.push(p.await?);
-        let config = dir.join(format!("ingress-{}.yaml", seed.label));
+        let config = dir.join(format!("ingress-{}.json", seed.label));
         std::fs::write(&config, &tunnel.text).map_err(|e| Error::io(config.display(), e))?;
         let log = dir.join(format!("ingress-{}.log", seed.label));
         let port = proxy::TUNNEL_ADMIN_PORT;
