@@ -281,7 +281,7 @@ fn no_import_circle_in_any_crate() {
     let mut found = Vec::new();
     for src in &sources {
         let g = graph(src);
-        assert!(g.len() > 1, "{} has no files", src.display());
+        assert!(!g.is_empty(), "{} has no files", src.display());
         let krate = src.parent().unwrap().strip_prefix(root()).unwrap();
         for circle in circles(&g) {
             found.push(format!("{}: {}", krate.display(), circle.join(", ")));

@@ -7,7 +7,8 @@
 //! no schema nests more than six, so a deeper file fails long before.
 
 use crate::error::{ConfigError, ConfigErrors};
-use crate::load::{errors, Schema};
+use crate::marked::{locate, tree};
+use crate::schema::{errors, Schema};
 
 /// Parses and validates JSON text: the value, or its errors with their field paths.
 pub(crate) fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
@@ -19,11 +20,11 @@ pub(crate) fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors
     if problems.is_empty() {
         return Ok(config);
     }
-    let root = crate::yaml::tree(text).ok();
+    let root = tree(text).ok();
     let located = problems
         .into_iter()
         .map(|(path, message)| match &root {
-            Some(root) => crate::yaml::locate(root, path, message),
+            Some(root) => locate(root, path, message),
             None => ConfigError {
                 line: 0,
                 column: 0,

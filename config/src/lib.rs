@@ -34,8 +34,10 @@ mod error;
 mod json;
 mod listener;
 mod load;
+mod marked;
 pub mod nullable;
 mod proxy;
+mod schema;
 mod sni;
 mod text;
 pub mod tunnel;
@@ -48,8 +50,9 @@ pub use duration::{parse_flag as parse_duration_flag, Duration};
 pub use endpoint::Endpoint;
 pub use error::{ConfigError, ConfigErrors, LoadError};
 pub use listener::{KeepaliveConfig, ListenerConfig, ListenerKind, ProxyProtocolMode, RouteConfig};
-pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Lists, Loaded, Schema};
+pub use load::{hash_bytes, load_file, load_proxy_file, parse, parse_proxy, Loaded};
 pub use proxy::{AdminConfig, HttpLimits, ProxyConfig, ResolverConfig, UnlistedSources};
+pub use schema::{Lists, Schema};
 pub use sni::SniPattern;
 pub use tunnel::{
     AgentTlsConfig, AgentsListenerConfig, AllowRule, ConnectListenerConfig, Http2Config,

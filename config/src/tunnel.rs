@@ -2,7 +2,7 @@
 //! (issue 4). Every field is documented here and in `tunnel/README.md`; keep them in step.
 
 pub use crate::allow::AllowRule;
-use crate::load::{Lists, Schema};
+use crate::schema::{Lists, Schema};
 use crate::{nullable, AdminConfig, Cidr, ConfigError, Duration, HttpLimits};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
