@@ -83,10 +83,10 @@ fn grace_period_outlasts_prestop_and_drain() {
     let pre_stop = spec["containers"][0]["lifecycle"]["preStop"]["sleep"]["seconds"]
         .as_u64()
         .unwrap();
-    let text = find(&d, "ConfigMap")["data"]["proxy.yaml"]
+    let text = find(&d, "ConfigMap")["data"]["proxy.json"]
         .as_str()
         .unwrap();
-    let cfg = isthmus_config::parse_proxy("deploy/proxy.yaml", text).unwrap();
+    let cfg = isthmus_config::parse_proxy("deploy/proxy.json", text).unwrap();
     let drain = cfg.drain_delay.get().as_secs() + cfg.drain_timeout.get().as_secs();
     assert!(
         grace > pre_stop + drain,
