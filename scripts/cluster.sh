@@ -2,12 +2,16 @@
 # A real single-node Kubernetes (v1.34.4) for isthmus, in a network namespace of its own.
 #
 #   scripts/cluster.sh up        build what is missing, start the node, load the isthmus image,
-#                                apply deploy/, wait for the proxy DaemonSet; prints the
-#                                `export KUBECONFIG=…` line for a shell (`up --no-isthmus`:
-#                                the node only)
+#                                install the chart as gardener-operator would (helm install of
+#                                its archive with a seed's injected values), wait for the proxy
+#                                DaemonSet; prints the `export KUBECONFIG=…` line for a shell
+#                                (`up --no-isthmus`: the node only)
 #   scripts/cluster.sh down      stop everything and leave the host as it was
 #   scripts/cluster.sh status    what runs and what is Ready
 #   scripts/cluster.sh kubectl … the cluster's own kubectl (inside the node's namespace)
+#   scripts/cluster.sh helm …    the pinned helm against the node (release `isthmus` in
+#                                isthmus-system: `helm upgrade isthmus … --reuse-values --set …`)
+#   scripts/cluster.sh chart     the chart's archive, packaged now (the path of the .tgz)
 #   scripts/cluster.sh load FILE import an OCI image archive into the node's containerd
 #   scripts/cluster.sh node CMD… run a command in the node's network and mount namespace
 #
@@ -56,6 +60,7 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/config.sh"
 . "$root/scripts/cluster/node.sh"
 . "$root/scripts/cluster/images.sh"
+. "$root/scripts/cluster/isthmus.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
@@ -66,7 +71,9 @@ case "$cmd" in
   down) cluster_down ;;
   status) cluster_status ;;
   kubectl) node_exec "$K8S/kubectl" --kubeconfig "$STATE/etc/admin.kubeconfig" "$@" ;;
+  helm) helm_node "$@" ;;
   load) images_load "$@" ;;
+  chart) chart_archive ;;
   node) node_exec "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
