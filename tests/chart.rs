@@ -477,6 +477,15 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
     for l in grm_labels(admin, "extension-isthmus") {
         assert!(has(controller, &l), "controller lacks {l}");
     }
+    // Controller -> etcd's member API through the load balancer's address, which kube-proxy
+    // takes straight to a proxy pod's client listener: the proxy Service's policies admit
+    // pods with its per-port labels; the controller has those of the client listeners only.
+    let lb = find(&docs, "Service", "isthmus-proxy");
+    let ports = lb["spec"]["ports"].as_array().unwrap();
+    for (p, l) in ports.iter().zip(grm_labels(lb, "extension-isthmus")) {
+        let client = p["name"].as_str().unwrap().starts_with("client-");
+        assert_eq!(has(controller, &l), client, "controller and {l}");
+    }
     assert!(
         has(controller, "networking.gardener.cloud/to-runtime-apiserver")
             && has(controller, "networking.gardener.cloud/to-dns")
