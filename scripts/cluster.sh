@@ -11,7 +11,13 @@
 #   scripts/cluster.sh kubectl … the cluster's own kubectl (inside the node's namespace)
 #   scripts/cluster.sh helm …    the pinned helm against the node (release `isthmus` in
 #                                isthmus-system: `helm upgrade isthmus … --reuse-values --set …`)
+#   scripts/cluster.sh install [HELM-ARGS…]  install the chart as `up` does, with extra helm
+#                                arguments (after `up --no-isthmus`; e.g. --set networkPolicy.explicit=false)
 #   scripts/cluster.sh chart     the chart's archive, packaged now (the path of the .tgz)
+#   scripts/cluster.sh grm       start the seed's gardener-resource-manager (the real one, its
+#                                NetworkPolicy controller) on the node
+#   scripts/cluster.sh seed-policies NS…  gardenlet's policies of a seed namespace (deny-all,
+#                                allow-to-dns, …; a stand-in: gardenlet cannot run here)
 #   scripts/cluster.sh load FILE import an OCI image archive into the node's containerd
 #   scripts/cluster.sh node CMD… run a command in the node's network and mount namespace
 #
@@ -61,6 +67,7 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/node.sh"
 . "$root/scripts/cluster/images.sh"
 . "$root/scripts/cluster/isthmus.sh"
+. "$root/scripts/cluster/grm.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
@@ -74,6 +81,9 @@ case "$cmd" in
   helm) helm_node "$@" ;;
   load) images_load "$@" ;;
   chart) chart_archive ;;
+  install) isthmus_install "$@" ;;
+  grm) grm_start ;;
+  seed-policies) for ns in "$@"; do grm_seed_policies "$ns"; done ;;
   node) node_exec "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

@@ -16,6 +16,8 @@
 
 #[path = "cluster/checks.rs"]
 mod checks;
+#[path = "cluster/grm.rs"]
+mod grm;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]
@@ -50,6 +52,7 @@ fn isthmus_in_a_real_node() {
     upgrade::rolling_update_without_failed_connections(&node, &client);
     upgrade::drain_on_delete(&node, &client);
     tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
+    grm::policies_through_gardener_resource_manager(&node, &client);
     release::uninstall(&node);
     if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_none() {
         node.down_and_check(&before);

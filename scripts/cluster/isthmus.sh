@@ -30,6 +30,7 @@ seed_prepare() {
   kubectl_admin apply -f - <"$root/scripts/cluster/seed.yaml" >/dev/null
 }
 
+# isthmus_install [HELM-ARGS…]
 isthmus_install() {
   local t0=$SECONDS
   "$root/scripts/build-helm.sh"
@@ -40,7 +41,7 @@ isthmus_install() {
   chart="$(chart_archive)"
   t1=$SECONDS
   helm_node install "$RELEASE" "$chart" --namespace "$RELEASE_NS" --create-namespace \
-    -f "$root/scripts/cluster/gardener-values.yaml" -f "$root/scripts/cluster/extension-values.yaml" >/dev/null
+    -f "$root/scripts/cluster/gardener-values.yaml" -f "$root/scripts/cluster/extension-values.yaml" "$@" >/dev/null
   wait_for "the isthmus-proxy DaemonSet" 180 kubectl_admin -n "$RELEASE_NS" rollout status ds/isthmus-proxy --timeout=1s
   echo "cluster: isthmus installed in $((SECONDS - t0)) s (helm install of $(basename "$chart") -> DaemonSet Ready: $((SECONDS - t1)) s)"
 }

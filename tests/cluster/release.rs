@@ -111,11 +111,47 @@ pub fn uninstall(node: &Node) {
         ["/CustomResourceDefinition/etcdmigrations.isthmus.dev"],
         "left behind by helm uninstall"
     );
+    // gardener-resource-manager removed the policies it made from the chart's Services.
+    poll(
+        node,
+        "gardener-resource-manager's policies gone",
+        LONG,
+        POLL,
+        || {
+            let left = node.kubectl(&[
+                "get",
+                "networkpolicy",
+                "-A",
+                "-l",
+                &format!("networking.resources.gardener.cloud/service-namespace={SYSTEM}"),
+                "-o",
+                "name",
+            ]);
+            if left.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(left)
+            }
+        },
+    );
     // In the release's namespace: the namespace itself (helm does not delete a namespace it
-    // created) and what Kubernetes and the controller's leader election put there.
+    // created), what Kubernetes and the controller's leader election put there, and the
+    // seed's own policies (gardenlet's, not the release's).
+    let seed_policies = [
+        "allow-to-dns",
+        "allow-to-private-networks",
+        "allow-to-public-networks",
+        "allow-to-runtime-apiserver",
+        "deny-all",
+    ];
     let in_ns: Vec<String> = objects(node, None)
         .into_iter()
         .filter(|o| o.starts_with(&format!("{SYSTEM}/")))
+        .filter(|o| {
+            !seed_policies
+                .iter()
+                .any(|p| *o == format!("{SYSTEM}/NetworkPolicy/{p}"))
+        })
         .collect();
     let expected = [
         format!("{SYSTEM}/ConfigMap/kube-root-ca.crt"),
