@@ -1,10 +1,13 @@
 //! Route lookup with 10, 10k and 100k routes: exact hits, wildcard hits (the name has three
-//! labels in front of the suffix, so several probes) and misses.
+//! labels in front of the suffix, so several probes) and misses; and a route's allow-list
+//! check after the lookup (`Cidr::any_contains` over the route's `allowed_sources`: one network
+//! as the controller renders a migration's peer seed, and eight), hit and miss.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use isthmus_config::Cidr;
 use isthmus_proxy::routes::RouteTable;
 use std::hint::black_box;
 
@@ -47,6 +50,22 @@ fn bench(c: &mut Criterion) {
         });
         g.bench_with_input(BenchmarkId::new("miss", n), &miss, |b, s| {
             b.iter(|| t.find(black_box(s)))
+        });
+    }
+    g.finish();
+    let mut g = c.benchmark_group("route_sources");
+    let source: std::net::IpAddr = "198.51.100.7".parse().unwrap();
+    let stranger: std::net::IpAddr = "203.0.113.9".parse().unwrap();
+    for n in [1usize, 8] {
+        let list: Vec<Cidr> = (0..n)
+            .map(|i| Cidr::parse(&format!("198.51.{}.0/24", 100 - i)).unwrap())
+            .collect();
+        assert!(Cidr::any_contains(&list, source) && !Cidr::any_contains(&list, stranger));
+        g.bench_with_input(BenchmarkId::new("admitted", n), &list, |b, l| {
+            b.iter(|| Cidr::any_contains(black_box(l), black_box(source)))
+        });
+        g.bench_with_input(BenchmarkId::new("refused", n), &list, |b, l| {
+            b.iter(|| Cidr::any_contains(black_box(l), black_box(stranger)))
         });
     }
     g.finish();

@@ -20,6 +20,41 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
 fi
 cd fuzz
+
+# Configuration files of a seed's size (issue 25 point 6): the loaders are fuzzed with inputs of
+# 64 KiB and more, from generated seeds (800 routes as YAML and as JSON, 10,000 levels of
+# nesting in 20 KB), so libFuzzer's input cap is raised for them.
+large_config_seeds() {
+  local dir=corpus/config_load-large i
+  mkdir -p "$dir"
+  {
+    printf 'listeners:\n  - name: peer\n    address: "0.0.0.0:2380"\n    routes:\n'
+    for i in $(seq 0 799); do
+      printf '      - { sni: "etcd-main-0.shoot--p%d--c.seed-a.example.com", upstream: u%d }\n' "$i" "$i"
+    done
+    printf 'upstreams:\n'
+    for i in $(seq 0 799); do
+      printf '  - { name: u%d, endpoints: ["etcd-main-0.etcd-main-peer.shoot--p%d--c.svc:2380"] }\n' "$i" "$i"
+    done
+  } >"$dir/routes-800.yaml"
+  {
+    printf '{"listeners":[{"name":"peer","address":"0.0.0.0:2380","routes":['
+    for i in $(seq 0 799); do
+      [ "$i" = 0 ] || printf ','
+      printf '{"sni":"etcd-main-0.shoot--p%d--c.seed-a.example.com","upstream":"u%d","allowed_sources":["198.51.100.0/24"]}' "$i" "$i"
+    done
+    printf ']}],"upstreams":['
+    for i in $(seq 0 799); do
+      [ "$i" = 0 ] || printf ','
+      printf '{"name":"u%d","endpoints":["etcd-main-0.etcd-main-peer.shoot--p%d--c.svc:2380"],"idle_timeout":"3h"}' "$i" "$i"
+    done
+    printf ']}\n'
+  } >"$dir/routes-800.json"
+  { printf 'listeners:\n'; printf -- '- %.0s' $(seq 10000); printf 'x\n'; } >"$dir/deep-block.yaml"
+  { printf '{"listeners":'; printf '[%.0s' $(seq 10000); printf ']%.0s' $(seq 10000); printf '}\n'; } >"$dir/deep-flow.json"
+  echo "$dir"
+}
+
 targets=$(cargo "${toolchain[@]}" fuzz list)
 [ -n "$targets" ] || { echo "fuzz-smoke: no fuzz targets found"; exit 1; }
 for target in $targets; do
@@ -28,7 +63,7 @@ for target in $targets; do
   case "$target" in
     client_hello | record_layer) seeds=(corpus-seed) ;;
     # The loaders only get far on structured YAML: start from the real configuration files.
-    config_scan | config_load) seeds=(../examples ../deploy/examples ../proxy/examples ../tunnel/examples) ;;
+    config_load) seeds=(../examples ../deploy/examples ../proxy/examples ../tunnel/examples "$(large_config_seeds)") ;;
     *) seeds=() ;;
   esac
   [ -d "seeds/$target" ] && seeds+=("seeds/$target")
@@ -36,8 +71,10 @@ for target in $targets; do
   for s in "${seeds[@]}"; do [ -d "$s" ] && existing+=("$s"); done
   echo "fuzz-smoke: $target for ${seconds}s (sanitizer: $sanitizer)"
   set +e
+  max_len=()
+  [ "$target" = config_load ] && max_len=(-max_len=262144)
   cargo "${toolchain[@]}" fuzz run --sanitizer "$sanitizer" "$target" "$corpus" "${existing[@]}" -- \
-    -max_total_time="$seconds" -rss_limit_mb=2048 >"corpus/$target.log" 2>&1
+    -max_total_time="$seconds" -rss_limit_mb=2048 ${max_len[@]+"${max_len[@]}"} >"corpus/$target.log" 2>&1
   status=$?
   set -e
   grep -E "^#[0-9]+ +DONE|^Done [0-9]+ runs" "corpus/$target.log" | tail -1 || true

@@ -231,8 +231,14 @@ impl Running {
              watch_interval: 0s\nlisteners:\n  - name: bench\n    address: \"{}\"\n    routes:\n",
             self.admin, self.addr
         );
+        // PEERS_ROUTE_SOURCES=127.0.0.0/8 gives every route an allow-list, as the controller
+        // renders them (a build before per-route allow-lists refuses the field).
+        let sources = match std::env::var("PEERS_ROUTE_SOURCES") {
+            Ok(list) => format!(", allowed_sources: [{list}]"),
+            Err(_) => String::new(),
+        };
         for n in &routes.names {
-            s += &format!("      - {{ sni: \"{n}\", upstream: up }}\n");
+            s += &format!("      - {{ sni: \"{n}\", upstream: up{sources} }}\n");
         }
         s + &format!(
             "upstreams:\n  - name: up\n    endpoints: [\"{}\"]\n",

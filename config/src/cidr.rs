@@ -1,13 +1,12 @@
 //! `Cidr`: a network written `10.0.0.0/8`, `2001:db8::/32`, or a bare address (a single host),
 //! as used by the proxy's `allowed_sources` and `trusted_proxies`.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::IpAddr;
 
 /// A network: address with its host bits zero, and a prefix length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cidr {
     net: IpAddr,
     prefix: u8,
@@ -47,6 +46,11 @@ impl Cidr {
             .any(|ip| ip.is_ipv4() == self.net.is_ipv4() && mask(ip, self.prefix) == self.net)
     }
 
+    /// Whether it holds every address of its family (`0.0.0.0/0`, `::/0`).
+    pub fn is_everything(&self) -> bool {
+        self.prefix == 0
+    }
+
     /// Whether any network of `list` contains `ip`.
     pub fn any_contains(list: &[Cidr], ip: IpAddr) -> bool {
         list.iter().any(|c| c.contains(ip))
@@ -67,16 +71,15 @@ pub fn mask(ip: IpAddr, prefix: u8) -> IpAddr {
     }
 }
 
-impl TryFrom<String> for Cidr {
-    type Error = String;
-    fn try_from(s: String) -> Result<Self, String> {
-        Self::parse(&s)
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::text::parse_str(d, "a CIDR such as 10.0.0.0/8, or an address", Self::parse)
     }
 }
 
-impl From<Cidr> for String {
-    fn from(c: Cidr) -> String {
-        c.to_string()
+impl Serialize for Cidr {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! Human durations (`10s`, `250ms`, `1h30m`) as used throughout the YAML files.
 
-use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
 /// A span of time written as a sequence of `<integer><unit>` with units `ms`, `s`, `m`, `h`
@@ -84,8 +84,7 @@ impl fmt::Display for Duration {
 
 impl<'de> Deserialize<'de> for Duration {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        Duration::parse(&s).map_err(de::Error::custom)
+        crate::text::parse_str(d, "a duration such as 10s or 250ms", Duration::parse)
     }
 }
 

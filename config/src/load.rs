@@ -1,8 +1,9 @@
-//! Reading a file into a validated configuration, or into every error it contains.
+//! Reading a file into a validated configuration, or into every error it contains: `.json`
+//! files with serde_json (what the controller writes), everything else with marked-yaml (what
+//! people write).
 
 use crate::error::{ConfigError, ConfigErrors, LoadError};
 use crate::{validate, ProxyConfig};
-use marked_yaml::{Marker, Node};
 use serde::de::DeserializeOwned;
 use std::path::Path;
 
@@ -34,19 +35,23 @@ pub trait Schema: DeserializeOwned {
         Vec::new()
     }
 
-    /// Fills the typed values derived from a valid file (parsed endpoints, normalised
-    /// patterns), so that nothing downstream parses strings again.
-    fn finish(&mut self) {}
+    /// Text that parses as the value at `path` (`upstreams[0].endpoints[1]`), put in place of
+    /// a value that did not (a malformed endpoint), so that the rest of the file is still
+    /// checked and an operator sees every problem at once; `n` makes it unique. `None`:
+    /// nothing can stand in there, the error ends the reading.
+    fn stand_in(_path: &str, _n: usize) -> Option<String> {
+        None
+    }
 }
 
 /// The parsed document, as seen by [`Schema::list_errors`].
 #[derive(Debug)]
-pub struct Lists<'a>(&'a Node);
+pub struct Lists<'a>(pub(crate) &'a marked_yaml::Node);
 
 impl Lists<'_> {
     /// Errors of each element of the top-level list `key` deserialised as `E`.
     pub fn probe<E: DeserializeOwned>(&self, key: &str) -> Vec<ConfigError> {
-        element_errors::<E>(self.0, key)
+        crate::yaml::element_errors::<E>(self.0, key)
     }
 }
 
@@ -54,13 +59,22 @@ impl Schema for ProxyConfig {
     fn validate(&self) -> Vec<(String, String)> {
         validate::proxy(self)
     }
-    fn finish(&mut self) {
-        validate::finish_proxy(self);
-    }
     fn list_errors(lists: &Lists<'_>) -> Vec<ConfigError> {
         let mut errors = lists.probe::<crate::ListenerConfig>("listeners");
         errors.extend(lists.probe::<crate::UpstreamConfig>("upstreams"));
         errors
+    }
+    fn stand_in(path: &str, n: usize) -> Option<String> {
+        let field = path.rsplit('.').next().unwrap_or(path);
+        let list = field.split('[').next().unwrap_or(field);
+        match list {
+            "sni" => Some(format!("stand-in-{n}.invalid")),
+            "endpoints" if field.ends_with(']') => Some(format!("stand-in-{n}.invalid:1")),
+            "allowed_sources" | "trusted_proxies" if field.ends_with(']') => {
+                Some("192.0.2.0/24".into())
+            }
+            _ => None,
+        }
     }
 }
 
@@ -69,7 +83,8 @@ pub fn load_proxy_file(path: &Path) -> Result<Loaded<ProxyConfig>, LoadError> {
     load_file(path)
 }
 
-/// Parses and validates proxy configuration text; `file` names it in errors.
+/// Parses and validates proxy configuration text; `file` names it in errors and, by its
+/// extension, says whether the text is JSON.
 pub fn parse_proxy(file: &str, text: &str) -> Result<ProxyConfig, ConfigErrors> {
     parse(file, text)
 }
@@ -87,175 +102,25 @@ pub fn load_file<T: Schema>(path: &Path) -> Result<Loaded<T>, LoadError> {
     })
 }
 
-/// Parses and validates configuration text of any [`Schema`]; `file` names it in errors.
-///
-/// A valid file takes the fast, position-free path only; an invalid one is parsed again with
-/// positions so that every error names its line, column and field path.
+/// Parses and validates configuration text of any [`Schema`]; `file` names it in errors. A
+/// name ending in `.json` is read as JSON, anything else as YAML.
 pub fn parse<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
-    let mut config = match crate::fast::parse::<T>(text) {
-        Some(config) if config.validate().is_empty() => config,
-        _ => parse_marked(file, text)?,
-    };
-    config.finish();
-    Ok(config)
-}
-
-/// The slow path: a tree with a position on every node, for errors that point at them.
-fn parse_marked<T: Schema>(file: &str, text: &str) -> Result<T, ConfigErrors> {
-    let fail = |mut errors: Vec<ConfigError>| {
-        errors.sort_by_key(|e| (e.line, e.column));
-        ConfigErrors {
-            file: file.to_owned(),
-            errors,
-        }
-    };
-    let root = parse_node(text).map_err(|e| fail(vec![e]))?;
-    let config: T = match marked_yaml::from_node(&root) {
-        Ok(c) => c,
-        Err(first) => {
-            let mut errors = T::list_errors(&Lists(&root));
-            let first = serde_error(&root, "", first);
-            if errors.is_empty() || !is_inside_list(&first.path) {
-                errors.push(first);
-            }
-            errors.dedup();
-            return Err(fail(errors));
-        }
-    };
-    let problems = config.validate();
-    if problems.is_empty() {
-        return Ok(config);
-    }
-    Err(fail(
-        problems
-            .into_iter()
-            .map(|(path, message)| locate(&root, path, message))
-            .collect(),
-    ))
-}
-
-fn is_inside_list(path: &str) -> bool {
-    path.contains('[')
-}
-
-fn parse_node(text: &str) -> Result<Node, ConfigError> {
-    if text.trim().is_empty() {
-        // An empty file is a valid, empty configuration: every field has a default.
-        return marked_yaml::parse_yaml(0, "{}").map_err(|e| load_error(&e));
-    }
-    marked_yaml::parse_yaml(0, text).map_err(|e| load_error(&e))
-}
-
-fn load_error(e: &marked_yaml::LoadError) -> ConfigError {
-    // marked-yaml's Display is "line:col: message"; keep only the message.
-    let shown = e.to_string();
-    let message = shown
-        .splitn(3, ':')
-        .nth(2)
-        .map_or(shown.as_str(), str::trim);
-    let (line, column) = load_error_marker(e).map_or((0, 0), |m| (m.line(), m.column()));
-    ConfigError {
-        line,
-        column,
-        path: String::new(),
-        message: message.to_owned(),
+    let json = Path::new(file)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    if json {
+        crate::json::parse(file, text)
+    } else {
+        crate::yaml::parse(file, text)
     }
 }
 
-fn load_error_marker(e: &marked_yaml::LoadError) -> Option<Marker> {
-    use marked_yaml::LoadError as L;
-    match e {
-        L::TopLevelMustBeMapping(m)
-        | L::TopLevelMustBeSequence(m)
-        | L::UnexpectedAnchor(m)
-        | L::MappingKeyMustBeScalar(m)
-        | L::UnexpectedTag(m)
-        | L::ScanError(m, _) => Some(*m),
-        L::DuplicateKey(k) => k.key.span().start().copied(),
+/// Every error of one file, in file order.
+pub(crate) fn errors(file: &str, mut errors: Vec<ConfigError>) -> ConfigErrors {
+    errors.sort_by_key(|e| (e.line, e.column));
+    errors.dedup();
+    ConfigErrors {
+        file: file.to_owned(),
+        errors,
     }
-}
-
-/// Deserialises each element of the list under `key` on its own, so that a file with mistakes
-/// in several listeners reports all of them rather than the first.
-fn element_errors<T: DeserializeOwned>(root: &Node, key: &str) -> Vec<ConfigError> {
-    let Some(Node::Sequence(items)) = root.as_mapping().and_then(|m| m.get(key)) else {
-        return Vec::new();
-    };
-    items
-        .iter()
-        .enumerate()
-        .filter_map(|(i, item)| {
-            marked_yaml::from_node::<T>(item)
-                .err()
-                .map(|e| serde_error(root, &format!("{key}[{i}]"), e))
-        })
-        .collect()
-}
-
-fn serde_error(root: &Node, prefix: &str, e: marked_yaml::FromNodeError) -> ConfigError {
-    let inner = e.path().unwrap_or("").to_owned();
-    let path = match (prefix.is_empty(), inner.is_empty() || inner == ".") {
-        (true, _) => inner,
-        (false, true) => prefix.to_owned(),
-        (false, false) => format!("{prefix}.{inner}"),
-    };
-    let mark = e.start_mark();
-    let shown = e.into_inner().to_string();
-    // The inner error's Display may repeat the path; the ConfigError carries it separately.
-    let message = shown
-        .strip_prefix(&format!("{path}: "))
-        .unwrap_or(&shown)
-        .to_owned();
-    match mark {
-        Some(m) => ConfigError {
-            line: m.line(),
-            column: m.column(),
-            path,
-            message,
-        },
-        None => locate(root, path, message),
-    }
-}
-
-/// Finds the node at `path` (`listeners[1].routes[0].upstream`) and reports its position; if
-/// the exact node is missing (a required field), the nearest existing parent is used.
-fn locate(root: &Node, path: String, message: String) -> ConfigError {
-    let mut node = root;
-    for segment in segments(&path) {
-        let next = match segment {
-            Segment::Field(name) => node.as_mapping().and_then(|m| m.get(name)),
-            Segment::Index(i) => node.as_sequence().and_then(|s| s.get(i)),
-        };
-        match next {
-            Some(n) => node = n,
-            None => break,
-        }
-    }
-    let (line, column) = node
-        .span()
-        .start()
-        .map_or((0, 0), |m| (m.line(), m.column()));
-    ConfigError {
-        line,
-        column,
-        path,
-        message,
-    }
-}
-
-enum Segment<'a> {
-    Field(&'a str),
-    Index(usize),
-}
-
-fn segments(path: &str) -> impl Iterator<Item = Segment<'_>> {
-    path.split('.').filter(|s| !s.is_empty()).flat_map(|part| {
-        let (name, rest) = part.split_at(part.find('[').unwrap_or(part.len()));
-        let field = (!name.is_empty()).then_some(Segment::Field(name));
-        let indices = rest
-            .split(['[', ']'])
-            .filter_map(|n| n.parse().ok())
-            .map(Segment::Index);
-        field.into_iter().chain(indices)
-    })
 }

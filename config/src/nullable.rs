@@ -30,12 +30,12 @@ pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::Duratio
 /// A keepalive setting that may be `null` (meaning: off).
 pub fn keepalive<'de, D: Deserializer<'de>>(
     d: D,
-) -> Result<Option<crate::proxy::KeepaliveConfig>, D::Error> {
+) -> Result<Option<crate::KeepaliveConfig>, D::Error> {
     // A visitor rather than `#[serde(untagged)]`: untagged buffers the value as generic data,
     // which loses marked-yaml's typed scalars (every number would be text) and the field path.
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Option<crate::proxy::KeepaliveConfig>;
+        type Value = Option<crate::KeepaliveConfig>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a mapping {time, interval, probes} or null")
         }
@@ -54,7 +54,7 @@ pub fn keepalive<'de, D: Deserializer<'de>>(
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
             let d = serde::de::value::MapAccessDeserializer::new(map);
-            crate::proxy::KeepaliveConfig::deserialize(d).map(Some)
+            crate::KeepaliveConfig::deserialize(d).map(Some)
         }
     }
     d.deserialize_any(V)

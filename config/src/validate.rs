@@ -11,69 +11,13 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     let mut p = Problems::new();
     let mut upstreams = HashSet::new();
     for (i, u) in c.upstreams.iter().enumerate() {
-        let at = format!("upstreams[{i}]");
-        check_name(&mut p, &format!("{at}.name"), &u.name);
-        if !upstreams.insert(u.name.as_str()) {
-            p.push((
-                format!("{at}.name"),
-                format!("duplicate upstream name {:?}", u.name),
-            ));
-        }
-        if u.endpoints.is_empty() {
-            p.push((
-                format!("{at}.endpoints"),
-                "needs at least one endpoint".into(),
-            ));
-        }
-        for (j, e) in u.endpoints.iter().enumerate() {
-            if let Err(m) = check_endpoint(e) {
-                p.push((format!("{at}.endpoints[{j}]"), m));
-            }
-        }
-        positive(
-            &mut p,
-            &format!("{at}.connect_timeout"),
-            Some(u.connect_timeout),
-        );
-        positive(&mut p, &format!("{at}.idle_timeout"), u.idle_timeout);
-        positive(
-            &mut p,
-            &format!("{at}.max_connection_duration"),
-            u.max_connection_duration,
-        );
-        if u.connect_attempts == Some(0) {
-            p.push((
-                format!("{at}.connect_attempts"),
-                "must be at least 1".into(),
-            ));
-        }
-        if u.max_connections == Some(0) {
-            p.push((format!("{at}.max_connections"), "must be at least 1".into()));
-        }
-        if u.outlier_detection.max_ejection_percent > 100 {
-            p.push((
-                format!("{at}.outlier_detection.max_ejection_percent"),
-                "must be 0 to 100".into(),
-            ));
-        }
-        if u.outlier_detection.consecutive_failures > 0 {
-            positive(
-                &mut p,
-                &format!("{at}.outlier_detection.base_ejection_time"),
-                Some(u.outlier_detection.base_ejection_time),
-            );
-        }
-        keepalive(
-            &mut p,
-            &format!("{at}.tcp_keepalive"),
-            u.tcp_keepalive.as_ref(),
-        );
+        upstream(&mut p, &mut upstreams, i, u);
     }
     let mut names = HashSet::new();
     let mut addresses = HashMap::new();
     for (i, l) in c.listeners.iter().enumerate() {
         let at = format!("listeners[{i}]");
-        check_name(&mut p, &format!("{at}.name"), &l.name);
+        check_name(&mut p, || format!("{at}.name"), &l.name);
         if !names.insert(l.name.as_str()) {
             p.push((
                 format!("{at}.name"),
@@ -118,7 +62,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         }
         keepalive(
             &mut p,
-            &format!("{at}.tcp_keepalive"),
+            || format!("{at}.tcp_keepalive"),
             l.tcp_keepalive.as_ref(),
         );
         let connect = l.kind == ListenerKind::HttpConnect;
@@ -141,21 +85,16 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
                 ));
             }
         }
-        let mut snis = HashSet::new();
+        let mut keys = HashSet::new();
         for (j, r) in l.routes.iter().enumerate() {
             // Paths are formatted only for a problem: a 10k-route file has none.
             let rat = |field: &str| format!("{at}.routes[{j}].{field}");
-            let (key, other) = if connect {
-                ("header_value", "sni")
+            let (key, other, other_set) = if connect {
+                ("header_value", "sni", r.sni.is_some())
             } else {
-                ("sni", "header_value")
+                ("sni", "header_value", !r.header_value.is_empty())
             };
-            let (value, other_value) = if connect {
-                (&r.header_value, &r.sni)
-            } else {
-                (&r.sni, &r.header_value)
-            };
-            if !other_value.is_empty() {
+            if other_set {
                 p.push((
                     rat(other),
                     format!(
@@ -164,22 +103,21 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
                     ),
                 ));
             }
-            let normalized = if connect {
-                if value.is_empty() {
-                    Err("missing: the value of route_header to match".to_string())
-                } else {
-                    Ok(value.clone())
+            let value = match (&r.sni, connect) {
+                (_, true) if r.header_value.is_empty() => {
+                    Err("missing: the value of route_header to match")
                 }
-            } else {
-                normalize_sni_pattern(value)
+                (_, true) => Ok(r.header_value.as_str()),
+                (Some(sni), false) => Ok(sni.as_str()),
+                (None, false) => Err("missing: the server name to match, or a *.suffix"),
             };
-            match normalized {
-                Ok(n) => {
-                    if !snis.insert(n) {
-                        p.push((rat(key), format!("duplicate route for {value:?}")));
+            match value {
+                Ok(v) => {
+                    if !keys.insert(v) {
+                        p.push((rat(key), format!("duplicate route for {v:?}")));
                     }
                 }
-                Err(m) => p.push((rat(key), m)),
+                Err(m) => p.push((rat(key), m.into())),
             }
             if !upstreams.contains(r.upstream.as_str()) {
                 p.push((
@@ -207,7 +145,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     }
     positive(
         &mut p,
-        "resolver.retry_after_failure",
+        || "resolver.retry_after_failure".into(),
         Some(c.resolver.retry_after_failure),
     );
     p
@@ -250,25 +188,71 @@ fn kind_name(connect: bool) -> &'static str {
     }
 }
 
-fn positive(p: &mut Problems, at: &str, d: Option<crate::Duration>) {
+/// The problems of one upstream; its paths are formatted only for a problem (a seed's file
+/// has thousands of upstreams and none).
+fn upstream<'a>(
+    p: &mut Problems,
+    names: &mut HashSet<&'a str>,
+    i: usize,
+    u: &'a crate::UpstreamConfig,
+) {
+    let at = |field: &str| format!("upstreams[{i}].{field}");
+    check_name(p, || at("name"), &u.name);
+    if !names.insert(u.name.as_str()) {
+        p.push((at("name"), format!("duplicate upstream name {:?}", u.name)));
+    }
+    if u.endpoints.is_empty() {
+        p.push((at("endpoints"), "needs at least one endpoint".into()));
+    }
+    positive(p, || at("connect_timeout"), Some(u.connect_timeout));
+    positive(p, || at("idle_timeout"), u.idle_timeout);
+    positive(
+        p,
+        || at("max_connection_duration"),
+        u.max_connection_duration,
+    );
+    if u.connect_attempts == Some(0) {
+        p.push((at("connect_attempts"), "must be at least 1".into()));
+    }
+    if u.max_connections == Some(0) {
+        p.push((at("max_connections"), "must be at least 1".into()));
+    }
+    let outlier = &u.outlier_detection;
+    if outlier.max_ejection_percent > 100 {
+        p.push((
+            at("outlier_detection.max_ejection_percent"),
+            "must be 0 to 100".into(),
+        ));
+    }
+    if outlier.consecutive_failures > 0 {
+        positive(
+            p,
+            || at("outlier_detection.base_ejection_time"),
+            Some(outlier.base_ejection_time),
+        );
+    }
+    keepalive(p, || at("tcp_keepalive"), u.tcp_keepalive.as_ref());
+}
+
+fn positive(p: &mut Problems, at: impl Fn() -> String, d: Option<crate::Duration>) {
     if d.is_some_and(|d| d.get().is_zero()) {
         p.push((
-            at.to_owned(),
+            at(),
             "must be more than 0s (omit the field for none)".into(),
         ));
     }
 }
 
-fn keepalive(p: &mut Problems, at: &str, k: Option<&KeepaliveConfig>) {
+fn keepalive(p: &mut Problems, at: impl Fn() -> String, k: Option<&KeepaliveConfig>) {
     let Some(k) = k else { return };
-    positive(p, &format!("{at}.time"), Some(k.time));
-    positive(p, &format!("{at}.interval"), Some(k.interval));
+    positive(p, || format!("{}.time", at()), Some(k.time));
+    positive(p, || format!("{}.interval", at()), Some(k.interval));
     if !(1..=127).contains(&k.probes) {
-        p.push((format!("{at}.probes"), "must be 1 to 127".into()));
+        p.push((format!("{}.probes", at()), "must be 1 to 127".into()));
     }
 }
 
-fn check_name(p: &mut Problems, at: &str, name: &str) {
+fn check_name(p: &mut Problems, at: impl Fn() -> String, name: &str) {
     let ok = !name.is_empty()
         && name.len() <= 253
         && name
@@ -276,55 +260,8 @@ fn check_name(p: &mut Problems, at: &str, name: &str) {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if !ok {
         p.push((
-            at.to_owned(),
+            at(),
             format!("invalid name {name:?}: use 1-253 characters of a-z, 0-9, '-', '_', '.'"),
         ));
     }
-}
-
-/// Fills the typed values of a valid proxy configuration.
-pub(crate) fn finish_proxy(c: &mut ProxyConfig) {
-    for u in &mut c.upstreams {
-        u.targets = u
-            .endpoints
-            .iter()
-            .filter_map(|e| crate::Endpoint::parse(e).ok())
-            .collect();
-    }
-    for l in &mut c.listeners {
-        for r in &mut l.routes {
-            if !r.sni.is_empty() {
-                r.sni_pattern = normalize_sni_pattern(&r.sni).unwrap_or_default();
-            }
-        }
-    }
-}
-
-/// Lower-cases an SNI pattern, drops a trailing dot and checks its syntax.
-pub fn normalize_sni_pattern(sni: &str) -> Result<String, String> {
-    let s = sni.strip_suffix('.').unwrap_or(sni).to_ascii_lowercase();
-    let host = s.strip_prefix("*.").unwrap_or(&s);
-    if host.is_empty() || host.len() > 253 {
-        return Err(format!(
-            "invalid SNI {sni:?}: empty or longer than 253 characters"
-        ));
-    }
-    for label in host.split('.') {
-        let ok = !label.is_empty()
-            && label.len() <= 63
-            && label
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-        if !ok {
-            return Err(format!(
-                "invalid SNI {sni:?}: label {label:?} must be 1-63 of a-z, 0-9, '-' \
-                 (a wildcard may only be a leading \"*.\")"
-            ));
-        }
-    }
-    Ok(s)
-}
-
-fn check_endpoint(e: &str) -> Result<(), String> {
-    crate::Endpoint::parse(e).map(|_| ())
 }

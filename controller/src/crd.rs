@@ -32,6 +32,26 @@ use serde::{Deserialize, Serialize};
     {
         "rule": "!has(self.overrideDefaultUrl) || !self.overrideDefaultUrl || self.druidApi == 'AdditionalAdvertisedUrls'",
         "message": "overrideDefaultUrl exists only in the additionalAdvertisedURLs API (druidApi: AdditionalAdvertisedUrls)"
+    },
+    {
+        "rule": "!has(self.vpn) || has(self.seedIngress) || self.vpn.port < self.ports.peerBase || self.vpn.port >= self.ports.peerBase + self.members",
+        "message": "vpn.port is one of the etcd peer listener ports (ports.peerBase + i)",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || has(self.seedIngress) || self.vpn.port > self.ports.clientBase || self.vpn.port <= self.ports.clientBase - self.members",
+        "message": "vpn.port is one of the etcd client listener ports (ports.clientBase - i)",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || !(self.vpn.target.split('.')[0] in [self.etcdName + '-client', self.etcdName + '-peer'])",
+        "message": "vpn.target is one of etcd's Services",
+        "fieldPath": ".vpn.target"
+    },
+    {
+        "rule": "!has(self.vpn) || !has(self.seedIngress) || (self.vpn.port != 12379 && (self.vpn.port < 12380 || self.vpn.port >= 12380 + self.members))",
+        "message": "vpn.port is one of the seed-ingress member listener ports (12379, 12380 + i)",
+        "fieldPath": ".vpn.port"
     }
 ]))]
 pub struct EtcdMigrationSpec {
@@ -55,7 +75,9 @@ pub struct EtcdMigrationSpec {
     pub seed_name: String,
     /// The internal domain; exposed names are `<pod>.<namespace>.<seedName>.<internalDomain>`.
     #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$"
+        ),
         length(min = 1, max = 200)
     )]
     pub internal_domain: String,
@@ -65,7 +87,8 @@ pub struct EtcdMigrationSpec {
     pub members: u8,
     /// The DNS provider used for the `DNSRecord`s.
     pub dns: DnsProvider,
-    /// The Service whose `status.loadBalancer` is the proxy's public address.
+    /// The Service whose `status.loadBalancer` is the proxy's public address (`deploy/`'s RBAC
+    /// lets the controller read `isthmus-system/isthmus-proxy` only).
     pub load_balancer: ObjectRef,
     /// Port scheme of the proxy listeners.
     #[serde(default)]
@@ -97,16 +120,13 @@ pub struct EtcdMigrationSpec {
     /// scheme (`ports`, one `DNSRecord` per member).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed_ingress: Option<SeedIngress>,
-    /// Source networks (CIDR or address) allowed on this migration's etcd peer and client
-    /// listeners: the other seed's egress addresses. Rendered as the proxy listeners'
-    /// `allowed_sources`; a listener shared by several migrations allows the union, and any
-    /// migration on it without this field leaves the listener open to every source. Empty:
-    /// any source.
+    /// Source networks (CIDR or address) allowed to reach this migration's etcd members
+    /// through the proxy: the other seed's egress addresses. Rendered as the `allowed_sources`
+    /// of this migration's routes, checked after the SNI picked the route, so shoots sharing a
+    /// listener never share their peers. Empty: the seed's default (the controller's
+    /// `--default-allowed-sources`), which is none unless set: nobody reaches the members.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(
-        length(max = 64),
-        inner(regex(pattern = r"^[0-9a-fA-F:.]+(/[0-9]{1,3})?$"))
-    )]
+    #[schemars(schema_with = "cidr_list")]
     pub allowed_sources: Vec<String>,
 }
 
@@ -116,7 +136,9 @@ pub struct EtcdMigrationSpec {
 pub struct SeedIngress {
     /// The seed's ingress domain (its wildcard DNS record `*.<domain>` points at the proxy).
     #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"),
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$"
+        ),
         length(max = 200)
     )]
     pub domain: String,
@@ -132,7 +154,8 @@ pub const SEED_INGRESS_CLIENT: u16 = 12379;
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EtcdClientSpec {
-    /// The Secret's name. Default `etcd-client-tls` (the name `deploy/`'s RBAC grants).
+    /// The Secret's name. Default `etcd-client-tls`; the orchestrator's grant in the namespace
+    /// names it (`isthmus_controller::access`).
     #[serde(default = "default_client_secret")]
     #[schemars(
         regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
@@ -192,6 +215,7 @@ pub enum Step {
 pub struct DnsProvider {
     /// Provider type (`aws-route53`, `local`, ...), the `DNSRecord`'s `spec.type`.
     #[serde(rename = "type")]
+    #[schemars(length(min = 1, max = 63))]
     pub provider_type: String,
     /// The provider credentials' Secret.
     pub secret_ref: ObjectRef,
@@ -204,8 +228,10 @@ pub struct DnsProvider {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 pub struct ObjectRef {
     /// Name.
+    #[schemars(length(min = 1, max = 253))]
     pub name: String,
     /// Namespace.
+    #[schemars(length(min = 1, max = 63))]
     pub namespace: String,
 }
 
@@ -294,6 +320,24 @@ pub struct EtcdTemplate {
     pub spec: serde_json::Value,
 }
 
+/// `allowedSources`: CIDRs with the host bits zero, or addresses, as the proxy's loader
+/// accepts them (`isthmus_config::Cidr`). The CEL IP/CIDR library needs Kubernetes 1.31.
+fn cidr_list(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": 64,
+        "items": {
+            "type": "string",
+            "maxLength": 50,
+            "pattern": r"^[0-9a-fA-F:.]+(/[0-9]{1,3})?$",
+            "x-kubernetes-validations": [{
+                "rule": "isIP(self) || (isCIDR(self) && cidr(self).masked() == cidr(self))",
+                "message": "must be an IP address or a CIDR with the host bits zero (10.0.0.0/8, 2001:db8::/32)"
+            }]
+        }
+    })
+}
+
 fn any_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({
         "type": "object",
@@ -326,21 +370,39 @@ pub struct MemberUrls {
     pub client_urls: Vec<String>,
 }
 
-/// The temporary VPN's exposure.
+/// The temporary VPN's exposure. Its route has no allow-list (the shoot's nodes dial it from
+/// anywhere), so its target is held to the tunnel server's kind of address: a Service of the
+/// migration's namespace (checked by the controller: CEL cannot see the namespace), on a
+/// port that is not etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "!(int(self.target.split(':')[1]) in [2379, 2380]) && int(self.target.split(':')[1]) >= 1 && int(self.target.split(':')[1]) <= 65535",
+    "message": "target: the port must be 1-65535 and not etcd's (2379, 2380)",
+    "fieldPath": ".target"
+}]))]
 pub struct VpnSpec {
     /// The temporary VPN's DNS name (the agent's SNI).
     #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)+$"),
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$"
+        ),
         length(max = 253)
     )]
     pub dns_name: String,
-    /// In-cluster `host:port` of the tunnel server.
-    #[schemars(regex(pattern = r"^[a-z0-9.-]+:[0-9]{1,5}$"), length(max = 260))]
+    /// The tunnel server's Service in the migration's namespace:
+    /// `<service>.<namespace>.svc[.<cluster-domain>]:<port>`, not one of etcd's Services
+    /// (`<etcdName>-client`, `<etcdName>-peer`) nor etcd's ports.
+    #[schemars(
+        regex(
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*:[0-9]{1,5}$"
+        ),
+        length(max = 260)
+    )]
     pub target: String,
-    /// Proxy port the agent dials. Default 8443.
+    /// Proxy port the agent dials, 1 to 65535, none of the member listener ports. Default 8443.
     #[serde(default = "default_vpn_port")]
+    #[schemars(range(min = 1, max = 65535))]
     pub port: u16,
 }
 

@@ -215,6 +215,8 @@ pub fn etcd_body(
     }
     let mut all_annotations = template.map(|t| t.annotations.clone()).unwrap_or_default();
     all_annotations.extend(annotations.clone());
+    // The reconcile request is never part of the apply (`plan::request`).
+    all_annotations.remove(OPERATION);
     let mut metadata = json!({
         "name": spec.etcd_name,
         "namespace": namespace,

@@ -6,23 +6,28 @@
 //! deletion confirmation.
 //!
 //! # Layers
+//! - [`access`]: what the orchestrator grants the controller in a shoot namespace (a `Role`
+//!   and `RoleBinding` per migration): the controller's writes and its one Secret read.
 //! - [`crd`]: the `EtcdMigration` resource (`isthmus.dev/v1alpha1`), plain serde data.
 //! - [`plan`]: the pure planner. **This is the API a non-Kubernetes backend drives**:
-//!   build a [`crd::EtcdMigrationSpec`] and a [`plan::Observed`] (LB address, existing DNS
-//!   records, whether every proxy serves the routes, the `Etcd`'s state, the last status),
-//!   call [`plan::plan`], and carry out the [`plan::Plan`]: apply/delete DNS records (a local
+//!   check the spec with [`plan::validate`], build a [`plan::Observed`] (LB address,
+//!   existing DNS records, whether every proxy serves the routes, the `Etcd`'s state, the last
+//!   status, and etcd's member list where [`plan::needs`] asks for it), call [`plan::plan`]
+//!   once, and carry out the [`plan::Plan`]: apply/delete DNS records (a local
 //!   backend writes a hosts file), serve [`plan::Plan::routes`] (render them with
-//!   [`proxy_config::render`] into the proxy's YAML file), act on [`plan::EtcdAction`] (a local
+//!   [`proxy_config::render`] into the proxy's JSON file), act on [`plan::EtcdAction`] (a local
 //!   backend changes real etcd membership; [`plan::Plan::members_to_remove`] lists members to
 //!   `member remove` after moving leadership to a member that stays), and store
 //!   [`plan::Plan::status`] as the next `previous`. Call again until `status.step_ready`.
-//! - [`proxy_config`]: renders all migrations' routes into the proxy ConfigMap text and its hash.
+//! - [`proxy_config`]: renders all migrations' routes into the proxy ConfigMap's JSON (from the
+//!   proxy's own schema, checked once) and its hash.
 //! - [`gardener`]: the partial, versioned JSON shapes of `DNSRecord` and `Etcd`.
 //! - [`kube_adapter`]: the kube-rs controller (server-side apply, finalizer, status, metrics,
 //!   leader election, proxy `/config` hash probes).
 
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod crd;
 pub mod gardener;
 pub mod kube_adapter;

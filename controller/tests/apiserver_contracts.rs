@@ -373,6 +373,65 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
             "unknown field",
             Box::new(|v| v["spec"]["etcdNmae"] = json!("x")),
         ),
+        // Issue 24: what the controller could only refuse later is refused by `kubectl apply`.
+        (
+            "allowedSources",
+            Box::new(|v| v["spec"]["allowedSources"] = json!(["10.0.0.0/33"])),
+        ),
+        (
+            "allowedSources",
+            Box::new(|v| v["spec"]["allowedSources"] = json!(["10.0.0.1/8"])),
+        ),
+        (
+            "allowedSources",
+            Box::new(|v| v["spec"]["allowedSources"] = json!(["1.2.3"])),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(2381)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(2377)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(0)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| {
+                v["spec"]["seedIngress"] = json!({"domain": "ingress.seed-b.example.com"});
+                v["spec"]["vpn"]["port"] = json!(12381);
+            }),
+        ),
+        // Issue 25 point 7: the VPN's target is a Service, never etcd's, never on its ports.
+        (
+            "target",
+            Box::new(|v| v["spec"]["vpn"]["target"] = json!("10.0.0.12:9443")),
+        ),
+        (
+            "target",
+            Box::new(|v| v["spec"]["vpn"]["target"] = json!("vpn-seed-server:9443")),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:2379")
+            }),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("etcd-main-peer.shoot--foo--bar.svc:8443")
+            }),
+        ),
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:70000")
+            }),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();
@@ -386,7 +445,19 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
             code == 422 || code == 400 || undeclared,
             "{what}: {code} {msg}"
         );
+        assert!(
+            what.contains(' ') || msg.contains(what.split('.').next_back().unwrap_or(what)),
+            "{what}: the answer names the field: {msg}"
+        );
     }
+    // What the proxy accepts, the CRD accepts: networks, addresses, IPv6, another VPN port.
+    let mut v = serde_json::to_value(&good).unwrap();
+    v["metadata"] = json!({"name": "fine", "namespace": NS});
+    v["spec"]["allowedSources"] = json!(["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"]);
+    v["spec"]["vpn"]["port"] = json!(2383);
+    api.patch("fine", &ssa(), &Patch::Apply(v))
+        .await
+        .unwrap_or_else(|e| panic!("valid spec refused: {e}"));
     // The valid one is untouched.
     assert!(api.get("good").await.is_ok());
 }

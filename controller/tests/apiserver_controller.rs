@@ -170,8 +170,18 @@ struct World {
     etcd: Arc<Mutex<TestEtcd>>,
     src: EtcdMigrationSpec,
     dst: EtcdMigrationSpec,
-    _druid_a: DruidStandIn,
+    druid_a: DruidStandIn,
     druid_b: DruidStandIn,
+}
+
+impl World {
+    /// Neither etcd-druid stand-in was asked to reconcile a generation it had reconciled.
+    fn assert_druid_contract(&self) {
+        for (seed, d) in [("source", &self.druid_a), ("destination", &self.druid_b)] {
+            let v = d.violations.lock().unwrap().clone();
+            assert!(v.is_empty(), "{seed}: {v:?}");
+        }
+    }
 }
 
 async fn world() -> World {
@@ -200,6 +210,9 @@ async fn world() -> World {
         s.etcd_client_secret(NS, &ca, &cert, &key).await;
         s.dns_provider(NS);
     }
+    // gardenlet grants the controller access in the shoot namespace with each migration.
+    a.grant(&src, NS).await;
+    b.grant(&dst, NS).await;
     // gardenlet's source Etcd: the running member (one replica here).
     let gardenlet_etcd: DynamicObject =
         serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();
@@ -228,8 +241,90 @@ async fn world() -> World {
         etcd,
         src,
         dst,
-        _druid_a: druid_a,
+        druid_a,
         druid_b,
+    }
+}
+
+/// The migration the controller refuses (issue 24: `SpecInvalid`, an Event, no retries).
+struct Bad;
+
+async fn bad_migration(c: &Client, dst: &EtcdMigrationSpec) -> Bad {
+    let mut spec = dst.clone();
+    spec.seed_name = "a-seed-whose-name-is-long-enough-to-break-labels".into();
+    spec.seed_ingress = Some(isthmus_controller::crd::SeedIngress {
+        domain: "ingress.seed-b.example.com".into(),
+    });
+    migrations(c)
+        .create(&PostParams::default(), &EtcdMigration::new("bad", spec))
+        .await
+        .expect("the CRD accepts it: only the namespace makes the name too long");
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    loop {
+        let m = migrations(c).get("bad").await.unwrap();
+        let s = serde_json::to_value(m.status.unwrap_or_default()).unwrap();
+        if let Some((status, reason)) = condition(&s, "SpecInvalid") {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("True", "InvalidDNSName")
+            );
+            let c = s["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "SpecInvalid")
+                .unwrap();
+            let msg = c["message"].as_str().unwrap();
+            assert!(msg.starts_with("spec.seedName: "), "{msg}");
+            assert_eq!(s["stepReady"], false);
+            return Bad;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no SpecInvalid: {s:#}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+impl Bad {
+    /// After the whole migration (hundreds of reconciliations of `bad`, which shares the
+    /// watched `Etcd`): one Event, never repeated, the condition never rewritten, nothing
+    /// created for it.
+    async fn assert_refused_once(&self, c: &Client) {
+        let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(c.clone(), NS);
+        let ours: Vec<_> = events
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("bad"))
+            .collect();
+        assert_eq!(ours.len(), 1, "{ours:#?}");
+        let e = &ours[0];
+        assert_eq!(
+            (e.type_.as_deref(), e.reason.as_deref()),
+            (Some("Warning"), Some("SpecInvalid"))
+        );
+        assert!(e
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("spec.seedName"));
+        assert!(e.series.is_none(), "repeated: {e:#?}");
+        let m = migrations(c).get("bad").await.unwrap();
+        let s = m.status.unwrap_or_default();
+        let cond = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "SpecInvalid")
+            .unwrap();
+        assert_eq!(cond.last_update_time, cond.last_transition_time);
+        let records: Api<DynamicObject> =
+            Api::namespaced_with(c.clone(), NS, &dnsrecord_resource());
+        let lp = kube::api::ListParams::default().labels("isthmus.dev/migration=bad");
+        assert!(records.list(&lp).await.unwrap().items.is_empty());
     }
 }
 
@@ -274,6 +369,10 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     .await;
     let (_ctl_b1, leader_b1) = w.b.controller("controller-b-1", connect.clone()).await;
     assert_eq!(leader_a.get(), 1);
+
+    // Beside the real migration, one the API server accepts but the controller cannot carry
+    // out (its exposed names have a label longer than 63 characters in this namespace).
+    let bad = bad_migration(&w.b.admin, &w.dst).await;
 
     expose_both(&w).await;
     // Exposure on the source: one DNSRecord per member, pointing at the seed's LB.
@@ -394,6 +493,9 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .get("bootstrapWithExistingCluster")
         .is_none());
 
+    // Issue 24: the source's end does not wait for a roll of members that left the cluster;
+    // it removes its names, then its routes, and leaves the `Etcd` to gardenlet.
+    let before = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
     set_step(&w.a.admin, Step::Complete).await;
     let s = reach(&w.a.admin, Step::Complete, "source cleanup").await;
     assert_eq!(
@@ -406,13 +508,27 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .unwrap()
         .items
         .is_empty());
-    let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
+    let cm_a: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(w.a.admin.clone(), common::seed::SYSTEM);
+    let text = cm_a
+        .get("isthmus-proxy-routes")
+        .await
+        .unwrap()
+        .data
+        .unwrap()["proxy.yaml"]
+        .clone();
     assert!(
-        e["spec"]["etcd"]
-            .get("additionalAdvertisePeerURLs")
-            .is_none(),
-        "released: {e:#}"
+        !text.contains("shoot--foo--bar"),
+        "source routes released:\n{text}"
     );
+    let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
+    assert_eq!(
+        e["metadata"]["generation"], before["metadata"]["generation"],
+        "the source Etcd is left to gardenlet: {e:#}"
+    );
+    assert!(e["metadata"]["annotations"]
+        .get("gardener.cloud/operation")
+        .is_none());
     assert_eq!(
         e["spec"]["etcd"]["metrics"], "extensive",
         "gardenlet's field stays"
@@ -431,12 +547,21 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .is_none());
     let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
-    let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.yaml"].clone();
+    let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.json"].clone();
     assert!(
         !text.contains("shoot--foo--bar"),
         "routes released:\n{text}"
     );
-    drop(w.druid_b);
+    bad.assert_refused_once(&w.b.admin).await;
+    // Every generation the controller wrote was asked for and reconciled, none twice.
+    assert_eq!(
+        e["status"]["observedGeneration"], e["metadata"]["generation"],
+        "{e:#}"
+    );
+    assert!(e["metadata"]["annotations"]
+        .get("gardener.cloud/operation")
+        .is_none());
+    w.assert_druid_contract();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -487,4 +612,5 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
     w.etcd.lock().unwrap().wait_healthy();
+    w.assert_druid_contract();
 }

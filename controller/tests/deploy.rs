@@ -114,3 +114,35 @@ fn examples_are_valid_etcdmigrations() {
         );
     }
 }
+
+/// `examples/access-*.yaml` are what `access::grant` gives for the example migrations: the
+/// Role and RoleBinding gardenlet creates in the shoot's namespace with each of them.
+#[test]
+fn access_examples_are_current() {
+    use isthmus_controller::access::{grant_yaml, Subject};
+    for role in ["source", "destination"] {
+        let example = format!("examples/etcdmigration-{role}.yaml");
+        let m: EtcdMigration = serde_saphyr::from_str(&deploy(&example)).unwrap();
+        let ns = m.metadata.namespace.clone().unwrap();
+        let header = format!(
+            "# Generated from {example} by isthmus_controller::access::grant; do not edit.\n\
+             # Regenerate: ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy\n\
+             # What the orchestrator (gardenlet) creates in the shoot's namespace together with the\n\
+             # EtcdMigration, and deletes once the EtcdMigration is gone (its finalizer needs it):\n\
+             # the controller's writes there, and its one Secret read, by name where RBAC allows.\n"
+        );
+        let generated = grant_yaml(&m.spec, &ns, &Subject::default(), &header).unwrap();
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../deploy/examples")
+            .join(format!("access-{role}.yaml"));
+        if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
+            std::fs::write(&path, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == generated,
+            "{} is stale; regenerate with:\n  ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy",
+            path.display()
+        );
+    }
+}

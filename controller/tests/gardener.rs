@@ -18,9 +18,13 @@ fn dnsrecord_round_trip() {
     let d = &p.dns_records[0];
     let mut body = dnsrecord_body(NS, "etcd-main", d);
     assert_eq!(body["spec"]["recordType"], "A");
+    // The reconcile request is never part of the apply (`plan::request`).
+    assert!(body["metadata"]["annotations"]
+        .get("gardener.cloud/operation")
+        .is_none());
     assert_eq!(
-        body["metadata"]["annotations"]["gardener.cloud/operation"],
-        "reconcile"
+        body["metadata"]["annotations"]["gardener.cloud/timestamp"],
+        "t0"
     );
     body["metadata"]["generation"] = json!(2);
     body["status"] = json!({"observedGeneration": 2, "lastOperation": {"state": "Succeeded"}});

@@ -171,8 +171,21 @@ fn dst_joined_vpn_pending() -> Observed {
     }
     o
 }
-fn src_cleaned() -> Observed {
+/// The source exposed, after the destination's Shrink removed its members from etcd.
+fn src_members_gone() -> Observed {
     let mut o = src_exposed();
+    o.etcd_cluster = Some(destination_cluster());
+    o
+}
+/// The same as the source's controller sees it: its members no longer answer, and the
+/// destination's are not among its endpoints.
+fn src_members_unreachable() -> Observed {
+    let mut o = src_exposed();
+    o.etcd_cluster = None;
+    o
+}
+fn src_cleaned() -> Observed {
+    let mut o = src_members_gone();
     converge(&spec(Role::Source, Step::Complete), &mut o, 10);
     o
 }
@@ -206,17 +219,21 @@ fn unrouted(o: Observed, role: Role, step: Step) -> Observed {
     apply(&mut o, &p, ALL, role);
     o
 }
-fn src_complete_rolling() -> Observed {
-    released(src_exposed(), Role::Source, Step::Complete, false)
+/// The source's first cleanup pass applied, the DNS provider has not removed the names yet.
+fn src_complete_names_pending() -> Observed {
+    let mut o = src_members_gone();
+    let p = plan::plan(&spec(Role::Source, Step::Complete), &o);
+    o.previous = p.status.clone();
+    o
 }
-fn src_complete_rolled() -> Observed {
-    released(src_exposed(), Role::Source, Step::Complete, true)
+fn src_complete_names_gone() -> Observed {
+    released(src_members_gone(), Role::Source, Step::Complete, false)
 }
 fn src_complete_unrouted() -> Observed {
-    unrouted(src_exposed(), Role::Source, Step::Complete)
+    unrouted(src_members_gone(), Role::Source, Step::Complete)
 }
-fn src_exposed_no_etcd() -> Observed {
-    let mut o = src_exposed();
+fn src_gone_no_etcd() -> Observed {
+    let mut o = src_members_gone();
     o.etcd = None;
     o
 }
@@ -254,13 +271,16 @@ fn cases() -> Vec<Case> {
         Case { name: "source join keeps exposure", role: Source, step: Join, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
         Case { name: "source shrink keeps exposure", role: Source, step: Shrink, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
         Case { name: "source grow keeps exposure", role: Source, step: Grow, world: src_exposed, etcd: "apply", records: 3, deletions: 0, routes: 6, condition: ("SourceEtcdPreparedForPeerJoin", "True", "EtcdExposedViaPeerURLs"), ready: true },
-        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
-        Case { name: "source abort after cleanup", role: Source, step: Abort, world: src_cleaned, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
+        Case { name: "source complete, cleaned up", role: Source, step: Complete, world: src_cleaned, etcd: "keep", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
+        Case { name: "source abort after completion is refused", role: Source, step: Abort, world: src_cleaned, etcd: "keep", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "False", "AbortRefused"), ready: true },
         Case { name: "destination exposed", role: Destination, step: Expose, world: dst_exposed, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "True", "EtcdExposed"), ready: true },
         Case { name: "restart mid-join, VPN record pending", role: Destination, step: Join, world: dst_joined_vpn_pending, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForVPNRecord"), ready: false },
         Case { name: "destination completed", role: Destination, step: Complete, world: dst_completed, etcd: "apply", records: 0, deletions: 0, routes: 0, condition: ("MigrationCompleted", "True", "MigrationCompleted"), ready: true },
         Case { name: "step moved back after Complete re-exposes", role: Destination, step: Shrink, world: dst_completed, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "Progressing", "WaitingForDNSRecords"), ready: false },
-        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        // Issue 24: the source's end waits for no roll; its Etcd is left to gardenlet.
+        Case { name: "source complete while etcd lists a source member keeps the exposure", role: Source, step: Complete, world: src_exposed, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "WaitingForSourceMembersRemoval"), ready: false },
+        Case { name: "source complete starts cleanup", role: Source, step: Complete, world: src_members_gone, etcd: "keep", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete, members unreachable: cleanup", role: Source, step: Complete, world: src_members_unreachable, etcd: "keep", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort starts cleanup", role: Source, step: Abort, world: src_exposed, etcd: "release", records: 0, deletions: 3, routes: 6, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination expose", role: Destination, step: Expose, world: dst_empty, etcd: "keep", records: 3, deletions: 0, routes: 6, condition: ("DestinationEtcdExposed", "Progressing", "WaitingForDNSRecords"), ready: false },
         Case { name: "destination join before exposure: no Etcd yet", role: Destination, step: Join, world: dst_empty, etcd: "keep", records: 4, deletions: 0, routes: 7, condition: ("DestinationEtcdPeersJoined", "Progressing", "WaitingForDNSRecords"), ready: false },
@@ -273,11 +293,12 @@ fn cases() -> Vec<Case> {
         Case { name: "destination shrunk", role: Destination, step: Shrink, world: dst_shrunk, etcd: "apply", records: 4, deletions: 0, routes: 7, condition: ("EtcdMigrationComplete", "True", "SourceMembersRemoved"), ready: true },
         Case { name: "destination complete removes exposure and VPN record", role: Destination, step: Complete, world: dst_shrunk, etcd: "apply", records: 0, deletions: 4, routes: 6, condition: ("MigrationCompleted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "destination abort before join", role: Destination, step: Abort, world: dst_exposed, etcd: "keep", records: 0, deletions: 3, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
-        // A released exposure: records now, routes once etcd-druid rolled the members back.
-        Case { name: "source complete, druid rolling: routes kept", role: Source, step: Complete, world: src_complete_rolling, etcd: "release", records: 0, deletions: 0, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
-        Case { name: "source complete, druid rolled: routes go", role: Source, step: Complete, world: src_complete_rolled, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
-        Case { name: "source complete, routes served empty", role: Source, step: Complete, world: src_complete_unrouted, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
-        Case { name: "source complete, Etcd gone: routes at once", role: Source, step: Complete, world: src_exposed_no_etcd, etcd: "keep", records: 0, deletions: 3, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        // A released exposure: records now, routes once nothing dials the names (the source
+        // at Complete: once the names are gone; the others: once etcd-druid rolled back).
+        Case { name: "source complete, names pending: routes kept", role: Source, step: Complete, world: src_complete_names_pending, etcd: "keep", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete, names gone: routes go", role: Source, step: Complete, world: src_complete_names_gone, etcd: "keep", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
+        Case { name: "source complete, routes served empty", role: Source, step: Complete, world: src_complete_unrouted, etcd: "keep", records: 0, deletions: 0, routes: 0, condition: ("SourceSeedCleanup", "True", "CleanedUp"), ready: true },
+        Case { name: "source complete, Etcd gone: routes after the names", role: Source, step: Complete, world: src_gone_no_etcd, etcd: "keep", records: 0, deletions: 3, routes: 6, condition: ("SourceSeedCleanup", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort, druid rolling: routes kept", role: Source, step: Abort, world: src_abort_rolling, etcd: "release", records: 0, deletions: 0, routes: 6, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort, druid rolled: routes go", role: Source, step: Abort, world: src_abort_rolled, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "Progressing", "CleanUpInProgress"), ready: false },
         Case { name: "source abort, routes served empty", role: Source, step: Abort, world: src_abort_unrouted, etcd: "release", records: 0, deletions: 0, routes: 0, condition: ("LiveMigrationAborted", "True", "CleanedUp"), ready: true },
@@ -332,6 +353,9 @@ fn source_run_expose_to_cleanup() {
         Role::Source,
         &[Step::Expose, Step::Join, Step::Grow, Step::Shrink],
     );
+    // The destination's Shrink removed the source members.
+    obs.etcd_cluster = Some(destination_cluster());
+    let before = obs.etcd.clone();
     let p = converge(&spec(Role::Source, Step::Complete), &mut obs, 10);
     assert!(p.status.step_ready);
     assert_eq!(
@@ -339,16 +363,35 @@ fn source_run_expose_to_cleanup() {
         Some(("True", "CleanedUp"))
     );
     assert!(obs.dns_records.is_empty());
-    let etcd = obs.etcd.as_ref().map(|e| e.fields.clone());
-    assert_eq!(
-        etcd.and_then(|f| f.replicas),
-        Some(3),
-        "gardenlet's replicas untouched"
-    );
-    assert!(obs
-        .etcd
-        .as_ref()
-        .is_some_and(|e| e.fields.advertise.is_empty()));
+    // The source `Etcd` is gardenlet's to delete: no write, no roll asked of etcd-druid.
+    assert_eq!(obs.etcd, before, "source Etcd untouched at Complete");
+}
+
+/// Issue 24: the source's cleanup removes its exposure in order (names, then routes) without
+/// waiting for a roll of members that have left the cluster, and never touches the `Etcd`.
+#[test]
+fn the_source_cleanup_removes_names_then_routes_and_leaves_the_etcd() {
+    let s = spec(Role::Source, Step::Complete);
+    let members = plan::routes(&s, NS, false);
+    let mut obs = src_members_gone();
+    let p = plan::plan(&s, &obs);
+    assert_eq!((p.dns_deletions.len(), p.routes.len()), (3, members.len()));
+    assert_eq!(p.etcd, EtcdAction::Keep);
+    // The DNS provider has not removed the names yet: the routes stay.
+    obs.previous = p.status.clone();
+    let p = plan::plan(&s, &obs);
+    assert_eq!(p.routes, members);
+    // Once they are gone, so are the routes; etcd-druid never acted (no request was made).
+    let before = obs.etcd.clone();
+    apply(&mut obs, &p, ALL, Role::Source);
+    let p = plan::plan(&s, &obs);
+    assert!(p.routes.is_empty() && p.status.exposed_members.is_empty());
+    assert_eq!(obs.etcd, before);
+    // The cleanup began: a source member listed again (a stale read) brings nothing back.
+    obs.previous = p.status.clone();
+    obs.etcd_cluster = Some(source_cluster());
+    let p = plan::plan(&s, &obs);
+    assert!(p.dns_records.is_empty() && p.routes.is_empty());
 }
 
 /// docs/lab.md, "Traps": a restarted etcd member dials its peers at their old exposed URLs, so
@@ -362,7 +405,6 @@ fn released_routes_stay_until_druid_rolled_the_members_back() {
     };
     #[rustfmt::skip]
     let runs = [
-        (Role::Source, Step::Complete, src_exposed(), "SourceSeedCleanup"),
         (Role::Source, Step::Abort, src_exposed(), "LiveMigrationAborted"),
         (Role::Destination, Step::Complete, dst_shrunk(), "MigrationCompleted"),
     ];
@@ -378,7 +420,7 @@ fn released_routes_stay_until_druid_rolled_the_members_back() {
         ));
         assert_eq!(p.routes, members, "{role:?} {step:?}");
         assert_eq!(plan::wanted_routes(&s, NS, &p.status), members);
-        assert!(message(&p, t).contains("in-cluster URLs"), "{p:?}");
+        assert!(message(&p, t).contains("DNS provider"), "{p:?}");
         // druid observed the generation carrying the release but still rolls the members.
         let mut obs = released(world, role, step, true);
         if let Some(e) = obs.etcd.as_mut() {
@@ -386,6 +428,7 @@ fn released_routes_stay_until_druid_rolled_the_members_back() {
         }
         let p = plan::plan(&s, &obs);
         assert_eq!(p.routes, members, "{role:?} {step:?}: rolling");
+        assert!(message(&p, t).contains("in-cluster URLs"), "{p:?}");
         // Every member runs the plain spec: now the routes go, everywhere.
         if let Some(e) = obs.etcd.as_mut() {
             e.all_members_updated = Some(true);
@@ -474,10 +517,9 @@ fn destination_join_fields() {
         vec!["https://etcd-main-1.shoot--foo--bar.seed-b.internal.example.com:2381"]
     );
     assert_eq!(fields.advertise[1].name, "dest-etcd-main-1");
-    assert_eq!(
-        annotations.get(OPERATION).map(String::as_str),
-        Some("reconcile")
-    );
+    // A change carries a new timestamp; the reconcile request is written after the apply.
+    assert_eq!(annotations.get(TIMESTAMP).map(String::as_str), Some(T0));
+    assert_eq!(annotations.get(OPERATION), None);
     let vpn = p
         .dns_records
         .iter()
@@ -545,8 +587,9 @@ fn lb_address_change_rewrites_records() {
         assert_eq!(r.spec.record_type, "CNAME");
         assert_eq!(r.annotations.get(TIMESTAMP).map(String::as_str), Some(T1));
         assert_eq!(
-            r.annotations.get(OPERATION).map(String::as_str),
-            Some("reconcile")
+            r.annotations.get(OPERATION),
+            None,
+            "requested after the apply"
         );
     }
     assert_eq!(
@@ -768,7 +811,7 @@ fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
         "0.0.0.0:9901".parse().unwrap(),
     );
     let file = isthmus_controller::proxy_config::render(&layout, &p.routes).unwrap();
-    isthmus_config::parse_proxy("proxy.yaml", &file.text).unwrap_or_else(|e| panic!("{e}"));
+    isthmus_config::parse_proxy("proxy.json", &file.text).unwrap_or_else(|e| panic!("{e}"));
     // And the step converges without any DNSRecord.
     let done = converge(&s, &mut obs, 10);
     assert!(done.status.step_ready, "{:?}", done.status);

@@ -25,7 +25,7 @@ fn renders_a_config_the_proxy_accepts() {
     other.etcd_name = "etcd-events".into();
     all.extend(routes(&other, "shoot--other", false));
     let r = render(&layout(), &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
         .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
     assert_eq!(r.hash, isthmus_config::hash_bytes(r.text.as_bytes()));
     let names: Vec<&str> = parsed.listeners.iter().map(|l| l.name.as_str()).collect();
@@ -56,7 +56,7 @@ fn equal_inputs_give_equal_bytes_and_order_does_not_matter() {
     assert_eq!(r1, r2);
     let empty = render(&layout(), &[]).unwrap();
     assert_ne!(empty.hash, r1.hash);
-    assert!(isthmus_config::parse_proxy("p", &empty.text).is_ok());
+    assert!(isthmus_config::parse_proxy("p.json", &empty.text).is_ok());
 }
 
 #[test]
@@ -80,7 +80,7 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
     let mut l = layout();
     l.trusted_proxies = vec!["10.250.0.0/16".into()];
     let r = render(&l, &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text)
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
         .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
     let peer = parsed
         .listeners
@@ -98,17 +98,228 @@ fn listeners_allow_the_other_seeds_sources_and_trust_only_the_load_balancer() {
         peer.proxy_protocol,
         isthmus_config::ProxyProtocolMode::Accept
     );
-    // A migration without allowedSources on the same listener opens it to any source.
+    // Each route carries its own migration's sources (not the union of the listener).
+    let route = |sni_prefix: &str| {
+        peer.routes
+            .iter()
+            .find(|r| r.sni.as_ref().unwrap().as_str().starts_with(sni_prefix))
+            .unwrap()
+    };
+    assert_eq!(
+        route("etcd-main-0").allowed_sources[0].to_string(),
+        "198.51.100.0/24"
+    );
+    assert_eq!(
+        route("etcd-events-0").allowed_sources[0].to_string(),
+        "192.0.2.7/32"
+    );
+    // A migration without allowedSources opens nothing (issue 25 point 5): its routes admit
+    // nobody (the seed's default is none), the listener keeps the others' union.
     let mut c = spec(Role::Source, Step::Expose);
     c.etcd_name = "etcd-other".into();
     all.extend(routes(&c, NS, false));
     let r = render(&layout(), &all).unwrap();
-    let parsed = isthmus_config::parse_proxy("proxy.yaml", &r.text).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    assert_eq!(
+        parsed.routes_without_allowed_sources,
+        isthmus_config::UnlistedSources::Deny
+    );
     let peer = parsed
         .listeners
         .iter()
         .find(|l| l.name == "peer-2380")
         .unwrap();
-    assert!(peer.allowed_sources.is_empty());
+    assert_eq!(peer.allowed_sources.len(), 2);
+    let other = peer
+        .routes
+        .iter()
+        .find(|r| r.sni.as_ref().unwrap().as_str().starts_with("etcd-other-0"))
+        .unwrap();
+    assert!(other.allowed_sources.is_empty(), "admits nobody");
     assert_eq!(peer.proxy_protocol, isthmus_config::ProxyProtocolMode::None);
+    // With a seed-wide default, that migration's routes admit the default.
+    let mut l = layout();
+    l.default_allowed_sources = vec!["203.0.113.0/24".into()];
+    let parsed =
+        isthmus_config::parse_proxy("proxy.json", &render(&l, &all).unwrap().text).unwrap();
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
+    let other = peer
+        .routes
+        .iter()
+        .find(|r| r.sni.as_ref().unwrap().as_str().starts_with("etcd-other-0"))
+        .unwrap();
+    assert_eq!(other.allowed_sources[0].to_string(), "203.0.113.0/24");
+    assert_eq!(peer.allowed_sources.len(), 3);
+}
+
+#[test]
+fn exposure_restricted_says_whether_members_admit_only_listed_sources() {
+    use isthmus_controller::proxy_config::exposure;
+    let mut l = layout();
+    let v = exposure(&["198.51.100.0/24".into()], &l);
+    assert_eq!((v.status, v.reason), ("True", "AllowedSources"));
+    let v = exposure(&[], &l);
+    assert_eq!((v.status, v.reason), ("True", "NoSourceAllowed"));
+    l.default_allowed_sources = vec!["203.0.113.0/24".into()];
+    assert_eq!(exposure(&[], &l).reason, "SeedDefault");
+    let v = exposure(&["10.0.0.0/8".into(), "::/0".into()], &l);
+    assert_eq!((v.status, v.reason), ("False", "OpenToAnySource"));
+    assert!(v.message.contains("::/0"), "{}", v.message);
+}
+
+#[test]
+fn the_file_is_json_from_the_proxy_schema_and_reads_back_equal() {
+    let all = routes(&spec(Role::Destination, Step::Join), NS, true);
+    let r = render(&layout(), &all).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&r.text).unwrap();
+    assert_eq!(value["listeners"][0]["name"], "client-2377");
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    assert_eq!(isthmus_controller::proxy_config::write(&parsed).unwrap(), r);
+}
+
+#[test]
+fn a_problem_is_traced_to_the_migration_at_its_field_path_and_only_it_is_left_out() {
+    use isthmus_controller::proxy_config::{render_claims, Claim};
+    let good = routes(&spec(Role::Source, Step::Expose), NS, false);
+    let mut bad_spec = spec(Role::Destination, Step::Join);
+    bad_spec.vpn.as_mut().unwrap().target =
+        "vpn-seed-server.shoot--b.svc.cluster.local:99999".into();
+    let bad = routes(&bad_spec, "shoot--b", true);
+    let claims = [
+        Claim {
+            owner: format!("{NS}/etcd-main"),
+            routes: good.clone(),
+        },
+        Claim {
+            owner: "shoot--b/etcd-main".into(),
+            routes: bad,
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert_eq!(outcome.left_out.len(), 1, "{:?}", outcome.left_out);
+    let left = &outcome.left_out[0];
+    assert_eq!(left.owner, "shoot--b/etcd-main");
+    assert!(
+        left.path.starts_with("upstreams[") && left.path.ends_with("].endpoints[0]"),
+        "{left}"
+    );
+    assert!(left.message.contains("port must be 1-65535"), "{left}");
+    // The file holds exactly the good migration's routes.
+    assert_eq!(outcome.rendered, render(&layout(), &good).unwrap());
+    let e = render(&layout(), &claims[1].routes)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("].endpoints[0]: invalid endpoint"), "{e}");
+}
+
+#[test]
+fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
+    use isthmus_controller::proxy_config::{render_claims, Claim};
+    let older = spec(Role::Destination, Step::Join);
+    let mut younger = spec(Role::Destination, Step::Join);
+    younger.vpn.as_mut().unwrap().target = "vpn-seed-server.shoot--b.svc.cluster.local:9443".into();
+    let claims = [
+        Claim {
+            owner: format!("{NS}/etcd-main"),
+            routes: routes(&older, NS, true),
+        },
+        Claim {
+            owner: "shoot--b/etcd-main".into(),
+            routes: routes(&younger, "shoot--b", true),
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert!(outcome.left_out.is_empty());
+    assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
+    let c = &outcome.conflicts[0];
+    assert_eq!(
+        (
+            c.owner.as_str(),
+            c.held_by.as_str(),
+            c.listener.as_str(),
+            c.sni.as_str()
+        ),
+        (
+            "shoot--b/etcd-main",
+            "shoot--foo--bar/etcd-main",
+            "vpn-8443",
+            "vpn-tmp.foo.example.com"
+        )
+    );
+    let parsed = isthmus_config::parse_proxy("proxy.json", &outcome.rendered.text).unwrap();
+    let vpn = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "vpn-8443")
+        .unwrap();
+    assert_eq!(vpn.routes.len(), 1);
+    assert_eq!(vpn.routes[0].upstream, format!("{NS}.vpn"));
+    // The younger's member routes are in (they conflict with nothing).
+    assert_eq!(
+        parsed
+            .listeners
+            .iter()
+            .map(|l| l.routes.len())
+            .sum::<usize>(),
+        13
+    );
+    // The same upstream name to another place is a conflict too (two migrations of one
+    // namespace with different VPN targets).
+    let mut same_ns = spec(Role::Destination, Step::Join);
+    same_ns.etcd_name = "etcd-events".into();
+    same_ns.vpn.as_mut().unwrap().target = "other.shoot--foo--bar.svc.cluster.local:9443".into();
+    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.example.com".into();
+    let claims = [
+        claims[0].clone(),
+        Claim {
+            owner: format!("{NS}/etcd-events"),
+            routes: routes(&same_ns, NS, true),
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
+    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.example.com");
+}
+
+#[test]
+fn internet_facing_listeners_get_a_per_source_cap_and_upstreams_an_idle_timeout() {
+    use isthmus_controller::proxy_config::{connections_per_source, IDLE_TIMEOUT};
+    let mut all = routes(&spec(Role::Destination, Step::Join), NS, true);
+    for i in 0..9 {
+        let mut other = spec(Role::Source, Step::Expose);
+        other.etcd_name = format!("etcd-{i}");
+        all.extend(routes(&other, NS, false));
+    }
+    let r = render(&layout(), &all).unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    for l in &parsed.listeners {
+        assert_eq!(
+            l.max_connections_per_source,
+            Some(connections_per_source(l.routes.len())),
+            "{}",
+            l.name
+        );
+    }
+    let peer = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "peer-2380")
+        .unwrap();
+    assert_eq!(peer.routes.len(), 10);
+    assert_eq!(peer.max_connections_per_source, Some(640));
+    let vpn = parsed
+        .listeners
+        .iter()
+        .find(|l| l.name == "vpn-8443")
+        .unwrap();
+    assert_eq!(vpn.max_connections_per_source, Some(256));
+    assert!(parsed
+        .upstreams
+        .iter()
+        .all(|u| u.idle_timeout == Some(IDLE_TIMEOUT)));
+    assert_eq!(IDLE_TIMEOUT.to_string(), "3h");
 }

@@ -1,5 +1,6 @@
-//! Fuzzes the configuration loader (YAML, serde, validation, error positions) of every
-//! component: any text gives a configuration or a list of errors, never a panic.
+//! Fuzzes the configuration loaders of every component, both readers (JSON by serde_json, YAML
+//! by marked-yaml: serde, validation, error positions, the nesting bound): any text gives a
+//! configuration or a list of errors, never a panic or a stack overflow.
 #![no_main]
 
 use isthmus_config::{parse, parse_proxy, TunnelAgentConfig, TunnelServerConfig};
@@ -9,7 +10,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let _ = parse_proxy("f.yaml", text);
-    let _ = parse::<TunnelServerConfig>("f.yaml", text);
-    let _ = parse::<TunnelAgentConfig>("f.yaml", text);
+    for file in ["f.yaml", "f.json"] {
+        let _ = parse_proxy(file, text);
+        let _ = parse::<TunnelServerConfig>(file, text);
+        let _ = parse::<TunnelAgentConfig>(file, text);
+    }
 });

@@ -279,8 +279,8 @@ impl Lab {
                     replicas,
                     ..EtcdFields::default()
                 };
-                // Members still running on this side (an abort) roll back to their
-                // in-cluster URLs; at `Complete` the source members are gone.
+                // The source's abort: its members roll back to their in-cluster URLs. (At
+                // `Complete` the source members are gone and the planner leaves the `Etcd`.)
                 let wanted = self.wanted_urls(side, &released)?;
                 acted |= self.set_fields(side, released, tag);
                 acted |= self.roll(side, &wanted, tag).await?;

@@ -145,7 +145,7 @@ impl Lab {
                     )
                     .await?;
                     started.push(p);
-                    let config = dir.join(format!("ingress-{}.yaml", seed.label));
+                    let config = dir.join(format!("ingress-{}.json", seed.label));
                     std::fs::write(&config, &tunnel.text)
                         .map_err(|e| Error::io(config.display(), e))?;
                     let log = dir.join(format!("ingress-{}.log", seed.label));

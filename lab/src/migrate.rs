@@ -524,6 +524,9 @@ async fn finish(
         leases: c.leases.clone(),
         refused: c.refused.clone(),
     });
+    if let Some(c) = &lab.control {
+        violations.extend(c.druid_violations.iter().cloned());
+    }
     if let Some(c) = &control {
         if c.refused.iter().any(|r| r == "ACCEPTED") || c.refused.is_empty() {
             violations.push(format!(

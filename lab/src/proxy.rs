@@ -1,7 +1,7 @@
 //! A seed's isthmus proxy, run as its own process inside the seed (`isthmus proxy --config`),
 //! driven the way the controller drives it: the planner's routes rendered by the controller's
-//! `proxy_config::render`, the YAML rewritten, SIGHUP, and `/config`'s hash compared with the
-//! rendered file's (the controller's rollout rule).
+//! `proxy_config::render` (JSON), the file rewritten, SIGHUP, and `/config`'s hash compared
+//! with the rendered file's (the controller's rollout rule).
 //!
 //! Two things differ from a cluster, both because a seed here is one network namespace with no
 //! pod IPs or Services: the upstream endpoints are the members' local ports (the planner's
@@ -39,7 +39,11 @@ pub const TUNNEL_ADMIN_PORT: u16 = 9905;
 /// Settings the lab adds to the controller's file: a faster file watch and a short drain, so a
 /// restart in the `five` phase takes a second rather than the defaults' 5 s + 30 s. (In a
 /// cluster they would come with the proxy's deployment values.)
-const LAB_SETTINGS: &str = "watch_interval: 100ms\ndrain_delay: 500ms\ndrain_timeout: 3s\n";
+fn lab_settings(c: &mut isthmus_config::ProxyConfig) {
+    c.watch_interval = isthmus_config::Duration::from_millis(100);
+    c.drain_delay = isthmus_config::Duration::from_millis(500);
+    c.drain_timeout = isthmus_config::Duration::from_secs(3);
+}
 
 /// A rendered proxy file and its hash (what `/config` reports once the proxy loaded it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,14 +83,11 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
         sni: TUNNEL_SNI.into(),
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: Vec::new(),
+        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
     });
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);
-    let r = proxy_config::render(&layout, &local).map_err(|e| Error::State(e.to_string()))?;
-    let text = format!("{}\n{LAB_SETTINGS}", r.text.trim_end());
-    let hash = isthmus_config::hash_bytes(text.as_bytes());
-    Ok(ProxyFile { text, hash })
+    file(proxy_config::render_with(&layout, &local, lab_settings))
 }
 
 /// The file `isthmus controller` renders for a seed with no migration routes (its standard
@@ -95,11 +96,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
 pub fn controller_initial() -> Result<ProxyFile> {
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, UNUSED_VPN_PORT, admin);
-    let r = proxy_config::render(&layout, &[]).map_err(|e| Error::State(e.to_string()))?;
-    Ok(ProxyFile {
-        text: r.text,
-        hash: r.hash,
-    })
+    file(proxy_config::render(&layout, &[]))
 }
 
 /// The seed's tunnel ingress alone (controller-driven runs): TLS passthrough on
@@ -111,6 +108,7 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         admin,
         listeners: vec![(listener.clone(), TUNNEL_PORT)],
         trusted_proxies: Vec::new(),
+        default_allowed_sources: Vec::new(),
     };
     let route = MemberRoute {
         listener,
@@ -118,12 +116,19 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         sni: TUNNEL_SNI.into(),
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: Vec::new(),
+        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
     };
-    let r = proxy_config::render(&layout, &[route]).map_err(|e| Error::State(e.to_string()))?;
-    let text = format!("{}\n{LAB_SETTINGS}", r.text.trim_end());
-    let hash = isthmus_config::hash_bytes(text.as_bytes());
-    Ok(ProxyFile { text, hash })
+    file(proxy_config::render_with(&layout, &[route], lab_settings))
+}
+
+fn file(
+    r: std::result::Result<proxy_config::Rendered, proxy_config::RenderError>,
+) -> Result<ProxyFile> {
+    let r = r.map_err(|e| Error::State(e.to_string()))?;
+    Ok(ProxyFile {
+        text: r.text,
+        hash: r.hash,
+    })
 }
 
 /// The proxy process of one seed.
@@ -143,7 +148,7 @@ pub struct SeedProxy {
 impl SeedProxy {
     /// Writes `file` and starts the proxy in `seed`; returns once it serves that file.
     pub async fn start(bin: &Path, seed: &Seed, dir: &Path, file: &ProxyFile) -> Result<Self> {
-        let config = dir.join(format!("proxy-{}.yaml", seed.label));
+        let config = dir.join(format!("proxy-{}.json", seed.label));
         write(&config, &file.text)?;
         let log = dir.join(format!("proxy-{}.log", seed.label));
         Self::start_at(bin, seed, config, log, ADMIN_PORT, &file.hash).await

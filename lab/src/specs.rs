@@ -21,6 +21,9 @@ pub const PREFIX: &str = "dest";
 /// `DNSRecord` provider type: the seeds' hosts files.
 pub const DNS_PROVIDER: &str = "hosts-file";
 
+/// What a route open to any source lists (the tunnel's ingress: agents dial from anywhere).
+pub const ANY_SOURCE: [&str; 2] = ["0.0.0.0/0", "::/0"];
+
 /// The seed's name in the exposed DNS names.
 pub fn seed_name(side: Side) -> &'static str {
     match side {
@@ -76,7 +79,10 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         override_default_url: true,
         etcd_client: Default::default(),
         seed_ingress: None,
-        allowed_sources: Vec::new(),
+        // The member routes admit only listed sources (the controller's default is none):
+        // the lab's networks stand in for the other seed's egress — the seeds and their link
+        // (10/8) and a seed's own loopback clients.
+        allowed_sources: vec!["10.0.0.0/8".into(), "127.0.0.0/8".into()],
     }
 }
 

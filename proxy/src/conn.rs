@@ -79,7 +79,8 @@ mod tests {
     use crate::metrics::Metrics;
 
     /// The intake task lives only until the pair is handed to the splicer; its size is what
-    /// each connection costs while its ClientHello is read and its upstream connected.
+    /// each connection costs while its ClientHello is read and its upstream connected. The
+    /// bound holds in debug builds too (what CI runs): 1344 bytes there, 1312 in release.
     #[tokio::test]
     async fn intake_task_size() {
         let yaml = "listeners:\n  - { name: l, address: \"127.0.0.1:0\" }\n";
@@ -102,8 +103,10 @@ mod tests {
         let task = handle(stream, addr, spec, ctx, false);
         let size = std::mem::size_of_val(&task);
         eprintln!("intake task future: {size} bytes");
-        if !cfg!(debug_assertions) {
-            assert!(size <= 4096, "intake future grew to {size} bytes");
-        }
+        assert!(
+            size <= 2048,
+            "the intake future grew to {size} bytes: every connection still reading its \
+             ClientHello holds it"
+        );
     }
 }

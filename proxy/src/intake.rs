@@ -1,7 +1,7 @@
 //! The intake of one accepted connection, under one deadline and into one buffer: admission
-//! (a PROXY header from a trusted peer, the source's allow-list and caps, a pending slot),
-//! then the ClientHello (or the CONNECT request) read into the buffer that is later replayed,
-//! and its route looked up.
+//! (a PROXY header from a trusted peer, the listener's allow-list, the source's caps, a
+//! pending slot), then the ClientHello (or the CONNECT request) read into the buffer that is
+//! later replayed, its route looked up, and the route's own allow-list checked.
 
 mod hello;
 
@@ -107,6 +107,9 @@ pub async fn read(
             Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
         }
     };
+    if !route.sources.admits(source) {
+        return refuse(down, spec, metrics, Reject::RouteSourceNotAllowed).await;
+    }
     let intake = Intake {
         route,
         client,
@@ -291,6 +294,8 @@ fn http_status(reason: Reject) -> Option<u16> {
         Reject::TooManyConnections | Reject::TooManyConnectionsPerSource => Some(503),
         Reject::ProxyProtocol => Some(400),
         Reject::TooLarge => Some(431),
+        // As for a header value that is not routed.
+        Reject::RouteSourceNotAllowed => Some(404),
         _ => None,
     }
 }

@@ -17,7 +17,8 @@
 //! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
 //!    slots), then the PROXY header (crate `isthmus-proxy-protocol`) and the ClientHello
 //!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
-//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot.
+//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot and
+//!    its allow-list checked (`admits.rs`).
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
 //!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
 //! 5. `splice.rs` (`splice/`): the worker's splicer moves the bytes both ways until both
@@ -25,7 +26,9 @@
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
-//! configuration), `server.rs` (start, reload as parse/bind/compile/swap, drain), `admin.rs`
+//! configuration), `server.rs` (the running proxy; `server/start.rs` start and drain,
+//! `server/reload.rs` reload as parse/guard/bind/compile/swap and the file watch; the guard
+//! against files that would empty the proxy in `guard.rs`), `admin.rs`
 //! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
@@ -33,11 +36,13 @@
 #![deny(unsafe_code)]
 
 mod admin;
+mod admits;
 pub mod client_hello;
 mod conn;
 mod dns;
 pub mod fds;
 mod forward;
+mod guard;
 // The hardened HTTP/1 server lives in `isthmus-admin`; `server.rs` names it `crate::http1`.
 use isthmus_admin::http1;
 pub mod http_connect;

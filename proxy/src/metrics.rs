@@ -80,7 +80,7 @@ pub struct LimitLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReloadLabels {
-    /// `applied`, `unchanged`, `invalid`, `unreadable`, `bind_error`.
+    /// `applied`, `unchanged`, `invalid`, `unreadable`, `removal_refused`, `bind_error`.
     pub result: &'static str,
 }
 
@@ -102,6 +102,8 @@ pub struct Metrics {
     pub config_info: Family<HashLabels, Gauge>,
     pub accept_errors: Family<ListenerLabels, Counter>,
     pub pending_hellos: Family<ListenerLabels, Gauge>,
+    /// Routes (with the default route) that admit every address of a family.
+    pub open_routes: Family<ListenerLabels, Gauge>,
     pub upstream_active: Family<UpstreamLabels, Gauge>,
     pub ejections: Family<EndpointLabels, Counter>,
     pub ejected: Family<EndpointLabels, Gauge>,
@@ -139,6 +141,7 @@ impl Metrics {
             config_info: Family::default(),
             accept_errors: Family::default(),
             pending_hellos: Family::default(),
+            open_routes: Family::default(),
             upstream_active: Family::default(),
             ejections: Family::default(),
             ejected: Family::default(),
@@ -170,9 +173,15 @@ impl Metrics {
             "Connections closed before routing, by listener and reason (no_sni, unknown_sni, \
              not_tls, malformed, too_large, timeout, client_closed, proxy_protocol, evicted, \
              too_many_connections, too_many_connections_per_source, source_not_allowed, \
-             untrusted_proxy; http_connect: not_connect, malformed, missing_route_header, \
-             unknown_header_value)",
+             route_source_not_allowed, untrusted_proxy; http_connect: not_connect, malformed, \
+             missing_route_header, unknown_header_value)",
             m.hello_rejections.clone(),
+        );
+        r.register(
+            "proxy_open_routes",
+            "Routes of a listener (its default route included) that admit every IPv4 or every \
+             IPv6 address: no allowed_sources narrows them",
+            m.open_routes.clone(),
         );
         r.register(
             "proxy_upstream_connect_errors",

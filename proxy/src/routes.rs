@@ -23,8 +23,8 @@ impl<T> Default for RouteTable<T> {
 }
 
 impl<T> RouteTable<T> {
-    /// Adds a route for an already normalised pattern (lower case, no trailing dot; see
-    /// `isthmus_config::validate::normalize_sni_pattern`). A later insert of the same pattern
+    /// Adds a route for an already normalised pattern (lower case, no trailing dot: an
+    /// `isthmus_config::SniPattern`). A later insert of the same pattern
     /// replaces the earlier one; validation rejects duplicates before we get here.
     pub fn insert(&mut self, pattern: &str, value: T) {
         match pattern.strip_prefix('*') {

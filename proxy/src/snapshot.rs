@@ -2,6 +2,7 @@
 //! with their metric handles. A reload builds a new snapshot and swaps it in; connections keep
 //! the `Arc`s they started with, so nothing a reload does can reach them.
 
+use crate::admits::Admits;
 use crate::dns::Dns;
 use crate::metrics::ListenerLabels;
 use crate::metrics::{BytesLabels, Metrics, OutcomeLabels, UpstreamLabels};
@@ -9,7 +10,7 @@ use crate::pool::{Endpoint, Pool, Target};
 use crate::routes::{HeaderTable, RouteTable};
 use isthmus_config::{
     Cidr, KeepaliveConfig, ListenerConfig, ListenerKind, ProxyConfig, ProxyProtocolMode,
-    UpstreamConfig,
+    UnlistedSources, UpstreamConfig,
 };
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
@@ -67,6 +68,8 @@ pub struct Route {
     pub pattern: String,
     pub listener: Arc<str>,
     pub upstream: Arc<Upstream>,
+    /// Checked once the route is found.
+    pub sources: Admits,
     /// Created on first use: a 100k-route reload must not create 400k series up front.
     counters: OnceLock<RouteCounters>,
 }
@@ -114,11 +117,11 @@ impl Snapshot {
                 let endpoints = u
                     .endpoints
                     .iter()
-                    .zip(&u.targets)
-                    .map(|(label, endpoint)| {
+                    .map(|endpoint| {
+                        let label = endpoint.to_string();
                         let carried = before.and_then(|b| {
                             b.pool.endpoints.iter().find(|e| {
-                                e.label == *label
+                                e.label == label
                                     && (same_dns || matches!(e.target, Target::Addr(_)))
                             })
                         });
@@ -126,7 +129,7 @@ impl Snapshot {
                             Some(e) => e.clone(),
                             None => Arc::new(Endpoint::new(
                                 &u.name,
-                                label,
+                                &label,
                                 target(endpoint, dns),
                                 metrics,
                             )),
@@ -152,7 +155,8 @@ impl Snapshot {
             .listeners
             .iter()
             .map(|l| {
-                let spec = compile_listener(l, &upstreams, metrics);
+                let unlisted = config.routes_without_allowed_sources;
+                let spec = compile_listener(l, &upstreams, unlisted, metrics);
                 (l.name.clone(), Arc::new(spec))
             })
             .collect();
@@ -180,15 +184,20 @@ fn target(endpoint: &isthmus_config::Endpoint, dns: &Dns) -> Target {
 fn compile_listener(
     l: &ListenerConfig,
     upstreams: &HashMap<&str, Arc<Upstream>>,
+    unlisted: UnlistedSources,
     metrics: &Metrics,
 ) -> ListenerSpec {
     let listener: Arc<str> = l.name.as_str().into();
-    let route = |pattern: &str, upstream: &str| {
+    let mut open = 0;
+    let mut route = |pattern: &str, upstream: &str, listed: &[Cidr]| {
         upstreams.get(upstream).map(|u| {
+            let sources = Admits::of(listed, unlisted);
+            open += i64::from(sources.is_open(&l.allowed_sources));
             Arc::new(Route {
                 pattern: pattern.to_owned(),
                 listener: listener.clone(),
                 upstream: u.clone(),
+                sources,
                 counters: OnceLock::new(),
             })
         })
@@ -197,15 +206,25 @@ fn compile_listener(
     let mut header_routes = HeaderTable::default();
     for r in &l.routes {
         if l.kind == ListenerKind::HttpConnect {
-            if let Some(route) = route(&r.header_value, &r.upstream) {
+            if let Some(route) = route(&r.header_value, &r.upstream, &r.allowed_sources) {
                 header_routes.insert(&r.header_value, route);
             }
             continue;
         }
-        if let Some(route) = route(&r.sni_pattern, &r.upstream) {
-            routes.insert(&r.sni_pattern, route);
+        if let Some(sni) = &r.sni {
+            if let Some(route) = route(sni.as_str(), &r.upstream, &r.allowed_sources) {
+                routes.insert(sni.as_str(), route);
+            }
         }
     }
+    let default_route = l
+        .default_upstream
+        .as_deref()
+        .and_then(|u| route("default", u, &[]));
+    let labels = ListenerLabels {
+        listener: l.name.clone(),
+    };
+    metrics.open_routes.get_or_create(&labels).set(open);
     ListenerSpec {
         name: l.name.clone(),
         kind: l.kind,
@@ -223,10 +242,7 @@ fn compile_listener(
         max_hello_bytes: l.max_client_hello_bytes,
         reject_with_alert: l.reject_with_alert,
         routes,
-        default_route: l
-            .default_upstream
-            .as_deref()
-            .and_then(|u| route("default", u)),
+        default_route,
         active: metrics.active.get_or_create_owned(&ListenerLabels {
             listener: l.name.clone(),
         }),

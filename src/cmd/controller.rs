@@ -59,6 +59,12 @@ pub struct Args {
     /// repeated. Default: none (no PROXY protocol).
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub trusted_proxies: Vec<String>,
+    /// The seed-wide default of a migration without `spec.allowedSources`: the sources
+    /// (CIDRs) its etcd members admit through the proxy. Default: none (deny unless listed),
+    /// so such a migration's members are reachable by nobody and it reports
+    /// `ExposureRestricted` reason `NoSourceAllowed`. `0.0.0.0/0,::/0` opens them to anyone.
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub default_allowed_sources: Vec<String>,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -75,6 +81,15 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve(args: Args) -> anyhow::Result<()> {
+    // Rendered into every file: a bad one would fail every reconcile, so it fails the start.
+    for (flag, list) in [
+        ("--trusted-proxies", &args.trusted_proxies),
+        ("--default-allowed-sources", &args.default_allowed_sources),
+    ] {
+        for c in list {
+            isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
+        }
+    }
     let client = connect(args.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::new(&mut registry);
@@ -87,6 +102,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
     let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
     layout.trusted_proxies = args.trusted_proxies;
+    layout.default_allowed_sources = args.default_allowed_sources;
     let settings = Settings {
         layout,
         proxy_namespace: args.proxy_namespace,

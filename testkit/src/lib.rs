@@ -23,7 +23,7 @@ pub use pki::{CertKey, TestPki};
 pub use poll::{percentile, wait_until};
 pub use rng::Rng;
 pub use scratch::Scratch;
-pub use tls::{client_config, server_config, tls_connect, TlsEchoServer};
+pub use tls::{client_config, server_config, tls_connect, tls_connect_from, TlsEchoServer};
 
 mod http;
 pub use http::http_get;

@@ -31,6 +31,25 @@ pub async fn tls_connect(
     TlsConnector::from(config).connect(name, tcp).await
 }
 
+/// Like [`tls_connect`], from the local address `from` (any 127.0.0.0/8 address works on Linux
+/// loopback), so that a test can play several sources.
+pub async fn tls_connect_from(
+    config: Arc<ClientConfig>,
+    from: std::net::IpAddr,
+    addr: SocketAddr,
+    name: &str,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let socket = match from {
+        std::net::IpAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::IpAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.bind(SocketAddr::new(from, 0))?;
+    let tcp = socket.connect(addr).await?;
+    let name = ServerName::try_from(name.to_owned())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    TlsConnector::from(config).connect(name, tcp).await
+}
+
 /// A TLS server on `127.0.0.1:0` that answers every chunk it reads with
 /// `<label>:<chunk>`, so a test can tell which upstream a connection reached.
 #[derive(Debug)]

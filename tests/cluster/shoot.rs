@@ -78,7 +78,8 @@ impl Shoot {
     }
 
     /// The upstream CRDs (etcd-druid's `Etcd`, Gardener's `DNSRecord`), gardenlet's source
-    /// `Etcd`, then the source `EtcdMigration` at `Expose` for one member.
+    /// `Etcd`, then the source `EtcdMigration` at `Expose` for one member with the controller's
+    /// access grant in the namespace (`deploy/examples/access-source.yaml`).
     pub fn migrate(&self, node: &Node) {
         let crds = isthmus_testkit::cache::upstream_crds();
         for f in [
@@ -122,6 +123,12 @@ spec:
   loadBalancer: {{name: isthmus-proxy, namespace: isthmus-system}}
 "#
         ));
+        // With the migration, the orchestrator grants the controller its writes in the
+        // namespace (controller/README.md, "RBAC: least privilege").
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let grant = std::fs::read_to_string(root.join("deploy/examples/access-source.yaml"))
+            .unwrap_or_else(|e| panic!("deploy/examples/access-source.yaml: {e}"));
+        node.apply(&grant);
     }
 }
 

@@ -4,6 +4,7 @@
 use super::metrics::Metrics;
 use super::probe::HashFetcher;
 use crate::proxy_config::Layout;
+use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -55,6 +56,8 @@ pub struct Context {
     pub now: Clock,
     /// Consecutive failures per `namespace/name`, for backoff.
     pub failures: Mutex<HashMap<String, u32>>,
+    /// Publishes Kubernetes Events about the migrations (a refused spec).
+    pub recorder: Recorder,
 }
 
 impl std::fmt::Debug for Context {
@@ -73,7 +76,10 @@ impl Context {
         metrics: Metrics,
         fetcher: Arc<dyn HashFetcher>,
     ) -> Self {
+        // The instance is the host name: the pod's name in a cluster.
+        let recorder = Recorder::new(client.clone(), Reporter::from("isthmus-controller"));
         Self {
+            recorder,
             client,
             settings,
             metrics,

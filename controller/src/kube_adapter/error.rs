@@ -33,6 +33,16 @@ pub enum Error {
 }
 
 impl Error {
+    /// The reason of `ObjectsApplied=False`: how the API server refused.
+    pub fn apply_reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(s)) if s.code == 409 => "FieldConflict",
+            Error::Kube(kube::Error::Api(s)) if s.code == 422 => "Invalid",
+            Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
+            _ => "ApplyFailed",
+        }
+    }
+
     /// Metric label: which kind of failure, without unbounded values.
     pub fn label(&self) -> &'static str {
         match self {

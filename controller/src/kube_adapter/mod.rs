@@ -10,11 +10,14 @@ mod context;
 mod error;
 pub mod etcd;
 pub mod lease;
+mod membership;
 mod metrics;
 pub mod probe;
 mod proxy;
 mod reconcile;
+mod refuse;
 mod serve;
+mod write;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;

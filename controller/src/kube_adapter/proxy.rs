@@ -3,50 +3,107 @@
 use super::context::{Context, FIELD_MANAGER};
 use super::Error;
 use crate::crd::EtcdMigration;
+use crate::plan::conditions::{Verdict, ROUTE_CONFLICT};
 use crate::plan::{wanted_routes, MemberRoute};
-use crate::proxy_config::{render, rolled_out, Layout, Rendered, CONFIG_KEY};
+use crate::proxy_config::{exposure, render_claims, rolled_out, Claim, CONFIG_KEY};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 use std::net::{IpAddr, SocketAddr};
+
+/// What a sync found: whether every running proxy pod serves the file, and conditions of the
+/// migration reconciled.
+#[derive(Debug)]
+pub struct Synced {
+    /// Every running proxy pod reports the new file's hash.
+    pub rolled_out: bool,
+    /// Conditions for the migration reconciled (none for a cleanup).
+    pub conditions: Vec<Verdict>,
+}
 
 /// Renders the routes of every live migration into the ConfigMap (server-side apply) and
 /// returns whether every running proxy pod reports the new hash. `this` is the migration being
 /// reconciled, with the routes its plan wants now; every other migration contributes the
 /// routes its last status holds. Migrations being deleted contribute none.
 ///
-/// The file is checked with the proxy's own loader before it is written: a migration whose
-/// routes would make the proxies refuse the file is left out (and logged) so the others keep
-/// working; if it is `this` one, the reconciliation fails with the loader's errors.
+/// The file is checked once, as it is built: a migration whose routes would make the proxies
+/// refuse it is left out (and logged with the field path of the problem) so the others keep
+/// working; if it is `this` one, the reconciliation fails with that problem.
+///
+/// A route two migrations want (the same VPN name) stays the older one's, whichever is
+/// reconciled; `this` one then gets `RouteConflict` and does not count as rolled out while
+/// the file lacks any of its routes. It also gets `ExposureRestricted`.
 pub async fn sync(
     ctx: &Context,
     this: Option<(&str, &str, &[MemberRoute])>,
-) -> Result<bool, Error> {
+) -> Result<Synced, Error> {
     let s = &ctx.settings;
     let migrations: Api<EtcdMigration> = match &s.namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    let mut per_migration: Vec<(String, Vec<MemberRoute>)> = Vec::new();
+    let this_owner = this.map(|(ns, name, _)| format!("{ns}/{name}"));
+    // Claims in order of precedence: the older migration keeps a route two of them want
+    // (`creationTimestamp`, then the name), whichever of them is reconciled.
+    let mut claims: Vec<(Option<Time>, Claim)> = Vec::new();
+    let mut conditions = Vec::new();
+    let mut had_conflict = false;
     for m in migrations.list(&ListParams::default()).await?.items {
         let ns = m.namespace().unwrap_or_default();
-        let key = format!("{ns}/{}", m.name_any());
-        if m.metadata.deletion_timestamp.is_some()
-            || this.is_some_and(|(tns, tname, _)| ns == tns && m.name_any() == tname)
-        {
+        let owner = format!("{ns}/{}", m.name_any());
+        let created = m.metadata.creation_timestamp.clone();
+        if let (Some((_, _, routes)), true) = (this, Some(&owner) == this_owner.as_ref()) {
+            conditions.push(exposure(&m.spec.allowed_sources, &s.layout));
+            let status = m.status.unwrap_or_default();
+            had_conflict = status.conditions.iter().any(|c| c.type_ == ROUTE_CONFLICT);
+            let routes = routes.to_vec();
+            claims.push((created, Claim { owner, routes }));
+            continue;
+        }
+        if m.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let routes = wanted_routes(&m.spec, &ns, &m.status.clone().unwrap_or_default());
-        per_migration.push((key, routes));
+        claims.push((created, Claim { owner, routes }));
     }
-    if let Some((ns, name, routes)) = this {
-        let own = render(&s.layout, routes)?;
-        isthmus_config::parse_proxy(CONFIG_KEY, &own.text)
-            .map_err(|e| Error::InvalidRoutes(format!("{ns}/{name}: {e}")))?;
-        per_migration.push((format!("{ns}/{name}"), routes.to_vec()));
+    claims.sort_by(|(a, x), (b, y)| a.cmp(b).then_with(|| x.owner.cmp(&y.owner)));
+    let claims: Vec<Claim> = claims.into_iter().map(|(_, c)| c).collect();
+    let outcome = render_claims(&s.layout, &claims)?;
+    for left in &outcome.left_out {
+        if Some(&left.owner) == this_owner.as_ref() {
+            return Err(Error::InvalidRoutes(left.to_string()));
+        }
+        tracing::error!(migration = %left.owner, path = %left.path, error = %left.message,
+            "routes left out: the proxy would refuse them");
     }
-    let rendered = render_valid(&s.layout, &per_migration)?;
+    // The file holds all of this migration's routes, or its exposure is not served.
+    let conflicts: Vec<_> = outcome
+        .conflicts
+        .iter()
+        .filter(|c| Some(&c.owner) == this_owner.as_ref())
+        .collect();
+    if let Some(c) = conflicts.first() {
+        tracing::warn!(migration = %c.owner, held_by = %c.held_by, sni = %c.sni,
+            "route held by an older migration");
+        conditions.push(Verdict::done(
+            ROUTE_CONFLICT,
+            "HeldByOlderMigration",
+            format!(
+                "{} on {} is routed for the older {}; this migration's route is left out and its \
+                 exposure not served until that one releases it or this spec changes",
+                c.sni, c.listener, c.held_by
+            ),
+        ));
+    } else if had_conflict {
+        conditions.push(Verdict::refused(
+            ROUTE_CONFLICT,
+            "NoConflict",
+            "every route is in the file",
+        ));
+    }
+    let rendered = outcome.rendered;
     let cm = json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -85,31 +142,8 @@ pub async fn sync(
         }
         reports.push(report);
     }
-    Ok(rolled_out(&rendered.hash, &reports))
-}
-
-/// Renders every migration's routes; if the proxy's loader refuses the result, leaves out
-/// each migration whose routes alone make it invalid.
-fn render_valid(layout: &Layout, all: &[(String, Vec<MemberRoute>)]) -> Result<Rendered, Error> {
-    let flat: Vec<MemberRoute> = all.iter().flat_map(|(_, r)| r.clone()).collect();
-    let rendered = render(layout, &flat)?;
-    if isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text).is_ok() {
-        return Ok(rendered);
-    }
-    let mut kept = Vec::new();
-    for (key, routes) in all {
-        let mut candidate = kept.clone();
-        candidate.extend(routes.iter().cloned());
-        match render(layout, &candidate).map(|r| isthmus_config::parse_proxy(CONFIG_KEY, &r.text)) {
-            Ok(Ok(_)) => kept = candidate,
-            Ok(Err(e)) => {
-                tracing::error!(migration = %key, error = %e, "routes left out: the proxy would refuse them")
-            }
-            Err(e) => tracing::error!(migration = %key, error = %e, "routes left out"),
-        }
-    }
-    let rendered = render(layout, &kept)?;
-    isthmus_config::parse_proxy(CONFIG_KEY, &rendered.text)
-        .map_err(|e| Error::InvalidRoutes(e.to_string()))?;
-    Ok(rendered)
+    Ok(Synced {
+        rolled_out: conflicts.is_empty() && rolled_out(&rendered.hash, &reports),
+        conditions,
+    })
 }

@@ -1,28 +1,27 @@
-//! One reconciliation: observe → plan → apply → write status; and the finalizer's cleanup.
+//! One reconciliation: validate → observe (what `plan::needs` asks too) → plan once →
+//! write (routes, objects, etcd operations) → status; and the finalizer's cleanup.
 //!
 //! Every write is a server-side apply under field manager `isthmus` with
 //! `fieldValidation=Strict` (a field the CRD does not define is an error, not a silent drop)
 //! and **without force**: a field another manager (gardenlet) owns with another value is a
 //! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
-use super::context::{Context, FIELD_MANAGER, FINALIZER};
-use super::etcd::EtcdClient;
+use super::context::{Context, FINALIZER};
+use super::membership::{read_cluster, run_ops};
+use super::refuse::{refuse, refuse_access};
+use super::write::{confirm_and_delete, release_etcd, status_apply, write};
 use super::{proxy, Error};
-use crate::crd::{EtcdMigration, EtcdMigrationSpec, ObjectRef, Role, Step};
+use crate::crd::{EtcdMigration, ObjectRef, Role};
 use crate::gardener::{
-    dnsrecord_body, dnsrecord_observe, dnsrecord_resource, etcd_body, etcd_observe, etcd_resource,
-    MIGRATION_LABEL,
+    dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
 };
 use crate::plan::conditions::{self as cond, Verdict};
-use crate::plan::{
-    self, EtcdAction, EtcdCluster, EtcdFields, EtcdOp, Observed, Plan, CONFIRM_DELETION,
-};
-use k8s_openapi::api::core::v1::{Secret, Service};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use crate::plan::{self, Observed};
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Error as FinalizerError, Event};
 use kube::ResourceExt;
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,97 +69,64 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
     )
 }
 
-/// Server-side apply, strict field validation, no force.
-pub(super) fn ssa() -> PatchParams {
-    PatchParams::apply(FIELD_MANAGER).validation_strict()
-}
-
-/// Whether this pass needs etcd's own member list (reading it costs a TLS round trip per
-/// endpoint, and times out while the exposure does not work yet).
-fn needs_cluster(spec: &EtcdMigrationSpec, etcd_exists: bool) -> bool {
-    match (spec.role, spec.step) {
-        (Role::Source, Step::Abort) => true,
-        (Role::Destination, Step::Join | Step::Grow | Step::Shrink | Step::Abort) => etcd_exists,
-        _ => false,
-    }
-}
-
+/// One pass: validate, observe, plan once, write, report.
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let spec = &m.spec;
+    let problems = plan::validate(spec, ns);
+    if !problems.is_empty() {
+        return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
+    }
     let (dns_api, etcd_api) = apis(ctx, ns);
-
-    let lb_address = lb_address(ctx, &spec.load_balancer).await?;
-    let mut dns_records = BTreeMap::new();
-    for o in dns_api.list(&by_migration(&name)).await?.items {
-        dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
-    }
-    let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
-        Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
-        None => None,
+    let mut obs = match observe(m, ns, ctx, &dns_api, &etcd_api).await {
+        Ok(obs) => obs,
+        Err(e) => return refuse_access(m, ns, ctx, e).await,
     };
-    let mut obs = Observed {
-        namespace: ns.to_string(),
-        now: (ctx.now)(),
-        generation: m.metadata.generation,
-        lb_address,
-        dns_records,
-        served_routes: None,
-        etcd,
-        etcd_cluster: None,
-        previous: m.status.clone().unwrap_or_default(),
+    let needs = plan::needs(spec, &obs);
+    let etcd = match needs.etcd_endpoints.is_empty() {
+        true => None,
+        false => match read_cluster(ctx, ns, spec, &needs.etcd_endpoints).await {
+            Ok(etcd) => etcd,
+            Err(e) => return refuse_access(m, ns, ctx, e).await,
+        },
     };
-    let client = if needs_cluster(spec, obs.etcd.is_some()) {
-        match etcd_client(ctx, ns, spec).await {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::warn!(migration = %name, error = %e, "etcd client");
-                None
-            }
-        }
-    } else {
-        None
+    obs.etcd_cluster = etcd.as_ref().map(|(_, cluster)| cluster.clone());
+    // What every proxy serves of this migration now: the routes its last status holds (the
+    // other migrations' passes render them from it too). Routes this plan changes are
+    // served from the next pass on.
+    let held = plan::wanted_routes(spec, ns, &obs.previous);
+    let mut synced = match routes(ctx, m, ns, &held).await? {
+        Ok(synced) => synced,
+        Err(refusal) => return refuse(m, ns, ctx, refusal).await,
     };
-    // The first plan gives the endpoints (member names carry the observed prefix) and routes.
-    let first = plan::plan(spec, &obs);
-    let endpoints = endpoints(spec, &first);
-    if let Some(c) = &client {
-        match c.cluster(&endpoints).await {
-            Ok(cluster) => obs.etcd_cluster = Some(cluster),
-            Err(e) => tracing::warn!(migration = %name, error = %e, "etcd member list"),
-        }
-    }
-    let first = plan::plan(spec, &obs);
-    let rolled_out = proxy::sync(ctx, Some((ns, &name, &first.routes))).await?;
-    obs.served_routes = rolled_out.then(|| first.routes.clone());
+    obs.served_routes = synced.rolled_out.then(|| held.clone());
     let mut plan = plan::plan(spec, &obs);
-
-    let mut failure = None;
-    if let Err(e) = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api).await {
-        failure = Some(e);
-    }
-    if failure.is_none() {
-        if let (Some(c), Some(cluster)) = (&client, &obs.etcd_cluster) {
-            run_ops(c, &plan.etcd_ops, cluster, &endpoints, spec, &plan).await;
+    if plan.routes != held {
+        match routes(ctx, m, ns, &plan.routes).await? {
+            Ok(now) => synced = now,
+            Err(refusal) => return refuse(m, ns, ctx, refusal).await,
         }
+    }
+
+    let failure = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api)
+        .await
+        .err();
+    if let (None, Some((client, _))) = (&failure, &etcd) {
+        run_ops(client, &plan.etcd_ops, &needs.etcd_endpoints).await;
     }
     let verdict = match &failure {
         None => Verdict::done(cond::APPLIED, "Applied", "every object applied"),
         Some(e) => {
             plan.status.step_ready = false;
-            Verdict::refused(cond::APPLIED, apply_reason(e), e.to_string())
+            Verdict::refused(cond::APPLIED, e.apply_reason(), e.to_string())
         }
     };
     plan.status.conditions = cond::merge(&plan.status.conditions, &verdict, &obs.now);
+    for v in &synced.conditions {
+        plan.status.conditions = cond::merge(&plan.status.conditions, v, &obs.now);
+    }
 
-    let status = json!({
-        "apiVersion": "isthmus.dev/v1alpha1",
-        "kind": "EtcdMigration",
-        "status": plan.status,
-    });
-    let api: Api<EtcdMigration> = Api::namespaced(ctx.client.clone(), ns);
-    api.patch_status(&name, &ssa().force(), &Patch::Apply(status))
-        .await?;
+    status_apply(ctx, ns, &name, &plan.status).await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -184,162 +150,63 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     }))
 }
 
-fn apply_reason(e: &Error) -> &'static str {
-    match e {
-        Error::Kube(kube::Error::Api(s)) if s.code == 409 => "FieldConflict",
-        Error::Kube(kube::Error::Api(s)) if s.code == 422 => "Invalid",
-        Error::Kube(kube::Error::Api(s)) if s.code == 403 => "Forbidden",
-        _ => "ApplyFailed",
-    }
-}
-
-/// Applies the plan's objects in order: DNS records, record deletions, the `Etcd`.
-async fn write(
+/// Everything the planner reads from the API: the load balancer's address, our DNS records,
+/// the `Etcd`, the last status.
+async fn observe(
+    m: &EtcdMigration,
     ns: &str,
-    name: &str,
-    spec: &EtcdMigrationSpec,
-    obs: &Observed,
-    plan: &Plan,
+    ctx: &Context,
     dns_api: &Api<DynamicObject>,
     etcd_api: &Api<DynamicObject>,
-) -> Result<(), Error> {
-    for d in &plan.dns_records {
-        let body = dnsrecord_body(ns, name, d);
-        dns_api
-            .patch(&d.object_name, &ssa(), &Patch::Apply(body))
-            .await?;
+) -> Result<Observed, Error> {
+    let spec = &m.spec;
+    let lb_address = lb_address(ctx, &spec.load_balancer).await?;
+    let mut dns_records = BTreeMap::new();
+    for o in dns_api.list(&by_migration(&m.name_any())).await?.items {
+        dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
     }
-    for n in &plan.dns_deletions {
-        if obs.dns_records.contains_key(n) {
-            confirm_and_delete(dns_api, n).await?;
-        }
-    }
-    let none = BTreeMap::new();
-    match &plan.etcd {
-        EtcdAction::Keep => {}
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => {
-            let body = etcd_body(spec, ns, fields, annotations);
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
-        }
-        EtcdAction::Release => {
-            let body = etcd_body(spec, ns, &EtcdFields::default(), &none);
-            etcd_api
-                .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-                .await?;
-        }
-        EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
-    }
-    if !plan.members_to_remove.is_empty() && plan.etcd_ops.is_empty() {
-        // At Shrink etcd-druid removes the source members (after the bootstrap is cleared).
-        tracing::info!(members = ?plan.members_to_remove, "waiting for etcd member removal");
-    }
-    Ok(())
-}
-
-/// The client URLs the controller asks etcd through: the source members' (through the other
-/// seed's exposure) first, since they are voters from the start, then this seed's own.
-fn endpoints(spec: &EtcdMigrationSpec, plan: &Plan) -> Vec<String> {
-    let mut out: Vec<String> = spec
-        .destination
-        .iter()
-        .flat_map(|d| d.source_members.iter())
-        .flat_map(|m| m.client_urls.iter().cloned())
-        .collect();
-    out.extend(
-        plan.status
-            .exposed_members
-            .iter()
-            .flat_map(|m| m.client_urls.iter().cloned()),
-    );
-    out
-}
-
-/// Carries out the plan's etcd operations; a failure is logged and the next pass retries
-/// (the plan asks again while etcd's member list still shows the need).
-async fn run_ops(
-    client: &EtcdClient,
-    ops: &[EtcdOp],
-    cluster: &EtcdCluster,
-    endpoints: &[String],
-    spec: &EtcdMigrationSpec,
-    plan: &Plan,
-) {
-    for op in ops {
-        let result = match op {
-            EtcdOp::MoveLeader { to, name } => {
-                let leader_url = cluster
-                    .leader
-                    .and_then(|l| cluster.members.iter().find(|m| m.id == l))
-                    .and_then(|leader| {
-                        let known = spec
-                            .destination
-                            .iter()
-                            .flat_map(|d| d.source_members.iter())
-                            .chain(plan.status.exposed_members.iter());
-                        known
-                            .filter(|k| {
-                                k.name == leader.name
-                                    || k.peer_urls.iter().any(|u| leader.peer_urls.contains(u))
-                            })
-                            .find_map(|k| k.client_urls.first().cloned())
-                    });
-                match leader_url {
-                    Some(url) => {
-                        tracing::info!(to = %name, via = %url, "moving etcd leadership");
-                        client.move_leader(&url, *to).await
-                    }
-                    None => {
-                        tracing::warn!("the etcd leader has no exposed client URL");
-                        Ok(())
-                    }
-                }
-            }
-            EtcdOp::Remove { id, name } => {
-                tracing::info!(member = %name, "removing etcd member (abort)");
-                client.remove(endpoints, *id).await
-            }
-        };
-        if let Err(e) = result {
-            tracing::warn!(error = %e, "etcd operation failed; retried next pass");
-        }
-    }
-}
-
-/// The etcd client TLS material from the Secret named in the spec (`ca.crt`, `tls.crt`,
-/// `tls.key`).
-async fn etcd_client(
-    ctx: &Context,
-    ns: &str,
-    spec: &EtcdMigrationSpec,
-) -> Result<EtcdClient, Error> {
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let secret = secrets.get(&spec.etcd_client.secret_name).await?;
-    let data = secret.data.unwrap_or_default();
-    let get = |k: &str| {
-        data.get(k).map(|b| b.0.clone()).ok_or_else(|| {
-            Error::EtcdTls(format!(
-                "Secret {ns}/{} has no key {k}",
-                spec.etcd_client.secret_name
-            ))
-        })
+    let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
+        Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
+        None => None,
     };
-    EtcdClient::new(
-        &get("ca.crt")?,
-        &get("tls.crt")?,
-        &get("tls.key")?,
-        ctx.settings.etcd_connect_to.clone(),
-    )
-    .map_err(|e| Error::EtcdTls(e.to_string()))
+    Ok(Observed {
+        namespace: ns.to_string(),
+        now: (ctx.now)(),
+        generation: m.metadata.generation,
+        lb_address,
+        dns_records,
+        served_routes: None,
+        etcd,
+        etcd_cluster: None,
+        previous: m.status.clone().unwrap_or_default(),
+    })
+}
+
+/// Renders this migration's `routes` with every other one's into the proxy ConfigMap; whether
+/// every proxy pod serves the result, or the refusal when the proxy's loader refuses this
+/// migration's routes (a spec it cannot serve).
+async fn routes(
+    ctx: &Context,
+    m: &EtcdMigration,
+    ns: &str,
+    routes: &[plan::MemberRoute],
+) -> Result<Result<proxy::Synced, Verdict>, Error> {
+    match proxy::sync(ctx, Some((ns, &m.name_any(), routes))).await {
+        Ok(synced) => Ok(Ok(synced)),
+        Err(Error::InvalidRoutes(message)) => Ok(Err(Verdict::done(
+            cond::SPEC_INVALID,
+            "RoutesRefused",
+            message,
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes what this migration created: its DNS records, its proxy routes, and (source) the
-/// fields it set on the `Etcd`. A destination `Etcd` is left alone: after a completed
-/// migration it *is* the cluster.
+/// fields it set on the `Etcd`, with the reconcile request so etcd-druid rolls the members
+/// back. A destination `Etcd` is left alone: after a completed migration it *is* the cluster;
+/// so is a source `Etcd` whose cleanup began (its members left the cluster; gardenlet deletes
+/// it).
 async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let (dns_api, etcd_api) = apis(ctx, ns);
@@ -350,11 +217,12 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         }
     }
     proxy::sync(ctx, None).await?;
-    if m.spec.role == Role::Source && etcd_api.get_opt(&m.spec.etcd_name).await?.is_some() {
-        let body = etcd_body(&m.spec, ns, &EtcdFields::default(), &BTreeMap::new());
-        etcd_api
-            .patch(&m.spec.etcd_name, &ssa(), &Patch::Apply(body))
-            .await?;
+    let previous = m.status.clone().unwrap_or_default();
+    if m.spec.role == Role::Source
+        && !plan::source_cleanup_started(&previous)
+        && etcd_api.get_opt(&m.spec.etcd_name).await?.is_some()
+    {
+        release_etcd(&etcd_api, &m.spec, ns).await?;
     }
     if !records.is_empty() {
         // Keep the finalizer until the DNS provider has removed the records.
@@ -365,15 +233,6 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
 
 fn by_migration(name: &str) -> ListParams {
     ListParams::default().labels(&format!("{MIGRATION_LABEL}={name}"))
-}
-
-/// Gardener refuses to delete a `DNSRecord` or `Etcd` without the confirmation annotation.
-async fn confirm_and_delete(api: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
-    let confirm = json!({"metadata": {"annotations": {CONFIRM_DELETION: "true"}}});
-    api.patch(name, &PatchParams::default(), &Patch::Merge(confirm))
-        .await?;
-    api.delete(name, &DeleteParams::default()).await?;
-    Ok(())
 }
 
 async fn lb_address(ctx: &Context, lb: &ObjectRef) -> Result<Option<String>, Error> {

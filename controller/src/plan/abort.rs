@@ -9,9 +9,8 @@
 //! (the destination seed is gone) does the source remove them itself.
 
 use super::conditions::{self as cond, Verdict};
+use super::ctx::{apply, cleanup_verdict, label, listed, urls, Ctx, Outcome};
 use super::names::Member;
-use super::roles::{apply, cleanup_verdict, label, listed, urls, Outcome};
-use super::steps::Ctx;
 use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
 use crate::crd::{EtcdMigrationSpec, Role};
 
@@ -70,7 +69,7 @@ pub(super) fn abort_holds_exposure(
 /// not asked again: the controller reads it through the exposed client names, which the
 /// release deletes (found in the lab: records deleted and re-created every few seconds).
 /// Nothing can join again meanwhile: the destination's `Etcd` went first.
-fn released(obs: &Observed) -> bool {
+pub(super) fn released(obs: &Observed) -> bool {
     obs.previous.conditions.iter().any(|c| {
         c.type_ == cond::ABORTED && matches!(c.reason.as_str(), "CleanUpInProgress" | "CleanedUp")
     })
@@ -156,8 +155,8 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
             "CleanedUp",
             "joined members removed, exposure removed",
         )
-    } else if ctx.routes_held {
-        Verdict::waiting(cond::ABORTED, "CleanUpInProgress", super::release::HELD)
+    } else if let Some(why) = ctx.routes_held {
+        Verdict::waiting(cond::ABORTED, "CleanUpInProgress", why)
     } else {
         Verdict::waiting(
             cond::ABORTED,

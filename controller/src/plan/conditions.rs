@@ -21,6 +21,16 @@ pub const MIGRATION_COMPLETED: &str = "MigrationCompleted";
 pub const APPLIED: &str = "ObjectsApplied";
 /// isthmus: the abort's cleanup state (or why an abort was refused).
 pub const ABORTED: &str = "LiveMigrationAborted";
+/// isthmus: present (`True`) while the controller refuses the spec; the reason and message
+/// name the field and why. Nothing is planned until the spec changes; removed once it is valid.
+pub const SPEC_INVALID: &str = "SpecInvalid";
+/// isthmus: the members' routes admit only listed sources (`False`, reason `OpenToAnySource`:
+/// they admit every address; `True` with reason `NoSourceAllowed`: they admit nobody).
+pub const EXPOSURE_RESTRICTED: &str = "ExposureRestricted";
+/// isthmus: a route this migration needs (the temporary VPN's name, say) is held by an older
+/// migration (`True`); the file then lacks it, so the exposure is not reported served.
+/// Written only once it happened (`False` when resolved).
+pub const ROUTE_CONFLICT: &str = "RouteConflict";
 
 /// A condition before merging with its previous value.
 #[derive(Debug, Clone, PartialEq, Eq)]

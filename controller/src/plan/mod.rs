@@ -2,6 +2,13 @@
 //! no Kubernetes client: every input is plain data, so the kube adapter and a local backend
 //! (hosts file, proxy YAML file, real etcd membership calls) drive the same decisions.
 //!
+//! Layers, bottom up: `names` and `conditions` (spelling, condition bookkeeping), `ctx` (the
+//! context one pass shares and the helpers every part uses), `release` and `abort` (how an
+//! exposure goes, how an abort is carried out), `roles` (what each role wants at each step),
+//! `steps` (assembling the plan, and the one place that dispatches on role and step). Beside
+//! them: `needs` (what to observe first), `validate` (what is refused), `request` (when to ask
+//! a Gardener controller to reconcile).
+//!
 //! The desired state of a step is cumulative (Grow also wants everything Expose and Join
 //! wanted), so planning is idempotent and resumes from any point: after a restart the same
 //! observed objects give the same plan. Observation only gates *order* inside a step (the
@@ -60,10 +67,14 @@
 
 mod abort;
 pub mod conditions;
+mod ctx;
 pub mod names;
+mod needs;
 mod release;
+pub mod request;
 mod roles;
 mod steps;
+pub mod validate;
 
 use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 
@@ -71,7 +82,10 @@ use std::collections::BTreeMap;
 
 pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
+pub use needs::{needs, Needs};
+pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
+pub use validate::{validate, SpecProblem};
 
 /// Annotation that asks a Gardener controller to reconcile.
 pub const OPERATION: &str = "gardener.cloud/operation";
@@ -147,7 +161,9 @@ pub enum EtcdOp {
     MoveLeader {
         /// Target member ID.
         to: u64,
-        /// Its name, for logs.
+        /// The current leader's exposed client URL: etcd accepts the transfer only there.
+        via: String,
+        /// The target's name, for logs.
         name: String,
     },
     /// Remove this member (abort: the learners this migration added).
@@ -208,8 +224,8 @@ pub struct DnsRecordDesired {
     pub object_name: String,
     /// Spec.
     pub spec: DnsRecordSpec,
-    /// Annotations to own: `operation: reconcile` and a fresh timestamp when the spec changes,
-    /// the existing timestamp otherwise (a new one on every pass would reconcile forever).
+    /// Annotations to own: a fresh `gardener.cloud/timestamp` when the spec changes, the
+    /// existing one otherwise. The reconcile request is written after the apply ([`request`]).
     pub annotations: BTreeMap<String, String>,
 }
 
@@ -283,10 +299,12 @@ pub enum EtcdAction {
     Apply {
         /// The fields.
         fields: EtcdFields,
-        /// Annotations to own (`operation: reconcile` + timestamp when the fields change).
+        /// Annotations to own (a new timestamp when the fields change; the reconcile request
+        /// is written after the apply, see [`request`]).
         annotations: BTreeMap<String, String>,
     },
-    /// Give up every field we own (apply an empty intent).
+    /// Give up every field we own (apply an empty intent); etcd-druid rolls the members back
+    /// (the source's abort).
     Release,
     /// Confirm and delete it (abort on the destination only).
     Delete,

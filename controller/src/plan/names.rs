@@ -125,7 +125,8 @@ pub struct MemberRoute {
     pub upstream: String,
     /// `host:port` inside the seed.
     pub endpoint: String,
-    /// Sources this migration allows on the listener (empty: any).
+    /// Sources this route admits: the migration's `allowedSources`; empty means the seed's
+    /// default (`--default-allowed-sources`, none unless set).
     pub allowed_sources: Vec<String>,
 }
 
@@ -162,8 +163,9 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             sni: vpn.dns_name.clone(),
             upstream: format!("{namespace}.vpn"),
             endpoint: vpn.target.clone(),
-            // The shoot's nodes dial the VPN from wherever they are.
-            allowed_sources: Vec::new(),
+            // The shoot's nodes dial the VPN from wherever they are; the tunnel server admits
+            // only its agents' certificates.
+            allowed_sources: vec!["0.0.0.0/0".into(), "::/0".into()],
         });
     }
     out

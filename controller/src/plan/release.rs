@@ -1,22 +1,33 @@
-//! Releasing an exposure in a safe order: the DNS records go at once, the `Etcd` is released
-//! (or rolled back to plain fields) at once, and the proxy routes go only once etcd-druid has
-//! rolled the members onto those fields.
+//! Releasing an exposure in a safe order: the DNS records go first, the proxy routes only once
+//! nothing dials the exposed names any more.
 //!
-//! Why (docs/lab.md, "Traps": a restarted etcd member dials its peers at the URLs they were
-//! added with): until the roll is done the members still advertise, and keep streams open to,
-//! the exposed names; routes removed earlier cut the members off from each other.
+//! What "nothing dials them" means depends on who advertised them:
+//! - members that stay (the destination's at `Complete`, the source's after an abort) advertise
+//!   the exposed names until etcd-druid rolled them onto their in-cluster URLs (docs/lab.md,
+//!   "Traps": a restarted etcd member dials its peers at the URLs they were added with, and
+//!   keeps those streams open); routes removed earlier cut the members off from each other;
+//! - the source members at `Complete` have left the cluster (the destination's `Shrink`), so
+//!   no peer dials them again; there is no roll to wait for (a removed member is never ready
+//!   again), and the source `Etcd` itself is left to gardenlet's cleanup. While etcd still
+//!   lists one of them the whole exposure is kept (an orchestrator that moved on too early).
+//!
+//! Established connections are never cut by a proxy reload, so removing a route only stops
+//! new connections.
 
-use super::roles::covers;
+use super::conditions as cond;
+use super::ctx::{covers, listed, urls};
+use super::names::Member;
 use super::{EtcdFields, EtcdObs, Observed};
-use crate::crd::{EtcdMigrationSpec, Role, Step};
+use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 
 /// The fields the `Etcd` keeps once this seed released its exposure: the destination's
-/// `Complete` owns only `replicas: 3` and its member-name prefix; the source (`Complete`, and
-/// an `Abort`'s `Release`) owns nothing, which [`covers`] reads as "no bootstrap members and
-/// no advertised URLs". `None` when no release is planned (no destination spec: nothing is
-/// applied, so there is nothing to wait for).
-pub(super) fn released_fields(spec: &EtcdMigrationSpec) -> Option<EtcdFields> {
+/// `Complete` owns only `replicas: 3` and its member-name prefix; the source's abort owns
+/// nothing, which [`covers`] reads as "no bootstrap members and no advertised URLs". `None`
+/// when nothing is rolled back (no destination spec: nothing was applied; the source at
+/// `Complete`: its members are gone).
+pub(super) fn released_fields(spec: &EtcdMigrationSpec, step: Step) -> Option<EtcdFields> {
     match (spec.role, &spec.destination) {
+        (Role::Source, _) if step == Step::Complete => None,
         (Role::Source, _) => Some(EtcdFields::default()),
         (Role::Destination, Some(d)) => Some(EtcdFields {
             replicas: Some(3),
@@ -27,24 +38,39 @@ pub(super) fn released_fields(spec: &EtcdMigrationSpec) -> Option<EtcdFields> {
     }
 }
 
-/// Whether the routes of a released exposure must stay: an `Etcd` exists that etcd-druid has
-/// not rolled onto the released fields yet. Asked only once the exposure is no longer wanted
-/// (`Complete`, or an `Abort` past its learner removal). No `Etcd` (the source's members are
-/// gone) or the destination's abort, which deletes its `Etcd`: nothing to roll, routes go.
-pub(super) fn routes_held(spec: &EtcdMigrationSpec, obs: &Observed, step: Step) -> bool {
+/// Why the routes of a released exposure must stay, or `None` once they can go. Asked only
+/// once the exposure is no longer wanted (`Complete`, or an `Abort` past its learner
+/// removal). The destination's abort deletes its `Etcd` with its members: nothing dials its
+/// names, so its routes go with the records.
+/// The source's `Complete` releases only after its members left etcd (the exposure is held
+/// before, `steps`), so nothing but its names is left to wait for.
+pub(super) fn routes_held(
+    spec: &EtcdMigrationSpec,
+    obs: &Observed,
+    step: Step,
+) -> Option<&'static str> {
     if spec.role == Role::Destination && step == Step::Abort {
-        return false;
+        return None;
     }
-    match (&obs.etcd, released_fields(spec)) {
-        (Some(e), Some(fields)) => !rolled(e, &fields),
-        _ => false,
+    if !obs.dns_records.is_empty() {
+        return Some(NAMES_FIRST);
     }
+    match (&obs.etcd, released_fields(spec, step)) {
+        (Some(e), Some(fields)) if !rolled(e, &fields) => Some(ROLLING),
+        _ => None,
+    }
+}
+
+/// etcd (as last read) still lists one of `members`.
+pub(super) fn members_listed(obs: &Observed, members: &[Member]) -> bool {
+    obs.etcd_cluster
+        .as_ref()
+        .is_some_and(|c| !listed(c, &urls(members)).is_empty())
 }
 
 /// etcd-druid rolled the members onto `fields`: it observed the generation that carries them,
 /// took the reconcile request, and (where it reports it) every member runs that spec. Not
-/// `ready`: a source whose members left etcd at `Shrink` is never ready again, yet its roll
-/// ends.
+/// `ready`: a member may be down for reasons of its own, yet the roll has ended.
 fn rolled(e: &EtcdObs, fields: &EtcdFields) -> bool {
     e.synced()
         && e.operation.is_none()
@@ -52,6 +78,19 @@ fn rolled(e: &EtcdObs, fields: &EtcdFields) -> bool {
         && covers(&e.fields, fields)
 }
 
-/// The cleanup condition's message while the routes are held.
-pub(super) const HELD: &str =
+/// Cleanup message: the records are deleted, the provider has not removed them yet.
+pub(super) const NAMES_FIRST: &str =
+    "DNS records deleted; proxy routes kept until the DNS provider removed the names";
+/// Cleanup message: the members still advertise the exposed names.
+pub(super) const ROLLING: &str =
     "DNS records removed; proxy routes kept until etcd-druid rolled the members back to their in-cluster URLs";
+
+/// A previous pass began the source's cleanup (it saw no source member in etcd). From then on
+/// etcd is not asked again: the controller reads it through the exposed client names that the
+/// cleanup deletes, and a removed member never comes back.
+pub fn source_cleanup_started(previous: &EtcdMigrationStatus) -> bool {
+    previous.conditions.iter().any(|c| {
+        c.type_ == cond::SOURCE_CLEANUP
+            && matches!(c.reason.as_str(), "CleanUpInProgress" | "CleanedUp")
+    })
+}

@@ -2,14 +2,15 @@
 //! ready, and the conditions; the `Etcd` and etcd membership side is in `roles`.
 
 use super::conditions::{self as cond, Verdict};
+use super::ctx::{annotations, member_prefix, Ctx, Exposure, Outcome};
 use super::names::{members_named, routes, Member, VPN_RECORD};
 use super::{abort, release, roles};
-use super::{DnsRecordDesired, DnsRecordSpec, Observed, Plan, OPERATION, TIMESTAMP};
+use super::{DnsRecordDesired, DnsRecordSpec, EtcdAction, Observed, Plan};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
-use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Plans one migration. Pure: equal inputs give equal plans.
+/// Plans one migration. Pure: equal inputs give equal plans. The spec must have passed
+/// [`super::validate`]: a refused spec is reported, not planned.
 pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let mut verdicts = Vec::new();
     let members = members_named(spec, &obs.namespace, member_prefix(spec, obs).as_deref());
@@ -18,11 +19,23 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     // An accepted abort keeps the exposure until the members it added have left etcd: the
     // removal goes through the other seed's exposure, and a learner cut off mid-removal is
     // left behind in the member list.
-    let hold = step == Step::Abort && abort::abort_holds_exposure(spec, obs, &members);
+    // The source's `Complete` likewise while etcd still lists one of its members.
+    let hold = match step {
+        Step::Abort => abort::abort_holds_exposure(spec, obs, &members),
+        Step::Complete if spec.role == Role::Source => {
+            !release::source_cleanup_started(&obs.previous)
+                && release::members_listed(obs, &members)
+        }
+        _ => false,
+    };
     let exposing = wanted_exposure || hold;
-    // A released exposure keeps its member routes until etcd-druid rolled the members off the
-    // exposed URLs (`release`): records and `Etcd` go now, routes after the roll.
-    let routes_held = !exposing && release::routes_held(spec, obs, step);
+    // A released exposure keeps its member routes until nothing dials the exposed names
+    // (`release`): records go now, routes after them.
+    let routes_held = if exposing {
+        None
+    } else {
+        release::routes_held(spec, obs, step)
+    };
 
     let wanted = if exposing {
         desired_records(spec, obs, &members, with_vpn)
@@ -36,7 +49,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         .cloned()
         .collect();
     // Not exposing means no VPN (`with_vpn` is false): held routes are the members' only.
-    let my_routes = if exposing || routes_held {
+    let my_routes = if exposing || routes_held.is_some() {
         routes(spec, &obs.namespace, with_vpn)
     } else {
         Vec::new()
@@ -62,7 +75,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
                         .get(VPN_RECORD)
                         .is_some_and(|o| o.spec == w.spec && o.ready())
             });
-    let cleaned = dns_deletions.is_empty() && !exposing && !routes_held && routes_served;
+    let cleaned = dns_deletions.is_empty() && !exposing && routes_held.is_none() && routes_served;
 
     let ctx = Ctx {
         spec,
@@ -72,14 +85,14 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         vpn_ready,
         cleaned,
         routes_held,
+        exposure_held: hold,
     };
-    let out = match spec.role {
-        Role::Source => roles::source(&ctx, step),
-        Role::Destination => roles::destination(&ctx, step),
-    };
+    let out = decide(&ctx, step);
     verdicts.push(out.verdict);
 
+    // Planning at all means the spec was accepted (`validate`).
     let mut conditions = obs.previous.conditions.clone();
+    conditions.retain(|c| c.type_ != cond::SPEC_INVALID);
     for v in &verdicts {
         conditions = cond::merge(&conditions, v, &obs.now);
     }
@@ -97,7 +110,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
             step_ready: out.ready,
             // Listed while routes are held too: the other migrations' passes render our routes
             // into the shared proxy file from it (`wanted_routes`).
-            exposed_members: if exposing || routes_held {
+            exposed_members: if exposing || routes_held.is_some() {
                 members.iter().map(Member::urls).collect()
             } else {
                 Vec::new()
@@ -107,15 +120,20 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     }
 }
 
-/// The etcd member-name prefix of this seed's members: the destination's from its spec, the
-/// source's from its `Etcd` (`spec.memberNamePrefix`, set by Gardener for new `Etcd`s).
-pub(super) fn member_prefix(spec: &EtcdMigrationSpec, obs: &Observed) -> Option<String> {
-    match (&spec.role, &spec.destination) {
-        (Role::Destination, Some(d)) => Some(d.member_name_prefix.clone()),
-        _ => obs
-            .etcd
-            .as_ref()
-            .and_then(|e| e.fields.member_name_prefix.clone()),
+/// What this seed's role wants at `step`: the one place that tells roles and steps apart.
+fn decide(ctx: &Ctx<'_>, step: Step) -> Outcome {
+    use Step::*;
+    match (ctx.spec.role, &ctx.spec.destination, step) {
+        (Role::Destination, None, _) => roles::missing_destination(),
+        (Role::Source, _, Abort) => abort::abort(ctx, EtcdAction::Release),
+        (Role::Source, _, Complete) => roles::source_complete(ctx),
+        (Role::Source, _, Expose | Join | Grow | Shrink) => roles::source_prepared(ctx, step),
+        (Role::Destination, Some(_), Abort) => abort::abort(ctx, EtcdAction::Delete),
+        (Role::Destination, Some(_), Expose) => roles::destination_exposed(ctx),
+        (Role::Destination, Some(d), Join | Grow | Shrink) => {
+            roles::destination_members(ctx, d, step)
+        }
+        (Role::Destination, Some(_), Complete) => roles::destination_complete(ctx),
     }
 }
 
@@ -175,22 +193,6 @@ fn effective_step(
     }
 }
 
-/// Why exposure is not ready yet, or `None` when it is.
-pub(super) type Exposure = Option<(&'static str, String)>;
-
-pub(super) struct Ctx<'a> {
-    pub(super) spec: &'a EtcdMigrationSpec,
-    pub(super) obs: &'a Observed,
-    pub(super) members: &'a [Member],
-    pub(super) exposure: Exposure,
-    /// The temporary VPN's record is ready (or not wanted); it does not gate etcd.
-    pub(super) vpn_ready: bool,
-    /// Records deleted and every proxy serves none of our routes.
-    pub(super) cleaned: bool,
-    /// The exposure is released but its routes stay until etcd-druid rolled the members back.
-    pub(super) routes_held: bool,
-}
-
 fn desired_records(
     spec: &EtcdMigrationSpec,
     obs: &Observed,
@@ -229,7 +231,6 @@ fn desired_records(
             let annotations = annotations(
                 unchanged,
                 existing.and_then(|e| e.timestamp.clone()),
-                existing.is_some_and(|e| e.operation.is_some() && !e.ready()),
                 &obs.now,
             );
             DnsRecordDesired {
@@ -239,31 +240,6 @@ fn desired_records(
             }
         })
         .collect()
-}
-
-/// The annotations we own on a Gardener object: `operation: reconcile` + a new timestamp on
-/// a change. The operation annotation stays ours while the extension has not acted on it
-/// (`pending`): dropping it from our apply would delete it before the extension saw it. Once
-/// the extension removed it (it owns that step), we do not put it back.
-pub(super) fn annotations(
-    unchanged: bool,
-    old: Option<String>,
-    pending: bool,
-    now: &str,
-) -> BTreeMap<String, String> {
-    let mut a = BTreeMap::new();
-    if unchanged {
-        if let Some(ts) = old {
-            a.insert(TIMESTAMP.to_string(), ts);
-        }
-        if pending {
-            a.insert(OPERATION.to_string(), "reconcile".to_string());
-        }
-    } else {
-        a.insert(OPERATION.to_string(), "reconcile".to_string());
-        a.insert(TIMESTAMP.to_string(), now.to_string());
-    }
-    a
 }
 
 fn exposure_state(

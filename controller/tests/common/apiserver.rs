@@ -99,7 +99,7 @@ pub async fn serve(mut handle: Handle, script: Vec<Exchange>, seen: Arc<Mutex<Se
         } else {
             serde_json::from_slice(&bytes).unwrap()
         };
-        if let Some(text) = body.pointer("/data/proxy.yaml").and_then(Value::as_str) {
+        if let Some(text) = body.pointer("/data/proxy.json").and_then(Value::as_str) {
             seen.lock().unwrap().proxy_text = Some(text.to_string());
         }
         if let Some(check) = &e.check {

@@ -1,23 +1,38 @@
-//! `EtcdDruidStandIn`: what etcd-druid does with an `Etcd`, acting only through the seed's API
-//! and the real etcd of `etcd.rs` (etcd-druid itself needs kubelets and StatefulSets). Per
-//! tick: it takes the `gardener.cloud/operation` annotation away; on the destination it adds
-//! each missing member below `replicas` as a learner and starts it, promotes it (unless told
-//! to hold), stops the members at `replicas: 0`, and once the bootstrap members were cleared
-//! removes the source members (etcd-druid's proposed removal, DEP #1355); then it writes the
-//! status as etcd-druid does (`observedGeneration`, `ready`, `readyReplicas`, `members`,
-//! `AllMembersUpdated`, and `bootstrapWithExistingCluster` once, when the join is done).
+//! `DruidStandIn`: what etcd-druid does with an `Etcd` as Gardener deploys it
+//! (`controllers.etcd.enableEtcdSpecAutoReconcile: false`), acting only through the seed's API
+//! and the real etcd of `etcd.rs` (etcd-druid itself needs kubelets and StatefulSets):
+//!
+//! - it acts on an `Etcd`'s spec only when it is created or carries
+//!   `gardener.cloud/operation: reconcile`, and then on the spec of that generation; a spec
+//!   changed without the annotation is not acted on (its generation stays unobserved);
+//! - once a generation is reconciled it writes `status.observedGeneration` and *then* removes
+//!   the annotation, in two requests, as etcd-druid's `completeReconcile` does;
+//! - a reconcile request for a generation it already reconciled is recorded as a violation
+//!   (the annotation put back after its removal);
+//! - on the destination it adds each missing member below `replicas` as a learner and starts
+//!   it, promotes it (unless told to hold), stops the members at `replicas: 0`, and once the
+//!   bootstrap members were cleared removes the source members (etcd-druid's proposed removal,
+//!   DEP #1355) one at a time, [`REMOVAL_INTERVAL`] apart (a removed member's pod takes time to
+//!   go);
+//! - every tick it writes the health status etcd-druid's status flow writes (`ready`,
+//!   `readyReplicas`, `members`, `AllMembersUpdated`, and `bootstrapWithExistingCluster` once,
+//!   when the join is done).
 
 use super::etcd::TestEtcd;
 use isthmus_controller::gardener::etcd_resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
 use serde_json::{json, Value};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 const NOW: &str = "2026-01-01T00:00:00Z";
+const OPERATION: &str = "gardener.cloud/operation";
+/// How long the removal of one source member takes (its pod terminating).
+pub const REMOVAL_INTERVAL: Duration = Duration::from_millis(1500);
 
 /// Which side's `Etcd` this stand-in serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +43,10 @@ pub enum Side {
 
 pub struct DruidStandIn {
     pub promote: Arc<AtomicBool>,
+    /// Contract violations seen (a request for a generation already reconciled).
+    pub violations: Arc<Mutex<Vec<String>>>,
+    /// Generations reconciled, in order.
+    pub reconciled: Arc<Mutex<Vec<i64>>>,
     task: JoinHandle<()>,
 }
 
@@ -35,6 +54,23 @@ impl Drop for DruidStandIn {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// What the stand-in remembers between ticks (etcd-druid's own state lives in the API).
+struct State {
+    side: Side,
+    sources: Vec<String>,
+    /// The generation being reconciled and its spec.
+    target: Option<(i64, Value)>,
+    /// The last generation reconciled.
+    observed: Option<i64>,
+    /// The spec last acted on: the pods run it (a spec changed without a request does not
+    /// reach them).
+    acted: Option<Value>,
+    done: BTreeSet<i64>,
+    last_removal: Option<Instant>,
+    violations: Arc<Mutex<Vec<String>>>,
+    reconciled: Arc<Mutex<Vec<i64>>>,
 }
 
 impl DruidStandIn {
@@ -46,17 +82,36 @@ impl DruidStandIn {
         sources: Vec<String>,
     ) -> Self {
         let promote = Arc::new(AtomicBool::new(true));
+        let violations = Arc::new(Mutex::new(Vec::new()));
+        let reconciled = Arc::new(Mutex::new(Vec::new()));
         let p = promote.clone();
+        let mut state = State {
+            side,
+            sources,
+            target: None,
+            observed: None,
+            acted: None,
+            done: BTreeSet::new(),
+            last_removal: None,
+            violations: violations.clone(),
+            reconciled: reconciled.clone(),
+        };
         let api: Api<DynamicObject> = Api::namespaced_with(admin, namespace, &etcd_resource());
         let task = tokio::spawn(async move {
             loop {
-                if let Err(e) = tick(&api, side, &etcd, &sources, p.load(Ordering::SeqCst)).await {
+                let promote = p.load(Ordering::SeqCst);
+                if let Err(e) = tick(&api, &mut state, &etcd, promote).await {
                     eprintln!("druid stand-in: {e}");
                 }
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
         });
-        Self { promote, task }
+        Self {
+            promote,
+            violations,
+            reconciled,
+            task,
+        }
     }
 }
 
@@ -66,78 +121,154 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 async fn tick(
     api: &Api<DynamicObject>,
-    side: Side,
+    st: &mut State,
     etcd: &Mutex<TestEtcd>,
-    sources: &[String],
     promote: bool,
 ) -> Result<(), kube::Error> {
     let Some(e) = api.get_opt("etcd-main").await? else {
-        if side == Side::Destination {
-            blocking(|| {
-                let mut c = etcd.lock().unwrap();
-                for n in c.running() {
-                    if !sources.contains(&n) {
-                        c.stop(&n);
-                    }
-                }
-            });
+        if st.side == Side::Destination {
+            blocking(|| stop_own(&mut etcd.lock().unwrap(), &st.sources));
         }
+        *st = State {
+            target: None,
+            observed: None,
+            acted: None,
+            done: BTreeSet::new(),
+            last_removal: None,
+            sources: std::mem::take(&mut st.sources),
+            violations: st.violations.clone(),
+            reconciled: st.reconciled.clone(),
+            side: st.side,
+        };
         return Ok(());
     };
     let v = serde_json::to_value(&e).unwrap_or_default();
-    if v["metadata"]["annotations"]["gardener.cloud/operation"].is_string() {
-        let drop_op = json!({"metadata": {"annotations": {"gardener.cloud/operation": null}}});
+    let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
+    let requested = v["metadata"]["annotations"][OPERATION].is_string();
+    let created = v["status"]["observedGeneration"].is_null() && st.observed.is_none();
+    if (requested || created) && st.target.as_ref().map(|t| t.0) != Some(generation) {
+        if st.done.contains(&generation) {
+            st.violations.lock().unwrap().push(format!(
+                "{:?}: reconcile requested again for generation {generation}, already reconciled",
+                st.side
+            ));
+        }
+        st.target = Some((generation, v["spec"].clone()));
+        st.acted = Some(v["spec"].clone());
+    }
+    let busy = match st.target.clone() {
+        Some((_, spec)) => act(st, etcd, &spec, promote),
+        None => false,
+    };
+    let finished = match (&st.target, busy) {
+        (Some((g, _)), false) => Some(*g),
+        _ => None,
+    };
+    if let Some(g) = finished {
+        st.observed = Some(g);
+        st.done.insert(g);
+        st.reconciled.lock().unwrap().push(g);
+        st.target = None;
+    }
+    // The spec of the generation last acted on gives the health status.
+    write_status(api, st, etcd, &v).await?;
+    if finished.is_some() && requested {
+        let drop_op = json!({"metadata": {"annotations": {OPERATION: null}}});
         api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(drop_op))
             .await?;
     }
-    let replicas = v["spec"]["replicas"].as_i64().unwrap_or(0);
-    let prefix = v["spec"]["memberNamePrefix"].as_str().map(String::from);
-    let bootstrap = v["spec"]["etcd"]["bootstrapWithExistingCluster"].clone();
-    let joined_before = v["status"]["bootstrapWithExistingCluster"].is_object();
-    let own: Vec<String> = (0..replicas)
-        .map(|i| match &prefix {
+    Ok(())
+}
+
+/// Stops every running member that is not a source member.
+fn stop_own(c: &mut TestEtcd, sources: &[String]) {
+    for n in c.running() {
+        if !sources.contains(&n) {
+            c.stop(&n);
+        }
+    }
+}
+
+fn own_names(spec: &Value) -> Vec<String> {
+    let replicas = spec["replicas"].as_i64().unwrap_or(0);
+    let prefix = spec["memberNamePrefix"].as_str();
+    (0..replicas)
+        .map(|i| match prefix {
             Some(p) => format!("{p}-etcd-main-{i}"),
             None => format!("etcd-main-{i}"),
         })
-        .collect();
+        .collect()
+}
 
-    let Some((voters, names)) = blocking(|| {
+/// One membership step towards `spec`; whether there is more to do for it.
+fn act(st: &mut State, etcd: &Mutex<TestEtcd>, spec: &Value, promote: bool) -> bool {
+    if st.side == Side::Source {
+        return false;
+    }
+    let own = own_names(spec);
+    let bootstrap_cleared = spec["etcd"]["bootstrapWithExistingCluster"].is_null();
+    let sources = st.sources.clone();
+    let removal_due = st
+        .last_removal
+        .is_none_or(|t| t.elapsed() >= REMOVAL_INTERVAL);
+    let (busy, removed) = blocking(|| {
         let mut c = etcd.lock().unwrap();
-        if side == Side::Destination {
-            if replicas == 0 {
-                for n in c.running() {
-                    if !sources.contains(&n) {
-                        c.stop(&n);
-                    }
+        if own.is_empty() {
+            stop_own(&mut c, &sources);
+            return (false, false);
+        }
+        // No list, no membership decision this tick.
+        let Some(now) = c.try_members() else {
+            return (true, false);
+        };
+        for name in &own {
+            let listed = now
+                .iter()
+                .find(|m| &m.1 == name || m.2.contains(&c.def(name).peer_url()));
+            match listed {
+                None => {
+                    c.add_learner(name);
+                    return (true, false);
                 }
-            }
-            // No list, no membership decision this tick.
-            let now = c.try_members()?;
-            for name in &own {
-                let listed = now
-                    .iter()
-                    .find(|m| &m.1 == name || m.2.contains(&c.def(name).peer_url()));
-                match listed {
-                    None => {
-                        c.add_learner(name);
-                        break;
-                    }
-                    Some(m) if m.3 && promote && c.running().contains(name) => {
-                        c.promote(name);
-                        break;
-                    }
-                    // etcd 3.4 admits one learner at a time.
-                    Some(m) if m.3 => break,
-                    _ => {}
+                Some(m) if m.3 && promote && c.running().contains(name) => {
+                    c.promote(name);
+                    return (true, false);
                 }
-            }
-            if bootstrap.is_null() && joined_before {
-                let listed = c.members();
-                if let Some(s) = sources.iter().find(|s| listed.iter().any(|m| &m.1 == *s)) {
-                    c.remove(s);
-                }
+                // etcd 3.4 admits one learner at a time; a held promotion waits here.
+                Some(m) if m.3 => return (true, false),
+                _ => {}
             }
         }
+        if bootstrap_cleared {
+            if let Some(s) = sources.iter().find(|s| now.iter().any(|m| &m.1 == *s)) {
+                if !removal_due {
+                    return (true, false);
+                }
+                c.remove(s);
+                return (true, true);
+            }
+        }
+        (false, false)
+    });
+    if removed {
+        st.last_removal = Some(Instant::now());
+    }
+    busy
+}
+
+async fn write_status(
+    api: &Api<DynamicObject>,
+    st: &State,
+    etcd: &Mutex<TestEtcd>,
+    v: &Value,
+) -> Result<(), kube::Error> {
+    let spec = st.acted.as_ref().unwrap_or(&v["spec"]);
+    let replicas = spec["replicas"].as_i64().unwrap_or(0);
+    let own = own_names(spec);
+    let bootstrap = spec["etcd"]["bootstrapWithExistingCluster"].clone();
+    let joined_before = v["status"]["bootstrapWithExistingCluster"].is_object();
+    let (voters, names) = blocking(|| {
+        let c = etcd.lock().unwrap();
         let listed = c.members();
         let running = c.running();
         let voters = own
@@ -149,13 +280,9 @@ async fn tick(
             .map(|m| m.1)
             .filter(|n| !n.is_empty())
             .collect();
-        Some((voters as i64, names))
-    }) else {
-        return Ok(());
-    };
-
+        (voters as i64, names)
+    });
     let mut status = json!({
-        "observedGeneration": v["metadata"]["generation"],
         "ready": voters >= replicas,
         "readyReplicas": voters,
         "replicas": replicas,
@@ -166,6 +293,9 @@ async fn tick(
             "name": n, "status": "Ready", "reason": "LeaseSucceeded", "lastTransitionTime": NOW,
         })).collect::<Vec<Value>>(),
     });
+    if let Some(g) = st.observed {
+        status["observedGeneration"] = json!(g);
+    }
     if joined_before {
         status["bootstrapWithExistingCluster"] =
             v["status"]["bootstrapWithExistingCluster"].clone();

@@ -13,9 +13,10 @@ use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls, ObjectRef,
     PortScheme, Role, Step, VpnSpec,
 };
+use isthmus_controller::plan::request::{dnsrecord_needs_request, etcd_needs_request};
 use isthmus_controller::plan::{
     self, DnsRecordObs, EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdObs, EtcdOp, Observed,
-    Plan, OPERATION, TIMESTAMP,
+    Plan, TIMESTAMP,
 };
 
 pub const NS: &str = "shoot--foo--bar";
@@ -112,6 +113,24 @@ pub fn source_cluster() -> EtcdCluster {
     }
 }
 
+/// etcd's view once the destination's Shrink removed the source members: 3 destination
+/// voters, one of them leads.
+pub fn destination_cluster() -> EtcdCluster {
+    let spec = spec(Role::Destination, Step::Shrink);
+    EtcdCluster {
+        members: plan::members(&spec, NS)
+            .into_iter()
+            .map(|m| EtcdMember {
+                id: 200 + u64::from(m.index),
+                name: m.member.clone(),
+                peer_urls: vec![m.peer_url()],
+                is_learner: false,
+            })
+            .collect(),
+        leader: Some(200),
+    }
+}
+
 /// A running 3-member source Etcd that gardenlet owns (replicas 3, none of our fields).
 pub fn source_etcd() -> EtcdObs {
     EtcdObs {
@@ -159,7 +178,7 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
         let prev = obs.dns_records.get(&d.object_name).cloned();
         let changed = prev.as_ref().map(|p| p.spec != d.spec).unwrap_or(true);
         let generation = prev.as_ref().map(|p| p.generation).unwrap_or(0) + i64::from(changed);
-        let mut rec = prev.unwrap_or(DnsRecordObs {
+        let mut rec = prev.clone().unwrap_or(DnsRecordObs {
             spec: d.spec.clone(),
             timestamp: None,
             operation: None,
@@ -170,7 +189,10 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
         rec.spec = d.spec.clone();
         rec.generation = generation;
         rec.timestamp = d.annotations.get(TIMESTAMP).cloned();
-        rec.operation = d.annotations.get(OPERATION).cloned();
+        // The adapter's reconcile request after the apply.
+        if dnsrecord_needs_request(prev.as_ref(), &rec) {
+            rec.operation = Some("reconcile".into());
+        }
         if b.dns {
             rec.operation = None;
             rec.observed_generation = Some(generation);
@@ -194,6 +216,8 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                     replicas: keep_replicas,
                     ..EtcdFields::default()
                 };
+                e.timestamp = None;
+                request(e);
             }
         }
         EtcdAction::Apply {
@@ -210,7 +234,7 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                 e.fields = merged;
             }
             e.timestamp = annotations.get(TIMESTAMP).cloned();
-            e.operation = annotations.get(OPERATION).cloned();
+            request(e);
         }
     }
     // The controller's own etcd operations.
@@ -227,10 +251,21 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
     }
 }
 
-/// etcd-druid (and etcd) acting on the `Etcd`: the destination's members join as learners and
-/// are promoted; clearing the bootstrap members removes the source members.
+/// The adapter's reconcile request after writing the `Etcd`.
+fn request(e: &mut EtcdObs) {
+    if etcd_needs_request(e) {
+        e.operation = Some("reconcile".into());
+    }
+}
+
+/// etcd-druid (and etcd) acting on the `Etcd` as Gardener deploys it: only on a reconcile
+/// request. The destination's members join as learners and are promoted; clearing the
+/// bootstrap members removes the source members.
 pub fn druid(obs: &mut Observed, role: Role) {
     let Some(e) = &mut obs.etcd else { return };
+    if e.operation.is_none() {
+        return;
+    }
     e.observed_generation = Some(e.generation);
     e.operation = None;
     e.ready = Some(true);

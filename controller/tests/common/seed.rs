@@ -1,6 +1,7 @@
 //! One seed for the end-to-end controller tests: a real kube-apiserver with the pinned
 //! upstream CRDs and `deploy/`'s manifests, the `isthmus` controller running as its
-//! ServiceAccount (so a verb `deploy/` does not grant fails the test), and small stand-ins for
+//! ServiceAccount with the grant gardenlet gives it in the shoot namespace ([`Seed::grant`]:
+//! a verb neither grants fails the test), and small stand-ins for
 //! the controllers that cannot run here without kubelets, each acting only through the API:
 //!
 //! - `DnsProviderStandIn`: a DNS extension: acknowledges every `DNSRecord` generation
@@ -73,7 +74,7 @@ impl HashFetcher for KubeletAndProxyStandIn {
             let text = cm
                 .data
                 .and_then(|d| d.get(CONFIG_KEY).cloned())
-                .ok_or_else(|| ProbeError::Body(addr, "no proxy.yaml".into()))?;
+                .ok_or_else(|| ProbeError::Body(addr, "no proxy.json".into()))?;
             isthmus_config::parse_proxy(CONFIG_KEY, &text)
                 .map_err(|e| ProbeError::Body(addr, e.to_string()))?;
             Ok(isthmus_config::hash_bytes(text.as_bytes()))
@@ -168,6 +169,17 @@ impl Seed {
         }))
         .unwrap();
         secrets.create(&PostParams::default(), &s).await.unwrap();
+    }
+
+    /// What gardenlet does with the `EtcdMigration`: grants the controller access in the
+    /// migration's namespace (`isthmus_controller::access`, `deploy/examples/access-*.yaml`).
+    pub async fn grant(&self, spec: &isthmus_controller::crd::EtcdMigrationSpec, namespace: &str) {
+        let subject = isthmus_controller::access::Subject::default();
+        for doc in isthmus_controller::access::grant(spec, namespace, &subject) {
+            self.api
+                .apply_yaml_str(&serde_json::to_string(&doc).unwrap())
+                .await;
+        }
     }
 
     /// Starts the DNS provider stand-in.

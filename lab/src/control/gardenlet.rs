@@ -1,6 +1,7 @@
 //! The gardenlet stand-in: what Gardener's gardenlet does to the `EtcdMigration` objects of a
 //! live migration, through the seeds' APIs only. It creates the source's `Etcd` (gardenlet owns
-//! it before any migration) and both `EtcdMigration`s, advances `spec.step`, copies the
+//! it before any migration), both `EtcdMigration`s with the controller's access grant in the
+//! shoot namespace (`isthmus_controller::access`), advances `spec.step`, copies the
 //! source's `status.exposedMembers` into the destination's `spec.destination.sourceMembers`, and
 //! waits for `status.stepReady` of the generation it set, running the other stand-ins
 //! (`standins.rs`) while it waits.
@@ -74,6 +75,15 @@ impl Lab {
         c.seeds[idx(Side::Source)].api.apply(&etcd).await?;
         for side in [Side::Source, Side::Destination] {
             let s = spec(side, Step::Expose);
+            // With the migration, gardenlet grants the controller access in the shoot's
+            // namespace: its writes there and the etcd client Secret (deploy/examples/).
+            let subject = isthmus_controller::access::Subject {
+                namespace: super::SYSTEM.into(),
+                name: "isthmus-controller".into(),
+            };
+            for doc in isthmus_controller::access::grant(&s, NAMESPACE, &subject) {
+                c.seeds[idx(side)].api.apply(&doc).await?;
+            }
             let obj = json!({
                 "apiVersion": "isthmus.dev/v1alpha1", "kind": "EtcdMigration",
                 "metadata": {"name": MIGRATION, "namespace": NAMESPACE},

@@ -6,13 +6,15 @@
 //! act on them, each only through the API:
 //!
 //! - kubelet (`kubelet.rs`): the route ConfigMap → the proxy's volume (`..data` swap);
-//! - etcd-druid and the DNS provider (`standins.rs`): `Etcd` → etcd members, `DNSRecord` →
-//!   the seeds' hosts files, each writing the status its real counterpart writes;
+//! - etcd-druid (`druid.rs`) and the DNS provider (`standins.rs`): `Etcd` → etcd members,
+//!   `DNSRecord` → the seeds' hosts files, each writing the status its real counterpart
+//!   writes (etcd-druid acting only on a reconcile request, as Gardener deploys it);
 //! - gardenlet (`gardenlet.rs`): creates both `EtcdMigration`s, advances their steps, copies
 //!   `exposedMembers` across.
 
 pub mod apiserver;
 pub mod controller;
+pub mod druid;
 pub mod gardenlet;
 pub mod kubelet;
 pub mod standins;
@@ -71,6 +73,25 @@ pub struct ControlPlane {
     pub leases: Vec<crate::report::Event>,
     /// The Lease holder last seen per seed.
     holders: [Option<String>; 2],
+    /// The etcd-druid stand-in's memory per seed.
+    pub druid: [DruidState; 2],
+    /// Breaches of the etcd-druid contract the stand-in saw (the report's violations).
+    pub druid_violations: Vec<String>,
+}
+
+/// What the etcd-druid stand-in (`druid.rs`) remembers of one seed's `Etcd` between passes (etcd-druid keeps it in
+/// its work queue and the object's status).
+#[derive(Debug, Default)]
+pub struct DruidState {
+    /// The generation being reconciled and its fields.
+    target: Option<(i64, isthmus_controller::plan::EtcdFields)>,
+    /// The fields last acted on: what the members run.
+    acted: Option<isthmus_controller::plan::EtcdFields>,
+    /// The last generation reconciled.
+    observed: Option<i64>,
+    /// Every generation reconciled.
+    done: std::collections::BTreeSet<i64>,
+    last_removal: Option<std::time::Instant>,
 }
 
 impl ControlPlane {
@@ -112,6 +133,8 @@ impl ControlPlane {
             refused: Vec::new(),
             leases: Vec::new(),
             holders: Default::default(),
+            druid: Default::default(),
+            druid_violations: Vec::new(),
         })
     }
 

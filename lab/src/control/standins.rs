@@ -5,11 +5,9 @@
 //! - the DNS provider: every `DNSRecord` of both seeds → both seeds' hosts files (the lab's DNS,
 //!   split horizon as in `backend.rs`), then `status.observedGeneration` and
 //!   `lastOperation: Succeeded`, and the `gardener.cloud/operation` annotation taken away;
-//! - etcd-druid: the `Etcd` → membership operations and rolling updates (`druid.rs`,
-//!   `rolling.rs`: the same code the planner-driven runs use), then the status etcd-druid
-//!   writes: `observedGeneration` once the generation is rolled out, `ready`,
-//!   `readyReplicas`, `members`, `AllMembersUpdated`, and `bootstrapWithExistingCluster`
-//!   once, when the destination's members have joined.
+//! - etcd-druid (`druid.rs`): the `Etcd`, on a reconcile request only → membership
+//!   operations and rolling updates (`crate::druid`, `crate::rolling`: the same code the
+//!   planner-driven runs use), then the status etcd-druid writes.
 //!
 //! Every change a stand-in sees is recorded (the report's list of what the controllers wrote),
 //! and so is every condition change of both migrations (the condition timeline).
@@ -17,18 +15,15 @@
 use super::{ControlPlane, ROUTES, SYSTEM};
 use crate::backend::idx;
 use crate::error::{Error, Result};
-use crate::etcd::{self, MemberRef, Side};
+use crate::etcd::Side;
 use crate::lab::Lab;
 use crate::report::Event;
 use crate::specs::{self, NAMESPACE};
-use crate::topology;
 use isthmus_controller::crd::EtcdMigration;
-use isthmus_controller::gardener::{
-    dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource,
-};
+use isthmus_controller::gardener::{dnsrecord_observe, dnsrecord_resource, etcd_resource};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use serde_json::{json, Value};
+use serde_json::json;
 
 const SIDES: [Side; 2] = [Side::Source, Side::Destination];
 
@@ -70,7 +65,7 @@ impl Lab {
         }
         self.dns_provider().await?;
         for side in SIDES {
-            self.druid(side).await?;
+            self.druid_tick(side).await?;
         }
         for side in SIDES {
             self.conditions(side).await?;
@@ -156,173 +151,32 @@ impl Lab {
         Ok(())
     }
 
-    async fn druid(&mut self, side: Side) -> Result<()> {
+    /// One pass of the etcd-druid stand-in (`druid.rs`) over `side`, recorded.
+    async fn druid_tick(&mut self, side: Side) -> Result<()> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.admin(side)?, NAMESPACE, &etcd_resource());
-        let Some(obj) = api
-            .get_opt(specs::ETCD)
-            .await
-            .map_err(|e| kube("reading the Etcd", e))?
+        let Some(mut state) = self
+            .control
+            .as_mut()
+            .map(|c| std::mem::take(&mut c.druid[idx(side)]))
         else {
-            if side == Side::Destination && self.migrations[idx(side)].obs.etcd.take().is_some() {
-                self.forget_unlisted(side).await?;
-                self.members.retain(|m| m.r.side != side);
-                self.cluster.retain(|m| m.side != side);
-                self.promoted.retain(|m| m.side != side);
-                self.written(side, "Etcd deleted".into());
-            }
             return Ok(());
         };
-        let v = serde_json::to_value(&obj).map_err(|e| Error::State(e.to_string()))?;
-        let spec = &self.migrations[idx(side)].spec;
-        let mut e = etcd_observe(&v, spec.druid_api);
-        let previous = self.migrations[idx(side)].obs.etcd.clone();
-        if previous.as_ref().map(|p| p.generation) != Some(e.generation) {
-            let f = &e.fields;
-            self.written(
-                side,
-                format!(
-                    "Etcd generation {}: replicas {:?}, {} bootstrap members, {} advertised URLs",
-                    e.generation,
-                    f.replicas,
-                    f.bootstrap_members.len(),
-                    f.advertise.len()
-                ),
-            );
+        let pass = self.druid(side, &api, &mut state).await;
+        if let Some(c) = self.control.as_mut() {
+            c.druid[idx(side)] = state;
         }
-        if e.operation.is_some() {
-            let drop_op = json!({"metadata": {"annotations": {"gardener.cloud/operation": null}}});
-            api.patch(specs::ETCD, &PatchParams::default(), &Patch::Merge(drop_op))
-                .await
-                .map_err(|e| kube("Etcd annotation", e))?;
+        let pass = pass?;
+        for w in pass.written {
+            self.written(side, w);
         }
-        let tag = format!("etcd-druid stand-in ({})", specs::seed_name(side));
-        let fields = e.fields.clone();
-        let busy = match side {
-            Side::Source => {
-                let wanted = self.wanted_urls(side, &fields)?;
-                self.roll(side, &wanted, &tag).await?;
-                false
+        for v in pass.violations {
+            self.event(format!("violation: {v}"));
+            if let Some(c) = self.control.as_mut() {
+                c.druid_violations.push(v);
             }
-            Side::Destination => {
-                self.forget_unlisted(side).await?;
-                let joined = previous.as_ref().and_then(|p| p.joined_at.clone());
-                if fields.replicas.unwrap_or(0) == 0 {
-                    false
-                } else if fields.bootstrap_members.is_empty()
-                    && joined.is_some()
-                    && self.remove_sources(&tag).await?
-                {
-                    // etcd-druid removes the source members once the bootstrap members are
-                    // cleared (its proposed removal, DEP #1355), one per pass.
-                    true
-                } else {
-                    self.druid_destination(&fields, &tag).await?
-                }
-            }
-        };
-        let (names, ready) = self.etcd_status(side).await?;
-        let own: Vec<String> = names
-            .into_iter()
-            .filter(|n| {
-                self.cluster
-                    .iter()
-                    .any(|m| m.side == side && &m.name() == n)
-            })
-            .collect();
-        let replicas = i64::from(fields.replicas.unwrap_or(0));
-        let joined_at = previous
-            .as_ref()
-            .and_then(|p| p.joined_at.clone())
-            .or_else(|| {
-                (side == Side::Destination
-                    && !fields.bootstrap_members.is_empty()
-                    && replicas >= 2
-                    && i64::from(ready) >= replicas)
-                    .then(now)
-            });
-        let observed = if busy {
-            previous.as_ref().and_then(|p| p.observed_generation)
-        } else {
-            Some(e.generation)
-        };
-        let mut status = json!({
-            "ready": !busy && i64::from(ready) >= replicas,
-            "readyReplicas": ready,
-            "replicas": replicas,
-            "currentReplicas": ready,
-            "conditions": [{"type": "AllMembersUpdated",
-                "status": if busy { "False" } else { "True" },
-                "reason": if busy { "UpdateInProgress" } else { "AllMembersUpdated" },
-                "message": "etcd-druid stand-in", "lastTransitionTime": now(), "lastUpdateTime": now()}],
-            "members": own.iter().map(|n| json!({
-                "name": n, "status": "Ready", "reason": "LeaseSucceeded", "lastTransitionTime": now(),
-            })).collect::<Vec<Value>>(),
-        });
-        if let Some(o) = observed {
-            status["observedGeneration"] = json!(o);
-        }
-        if let Some(j) = &joined_at {
-            let members = v
-                .pointer("/spec/etcd/bootstrapWithExistingCluster/members")
-                .cloned();
-            status["bootstrapWithExistingCluster"] =
-                json!({"joinedAt": j, "members": members.unwrap_or(json!([]))});
-        }
-        let body = json!({"apiVersion": "druid.gardener.cloud/v1alpha1", "kind": "Etcd", "status": status});
-        api.patch_status(
-            specs::ETCD,
-            &PatchParams::apply("etcd-druid").force(),
-            &Patch::Apply(body),
-        )
-        .await
-        .map_err(|e| kube("Etcd status", e))?;
-        e.observed_generation = observed;
-        e.joined_at = joined_at;
-        self.migrations[idx(side)].obs.etcd = Some(e);
-        Ok(())
-    }
-
-    /// Forgets `side`'s members that etcd no longer lists (the controller removes the learners
-    /// of an aborted join itself, through etcd's API), stopping their processes.
-    async fn forget_unlisted(&mut self, side: Side) -> Result<()> {
-        let Ok(mut c) = etcd::connect(&self.urls(&self.voters())).await else {
-            return Ok(());
-        };
-        let Ok(listed) = etcd::list(&mut c).await else {
-            return Ok(());
-        };
-        let gone: Vec<MemberRef> = self
-            .cluster
-            .iter()
-            .copied()
-            .filter(|m| m.side == side && !listed.iter().any(|l| m.listed_as(l)))
-            .collect();
-        for m in gone {
-            self.cluster.retain(|x| *x != m);
-            self.promoted.retain(|x| *x != m);
-            self.members.retain(|x| x.r != m);
-            self.advertised.remove(&m);
-            self.event(format!(
-                "etcd-druid stand-in: {} left etcd, its pod stopped",
-                m.name()
-            ));
         }
         Ok(())
-    }
-
-    /// Removes the next source member still in the cluster; whether one was removed.
-    async fn remove_sources(&mut self, tag: &str) -> Result<bool> {
-        let leaving: Vec<String> = topology::source().iter().map(MemberRef::name).collect();
-        let next = self
-            .cluster
-            .iter()
-            .find(|m| m.side == Side::Source)
-            .map(MemberRef::name);
-        match next {
-            Some(name) => self.remove_planned(&name, &leaving, tag).await,
-            None => Ok(false),
-        }
     }
 
     /// Records every condition of `side`'s migration whose status or reason changed.

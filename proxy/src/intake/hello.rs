@@ -22,6 +22,9 @@ pub enum Reject {
     TooManyConnections,
     /// The source is not in the listener's `allowed_sources`.
     SourceNotAllowed,
+    /// The route found admits no such source (its `allowed_sources`, or
+    /// `routes_without_allowed_sources: deny`); answered as an unknown name would be.
+    RouteSourceNotAllowed,
     /// A PROXY header from a peer outside `trusted_proxies` (or none possible: `require`).
     UntrustedProxy,
     /// The source has `max_connections_per_source` connections open on the listener.
@@ -44,6 +47,7 @@ impl Reject {
             Reject::ProxyProtocol => "proxy_protocol",
             Reject::TooManyConnections => "too_many_connections",
             Reject::SourceNotAllowed => "source_not_allowed",
+            Reject::RouteSourceNotAllowed => "route_source_not_allowed",
             Reject::UntrustedProxy => "untrusted_proxy",
             Reject::TooManyConnectionsPerSource => "too_many_connections_per_source",
             Reject::Evicted => "evicted",
@@ -55,7 +59,10 @@ impl Reject {
         const DECODE_ERROR: u8 = 50;
         const UNRECOGNIZED_NAME: u8 = 112;
         match self {
-            Reject::NoSni | Reject::UnknownSni => Some(UNRECOGNIZED_NAME),
+            // A refused source learns no more than for a name that is not routed.
+            Reject::NoSni | Reject::UnknownSni | Reject::RouteSourceNotAllowed => {
+                Some(UNRECOGNIZED_NAME)
+            }
             Reject::Malformed(_) | Reject::TooLarge => Some(DECODE_ERROR),
             Reject::NotTls
             | Reject::Timeout

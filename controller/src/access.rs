@@ -1,0 +1,123 @@
+//! What the orchestrator grants the controller in one shoot namespace, for one migration: a
+//! `Role` and `RoleBinding` (both named [`GRANT`]) that gardenlet creates with the
+//! `EtcdMigration` and deletes once the migration object is gone (its finalizer needs them).
+//! `deploy/controller.yaml` grants nothing that touches a shoot namespace's objects beyond
+//! reading `EtcdMigration`s, `DNSRecord`s and `Etcd`s for the watches; every write, and the
+//! one Secret read, is granted here, in the migration's namespace, and by name wherever
+//! Kubernetes allows it. It must never grant more than the controller uses: a verb missing
+//! here fails the controller's tests, which run it as `deploy/`'s ServiceAccount with this
+//! grant.
+//!
+//! Why a grant per namespace rather than credentials handed over per migration: the etcd
+//! client certificate stays where Gardener keeps and rotates it (one copy, in the shoot's
+//! namespace), and the controller can read it only while a migration of that shoot runs. A
+//! copy handed to the controller would be one more Secret to rotate and clean up.
+
+use crate::crd::{EtcdMigrationSpec, Role};
+use crate::plan::{members, VPN_RECORD};
+use serde_json::{json, Value};
+
+/// Name of the `Role` and `RoleBinding` in the shoot namespace.
+pub const GRANT: &str = "isthmus-controller";
+
+/// The controller's ServiceAccount (`deploy/controller.yaml`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl Default for Subject {
+    fn default() -> Self {
+        Self {
+            namespace: "isthmus-system".into(),
+            name: "isthmus-controller".into(),
+        }
+    }
+}
+
+/// The `Role` and the `RoleBinding` that let `subject` carry out `spec` in `namespace`.
+pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [Value; 2] {
+    let mut records: Vec<String> = members(spec, namespace)
+        .into_iter()
+        .filter_map(|m| m.record)
+        .collect();
+    if spec.role == Role::Destination && spec.vpn.is_some() {
+        records.push(VPN_RECORD.into());
+    }
+    let mut rules = vec![json!({
+        "apiGroups": [""], "resources": ["secrets"],
+        "resourceNames": [spec.etcd_client.secret_name], "verbs": ["get"],
+    })];
+    if !records.is_empty() {
+        // A server-side apply that creates an object needs `create`, which RBAC cannot
+        // restrict by name; changing or deleting is limited to isthmus' own records (never
+        // the shoot's API records next to them).
+        rules.push(json!({
+            "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
+            "verbs": ["create"],
+        }));
+        rules.push(json!({
+            "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
+            "resourceNames": records, "verbs": ["patch", "delete"],
+        }));
+    }
+    let etcd_verbs = match spec.role {
+        // The migration fields of gardenlet's `Etcd`, and their release.
+        Role::Source => vec!["patch"],
+        // The destination `Etcd` is created by the controller's first apply; deleted only
+        // by an accepted abort.
+        Role::Destination => vec!["patch", "delete"],
+    };
+    if spec.role == Role::Destination {
+        rules.push(json!({
+            "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"], "verbs": ["create"],
+        }));
+    }
+    rules.push(json!({
+        "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"],
+        "resourceNames": [spec.etcd_name], "verbs": etcd_verbs,
+    }));
+    // A refused spec is reported as an Event on its `EtcdMigration`.
+    rules.push(json!({
+        "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"],
+    }));
+    let labels = json!({"app.kubernetes.io/part-of": "isthmus"});
+    [
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": {"name": GRANT, "namespace": namespace, "labels": labels},
+            "rules": rules,
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": GRANT, "namespace": namespace, "labels": labels},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": GRANT},
+            "subjects": [{"kind": "ServiceAccount", "name": subject.name,
+                          "namespace": subject.namespace}],
+        }),
+    ]
+}
+
+/// Serialising the grant failed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot serialise the access grant: {0}")]
+pub struct GrantYamlError(String);
+
+/// The grant as a YAML manifest (what `deploy/examples/access-*.yaml` hold), after `header`
+/// (comment lines).
+pub fn grant_yaml(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    subject: &Subject,
+    header: &str,
+) -> Result<String, GrantYamlError> {
+    let docs = grant(spec, namespace, subject)
+        .iter()
+        .map(serde_saphyr::to_string)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| GrantYamlError(e.to_string()))?;
+    Ok(format!("{header}{}", docs.join("---\n")))
+}

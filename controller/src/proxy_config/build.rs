@@ -1,0 +1,332 @@
+//! Every migration's routes into one typed proxy configuration, remembering which migration
+//! each route and upstream came from, so that a problem at a field path can be traced to the
+//! migration that put it there, which is then left out.
+
+use super::{Layout, RenderError};
+use crate::plan::MemberRoute;
+use isthmus_config::{
+    AdminConfig, Cidr, Endpoint, ListenerConfig, ProxyConfig, ProxyProtocolMode, RouteConfig,
+    Schema, SniPattern, UnlistedSources, UpstreamConfig,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+
+/// One migration's routes; `owner` names it (`namespace/name`) in what is reported.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// `namespace/name` of the migration.
+    pub owner: String,
+    /// Its routes.
+    pub routes: Vec<MemberRoute>,
+}
+
+/// A migration whose routes are not in the file: the first problem they caused, at its field
+/// path in the file (`listeners[3].routes[7].sni`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeftOut {
+    /// `namespace/name` of the migration.
+    pub owner: String,
+    /// Field path of the problem.
+    pub path: String,
+    /// What is wrong, as the proxy's loader would say it.
+    pub message: String,
+}
+
+impl std::fmt::Display for LeftOut {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}: {}", self.owner, self.path, self.message)
+    }
+}
+
+/// The configuration built, and who was left out of it.
+#[derive(Debug)]
+pub(super) struct Built {
+    pub config: ProxyConfig,
+    pub left_out: Vec<LeftOut>,
+    pub conflicts: Vec<Conflict>,
+}
+
+/// Indices into the claims: who put a route or an upstream into the file.
+type Owners = BTreeSet<usize>;
+
+/// A problem, with the migrations that caused it (`None`: the layout's own part).
+struct Problem {
+    owners: Option<Owners>,
+    path: String,
+    message: String,
+}
+
+/// Builds the file of every claim, in order of precedence: a route an earlier claim holds is
+/// left out (a [`Conflict`]); a claim whose routes cause a problem is left out and the rest
+/// built again, so each pass checks the whole file once.
+pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderError> {
+    let mut excluded = Owners::new();
+    let mut left_out = Vec::new();
+    loop {
+        let mut draft = Draft::new(layout, claims, &excluded);
+        let conflicts = std::mem::take(&mut draft.conflicts);
+        let (config, problems) = draft.typed(layout);
+        if problems.is_empty() {
+            return Ok(Built {
+                config,
+                left_out,
+                conflicts,
+            });
+        }
+        let mut progress = false;
+        for p in problems {
+            let Some(owners) = p.owners else {
+                return Err(RenderError::Invalid(format!("{}: {}", p.path, p.message)));
+            };
+            for o in owners {
+                if excluded.insert(o) {
+                    progress = true;
+                    left_out.push(LeftOut {
+                        owner: claims[o].owner.clone(),
+                        path: p.path.clone(),
+                        message: p.message.clone(),
+                    });
+                }
+            }
+        }
+        if !progress {
+            return Err(RenderError::Invalid(
+                "the rendered file stays invalid".into(),
+            ));
+        }
+    }
+}
+
+/// A route of a migration that an earlier claim (an older migration) holds: the same name on
+/// the same listener to another upstream, or the same upstream name to another endpoint. The
+/// older keeps it; the route is left out of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// `namespace/name` of the migration whose route is left out.
+    pub owner: String,
+    /// `namespace/name` of the migration that holds it.
+    pub held_by: String,
+    /// The listener.
+    pub listener: String,
+    /// The route's SNI.
+    pub sni: String,
+}
+
+/// The file as text values, sorted, each with its owners.
+struct Draft {
+    /// Per listener `(port, name)`: its routes.
+    listeners: BTreeMap<(u16, String), Listener>,
+    /// Per upstream name: its endpoint.
+    upstreams: BTreeMap<String, (String, Owners)>,
+    conflicts: Vec<Conflict>,
+}
+
+/// Per route SNI: its upstream, owners and the sources it admits (its migration's
+/// `allowedSources`, else the seed's default; empty: none).
+#[derive(Default)]
+struct Listener {
+    routes: BTreeMap<String, (String, Owners, BTreeSet<String>)>,
+}
+
+impl Draft {
+    fn new(layout: &Layout, claims: &[Claim], excluded: &Owners) -> Self {
+        let mut listeners: BTreeMap<(u16, String), Listener> = BTreeMap::new();
+        for (name, port) in &layout.listeners {
+            listeners.entry((*port, name.clone())).or_default();
+        }
+        let mut upstreams: BTreeMap<String, (String, Owners)> = BTreeMap::new();
+        let mut conflicts = Vec::new();
+        for (o, claim) in claims.iter().enumerate() {
+            if excluded.contains(&o) {
+                continue;
+            }
+            for r in &claim.routes {
+                let l = listeners.entry((r.port, r.listener.clone())).or_default();
+                let route = l.routes.get(&r.sni).map(|(u, owners, _)| (u, owners));
+                let upstream = upstreams.get(&r.upstream).map(|(e, owners)| (e, owners));
+                let held_by = match (route, upstream) {
+                    (Some((u, owners)), _) if *u != r.upstream => owners.first(),
+                    (_, Some((e, owners))) if *e != r.endpoint => owners.first(),
+                    _ => None,
+                };
+                if let Some(&h) = held_by {
+                    conflicts.push(Conflict {
+                        owner: claim.owner.clone(),
+                        held_by: claims[h].owner.clone(),
+                        listener: r.listener.clone(),
+                        sni: r.sni.clone(),
+                    });
+                    continue;
+                }
+                let (_, owners, sources) = l
+                    .routes
+                    .entry(r.sni.clone())
+                    .or_insert_with(|| (r.upstream.clone(), Owners::new(), BTreeSet::new()));
+                owners.insert(o);
+                let listed = if r.allowed_sources.is_empty() {
+                    &layout.default_allowed_sources
+                } else {
+                    &r.allowed_sources
+                };
+                sources.extend(listed.iter().cloned());
+                let (_, owners) = upstreams
+                    .entry(r.upstream.clone())
+                    .or_insert_with(|| (r.endpoint.clone(), Owners::new()));
+                owners.insert(o);
+            }
+        }
+        Self {
+            listeners,
+            upstreams,
+            conflicts,
+        }
+    }
+
+    /// The typed configuration and every problem in it, each traced to its owners.
+    fn typed(self, layout: &Layout) -> (ProxyConfig, Vec<Problem>) {
+        let mut problems = Vec::new();
+        let trusted = trusted_proxies(layout, &mut problems);
+        let mut route_owners = Vec::new();
+        let mut listeners = Vec::new();
+        for (i, ((port, name), l)) in self.listeners.into_iter().enumerate() {
+            let at = format!("listeners[{i}]");
+            let mut routes = Vec::new();
+            let mut owners_here = Vec::new();
+            for (sni, (upstream, owners, sources)) in l.routes {
+                let j = routes.len();
+                let mut problem = |field: String, message: String| {
+                    problems.push(Problem {
+                        owners: Some(owners.clone()),
+                        path: format!("{at}.routes[{j}].{field}"),
+                        message,
+                    })
+                };
+                let sni = match SniPattern::parse(&sni) {
+                    Ok(sni) => sni,
+                    Err(message) => {
+                        problem("sni".into(), message);
+                        continue;
+                    }
+                };
+                let mut allowed_sources = Vec::new();
+                for (k, text) in sources.iter().enumerate() {
+                    match Cidr::parse(text) {
+                        Ok(c) => allowed_sources.push(c),
+                        Err(message) => problem(format!("allowed_sources[{k}]"), message),
+                    }
+                }
+                routes.push(RouteConfig {
+                    sni: Some(sni),
+                    upstream,
+                    allowed_sources,
+                    ..RouteConfig::default()
+                });
+                owners_here.push(owners);
+            }
+            // The listener admits the union of its routes' sources before reading a byte
+            // (nothing listed: any, and each route refuses on its own).
+            let mut allowed: Vec<Cidr> = routes
+                .iter()
+                .flat_map(|r| r.allowed_sources.iter().copied())
+                .collect();
+            allowed.sort();
+            allowed.dedup();
+            route_owners.push(owners_here);
+            listeners.push(listener(name, port, layout, &trusted, allowed, routes));
+        }
+        let mut upstream_owners = Vec::new();
+        let mut upstreams = Vec::new();
+        for (k, (name, (text, owners))) in self.upstreams.into_iter().enumerate() {
+            let mut endpoints = Vec::new();
+            match Endpoint::parse(&text) {
+                Ok(ep) => endpoints.push(ep),
+                Err(message) => problems.push(Problem {
+                    owners: Some(owners.clone()),
+                    path: format!("upstreams[{k}].endpoints[0]"),
+                    message,
+                }),
+            }
+            let mut u = UpstreamConfig::new(name, endpoints);
+            u.idle_timeout = Some(super::IDLE_TIMEOUT);
+            upstreams.push(u);
+            upstream_owners.push(owners);
+        }
+        let config = ProxyConfig {
+            admin: AdminConfig {
+                address: layout.admin,
+                ..AdminConfig::default()
+            },
+            listeners,
+            upstreams,
+            // Every route comes from the live migrations, so a removal is this controller's
+            // job (a finished migration's routes go), and a proxy refusing the file would
+            // stall every rollout. The proxy's guard is for files written by other hands.
+            allow_large_removal: true,
+            // Deny unless listed: a route carries its migration's sources or the seed's
+            // default, and with neither it admits nobody (the old union over a listener let
+            // one migration without `allowedSources` open every shoot's members).
+            routes_without_allowed_sources: UnlistedSources::Deny,
+            ..ProxyConfig::default()
+        };
+        for (path, message) in config.validate() {
+            let owners = owners_at(&path, &route_owners, &upstream_owners);
+            problems.push(Problem {
+                owners,
+                path,
+                message,
+            });
+        }
+        (config, problems)
+    }
+}
+
+/// The layout's load balancers; a bad one is the layout's problem.
+fn trusted_proxies(layout: &Layout, problems: &mut Vec<Problem>) -> Vec<Cidr> {
+    let mut out = Vec::new();
+    for (i, t) in layout.trusted_proxies.iter().enumerate() {
+        match Cidr::parse(t) {
+            Ok(c) => out.push(c),
+            Err(message) => problems.push(Problem {
+                owners: None,
+                path: format!("trusted_proxies[{i}]"),
+                message,
+            }),
+        }
+    }
+    out
+}
+
+/// Who put the field at `path` into the file: a route's or an upstream's owners; `None` for
+/// anything else (the layout's part).
+fn owners_at(path: &str, routes: &[Vec<Owners>], upstreams: &[Owners]) -> Option<Owners> {
+    let index = |s: &str, prefix: &str| -> Option<(usize, String)> {
+        let rest = s.strip_prefix(prefix)?;
+        let (n, rest) = rest.split_once(']')?;
+        Some((n.parse().ok()?, rest.to_owned()))
+    };
+    if let Some((i, rest)) = index(path, "listeners[") {
+        let (j, _) = index(&rest, ".routes[")?;
+        return routes.get(i)?.get(j).cloned();
+    }
+    let (k, _) = index(path, "upstreams[")?;
+    upstreams.get(k).cloned()
+}
+
+fn listener(
+    name: String,
+    port: u16,
+    layout: &Layout,
+    trusted: &[Cidr],
+    allowed_sources: Vec<Cidr>,
+    routes: Vec<RouteConfig>,
+) -> ListenerConfig {
+    let mut l = ListenerConfig::new(name, SocketAddr::from(([0, 0, 0, 0], port)));
+    if !layout.trusted_proxies.is_empty() {
+        l.proxy_protocol = ProxyProtocolMode::Accept;
+        l.trusted_proxies = trusted.to_vec();
+    }
+    l.allowed_sources = allowed_sources;
+    l.max_connections_per_source = Some(super::connections_per_source(routes.len()));
+    l.routes = routes;
+    l
+}

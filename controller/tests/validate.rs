@@ -1,0 +1,154 @@
+//! What the controller refuses in a spec the API server accepted (`plan::validate`), each
+//! problem named by its field: the `SpecInvalid` condition's content. The CRD refuses most of
+//! these already (`apiserver_contracts.rs`); these are the controller's own checks, for an
+//! older CRD and for what needs the namespace.
+
+mod common;
+
+use common::{spec, NS};
+use isthmus_controller::crd::{EtcdMigrationSpec, Role, SeedIngress, Step};
+use isthmus_controller::plan::validate;
+
+/// `(field, reason)` of every problem.
+type Problems = Vec<(String, &'static str)>;
+
+fn problems(s: &EtcdMigrationSpec) -> Problems {
+    validate(s, NS)
+        .into_iter()
+        .map(|p| (p.field, p.reason))
+        .collect()
+}
+
+fn with(role: Role, change: impl FnOnce(&mut EtcdMigrationSpec)) -> EtcdMigrationSpec {
+    let mut s = spec(role, Step::Expose);
+    change(&mut s);
+    s
+}
+
+fn one(field: &str, reason: &'static str) -> Problems {
+    vec![(field.to_string(), reason)]
+}
+
+#[test]
+fn valid_specs_pass() {
+    for role in [Role::Source, Role::Destination] {
+        assert_eq!(problems(&spec(role, Step::Expose)), vec![], "{role:?}");
+    }
+    let s = with(Role::Destination, |s| {
+        s.allowed_sources = vec![
+            "10.0.0.0/8".into(),
+            "2001:db8::/32".into(),
+            "192.0.2.7".into(),
+        ];
+        s.destination.as_mut().unwrap().join_timeout = Some("1h30m".into());
+    });
+    assert_eq!(problems(&s), vec![]);
+}
+
+/// Issue 24: `allowedSources: [10.0.0.0/33]` passed the CRD, and nothing said why nothing
+/// happened.
+#[test]
+fn refused_specs_name_the_field_and_the_reason() {
+    let cases: Vec<(&str, EtcdMigrationSpec, Problems)> = vec![
+        (
+            "prefix too long",
+            with(Role::Source, |s| {
+                s.allowed_sources = vec!["10.0.0.0/8".into(), "10.0.0.0/33".into()]
+            }),
+            one("spec.allowedSources[1]", "InvalidCIDR"),
+        ),
+        (
+            "host bits",
+            with(Role::Source, |s| {
+                s.allowed_sources = vec!["10.0.0.1/8".into()]
+            }),
+            one("spec.allowedSources[0]", "InvalidCIDR"),
+        ),
+        (
+            "join timeout overflows",
+            with(Role::Destination, |s| {
+                s.destination.as_mut().unwrap().join_timeout = Some("99999999999999999h".into())
+            }),
+            one("spec.destination.joinTimeout", "InvalidDuration"),
+        ),
+        (
+            "VPN on a member port",
+            with(Role::Destination, |s| s.vpn.as_mut().unwrap().port = 2381),
+            one("spec.vpn.port", "PortConflict"),
+        ),
+        (
+            "client ports above peer ports",
+            with(Role::Source, |s| {
+                s.ports.client_base = s.ports.peer_base + 10
+            }),
+            one("spec.ports.clientBase", "PortConflict"),
+        ),
+        (
+            "exposed name label too long in this namespace",
+            with(Role::Source, |s| {
+                s.seed_name = "a-seed-whose-name-is-long-enough-to-break-labels".into();
+                s.seed_ingress = Some(SeedIngress {
+                    domain: "ingress.example.com".into(),
+                });
+            }),
+            one("spec.seedName", "InvalidDNSName"),
+        ),
+        (
+            "destination without its spec",
+            with(Role::Destination, |s| s.destination = None),
+            one("spec.destination", "MissingDestinationSpec"),
+        ),
+    ];
+    for (what, s, want) in cases {
+        assert_eq!(problems(&s), want, "{what}");
+    }
+    // The message says why, with the value.
+    let s = with(Role::Source, |s| {
+        s.allowed_sources = vec!["10.0.0.0/33".into()]
+    });
+    let p = &validate(&s, NS)[0];
+    assert!(p.to_string().starts_with("spec.allowedSources[0]: "), "{p}");
+    assert!(p.message.contains("10.0.0.0/33"), "{p}");
+}
+
+/// Issue 25 point 7: the VPN route has no allow-list, so its target is held to a Service of
+/// the migration's own namespace, and never etcd.
+#[test]
+fn the_vpn_target_stays_in_the_namespace_and_off_etcd() {
+    let target = |t: &str| {
+        with(Role::Destination, |s| {
+            s.vpn.as_mut().unwrap().target = t.into()
+        })
+    };
+    let ok = [
+        "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443",
+        "vpn-seed-server.shoot--foo--bar.svc:1194",
+        "isthmus-tunnel.shoot--foo--bar.svc.example.internal:8132",
+    ];
+    for t in ok {
+        assert_eq!(problems(&target(t)), vec![], "{t}");
+    }
+    #[rustfmt::skip]
+    let refused = [
+        ("vpn-seed-server.shoot--other.svc.cluster.local:9443", "TargetOutsideNamespace"),
+        ("kube-apiserver.garden.svc:443", "TargetOutsideNamespace"),
+        ("anything.shoot--foo--bar.svc:2380", "EtcdPort"),
+        ("etcd-main-client.shoot--foo--bar.svc:443", "EtcdService"),
+        ("etcd-main-peer.shoot--foo--bar.svc.cluster.local:8443", "EtcdService"),
+        ("10.0.0.12:9443", "InvalidTarget"),
+        ("vpn-seed-server:9443", "InvalidTarget"),
+        ("vpn-seed-server.shoot--foo--bar.svc:0", "InvalidTarget"),
+        ("vpn-seed-server.shoot--foo--bar.svc", "InvalidTarget"),
+    ];
+    for (t, reason) in refused {
+        assert_eq!(problems(&target(t)), one("spec.vpn.target", reason), "{t}");
+    }
+    // Every problem is named, not only the first.
+    assert_eq!(
+        problems(&target("etcd-main-client.shoot--foo--bar.svc:2379")),
+        vec![
+            ("spec.vpn.target".to_string(), "EtcdPort"),
+            ("spec.vpn.target".to_string(), "EtcdService")
+        ]
+    );
+}

@@ -1,0 +1,213 @@
+//! Starting the proxy from a file (listeners, splicers, the admin endpoint, the file watch)
+//! and draining it on shutdown.
+
+use super::reload::watch;
+use super::{Inner, Proxy, Worker};
+use crate::admin;
+use crate::dns::{Dns, DnsError};
+use crate::http1::Gate;
+use crate::listen::Shared;
+use crate::metrics::Metrics;
+use crate::snapshot::Snapshot;
+use crate::socket;
+use crate::splice::Splicer;
+use isthmus_config::{load_proxy_file, LoadError};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::runtime::Handle;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+/// Why the proxy could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StartError {
+    #[error(transparent)]
+    Config(#[from] LoadError),
+    #[error(transparent)]
+    Dns(#[from] DnsError),
+    #[error("cannot listen on {address} for {what}: {source}")]
+    Bind {
+        what: String,
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start a splicer (epoll): {0}")]
+    Splicer(std::io::Error),
+}
+
+/// How the proxy runs its connections.
+#[derive(Debug, Clone, Default)]
+pub struct Workers {
+    /// Runtimes that accept and serve connections, one listening socket and one splicer
+    /// each per listener; empty means the runtime that starts the proxy.
+    pub runtimes: Vec<Handle>,
+    /// How long a splicer keeps polling after its last event before it parks; zero (the
+    /// default) parks at once. See the `splice` module.
+    pub busy_poll: Duration,
+}
+
+impl Proxy {
+    /// Loads `path`, binds every listener and the admin endpoint, and starts serving.
+    /// The proxy's series are registered into `registry`, which the admin endpoint serves.
+    pub async fn start(path: &Path, registry: Registry) -> Result<Self, StartError> {
+        Self::start_with(path, registry, Workers::default()).await
+    }
+
+    /// Like [`Proxy::start`], but every listener gets one `SO_REUSEPORT` socket per runtime
+    /// in `workers`, accepted on and served by that runtime (thread-per-core: with
+    /// current-thread runtimes a connection never changes threads). The admin endpoint, the
+    /// file watcher, reloads and DNS stay on the calling runtime.
+    pub async fn start_on(
+        path: &Path,
+        registry: Registry,
+        workers: Vec<Handle>,
+    ) -> Result<Self, StartError> {
+        let workers = Workers {
+            runtimes: workers,
+            ..Workers::default()
+        };
+        Self::start_with(path, registry, workers).await
+    }
+
+    /// Like [`Proxy::start_on`], with every setting of [`Workers`].
+    pub async fn start_with(
+        path: &Path,
+        mut registry: Registry,
+        workers: Workers,
+    ) -> Result<Self, StartError> {
+        let loaded = load_proxy_file(path)?;
+        let metrics = Arc::new(Metrics::register(&mut registry));
+        let fd_limit = match crate::fds::raise_nofile_limit() {
+            Ok(l) => l,
+            Err(e) => {
+                warn!(error = %e, "cannot read or raise the open-files limit; assuming 1024");
+                1024
+            }
+        };
+        metrics
+            .fd_limit
+            .set(i64::try_from(fd_limit).unwrap_or(i64::MAX));
+        let admin_conns = loaded.config.admin.limits.max_connections;
+        let fd_ceiling = crate::fds::connections_that_fit(fd_limit, admin_conns);
+        crate::sys::limit_pipes(crate::fds::pipes_that_fit(fd_limit));
+        metrics.connection_cap(loaded.config.max_connections, fd_ceiling);
+        metrics.set_config_hash(None, &loaded.hash);
+        let admin_address = loaded.config.admin.address;
+        let admin_gate = Gate::new(loaded.config.admin.limits);
+        registry.register(
+            "isthmus_proxy_admin_evicted_connections",
+            "Admin connections closed to make room for a newer one (admin.limits.max_connections)",
+            admin_gate.evicted(),
+        );
+        let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
+        let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
+        let admin_listener = socket::bind(admin_address).map_err(|source| StartError::Bind {
+            what: "admin".into(),
+            address: admin_address,
+            source,
+        })?;
+        let admin_addr = admin_listener
+            .local_addr()
+            .map_err(|source| StartError::Bind {
+                what: "admin".into(),
+                address: admin_address,
+                source,
+            })?;
+        let mut bound = Vec::new();
+        for l in &snapshot.config.listeners {
+            let sockets = workers.runtimes.len().max(1);
+            let listener = socket::bind_group(l.address, sockets, l.client_hello_timeout.get())
+                .map_err(|source| StartError::Bind {
+                    what: format!("listener {:?}", l.name),
+                    address: l.address,
+                    source,
+                })?;
+            bound.push((l.name.clone(), l.address, listener));
+        }
+        // Started once nothing above can fail, so that a bad file leaves no splicer behind.
+        let mut runtimes = workers.runtimes;
+        if runtimes.is_empty() {
+            runtimes.push(Handle::current());
+        }
+        let workers = runtimes
+            .into_iter()
+            .map(|runtime| {
+                let splicer = Splicer::start(&runtime, workers.busy_poll)?;
+                Ok(Worker { runtime, splicer })
+            })
+            .collect::<Result<Vec<_>, std::io::Error>>()
+            .map_err(StartError::Splicer)?;
+        let inner = Arc::new(Inner {
+            path: path.to_owned(),
+            shared: Arc::new(Shared {
+                snapshot: RwLock::new(Arc::new(snapshot)),
+                metrics,
+                connections: TaskTracker::new(),
+                fd_ceiling,
+            }),
+            ready: AtomicBool::new(true),
+            accepting: CancellationToken::new(),
+            running: Mutex::new(HashMap::new()),
+            admin_addr,
+            admin_stop: CancellationToken::new(),
+            workers,
+        });
+        let proxy = Proxy { inner };
+        {
+            let mut running = proxy.inner.running.lock().await;
+            for (name, configured, listener) in bound {
+                let r = proxy.spawn_accept(name.clone(), configured, listener);
+                running.insert(name, r);
+            }
+        }
+        crate::supervise::spawn_critical(
+            &Handle::current(),
+            "admin",
+            admin::serve(
+                admin_listener,
+                Arc::new(proxy.clone()),
+                Arc::new(registry),
+                admin_gate,
+                proxy.inner.admin_stop.clone(),
+            ),
+        );
+        tokio::spawn(watch(proxy.clone()));
+        info!(config = %path.display(), admin = %admin_addr, "proxy started");
+        Ok(proxy)
+    }
+
+    /// Drains and stops: `/readyz` turns 503, after `delay` the listeners close, then open
+    /// connections get up to `timeout` to finish. Returns how many were still open.
+    pub async fn shutdown(&self, delay: Duration, timeout: Duration) -> usize {
+        self.inner.ready.store(false, Ordering::SeqCst);
+        info!(?delay, "draining: readiness is now false");
+        tokio::time::sleep(delay).await;
+        self.inner.accepting.cancel();
+        let tracker = &self.inner.shared.connections;
+        tracker.close();
+        info!(
+            open = tracker.len(),
+            ?timeout,
+            "listeners closed; waiting for open connections"
+        );
+        let _ = tokio::time::timeout(timeout, tracker.wait()).await;
+        let left = tracker.len();
+        self.inner.admin_stop.cancel();
+        info!(left, "stopped");
+        left
+    }
+
+    /// The drain settings of the configuration in effect.
+    pub fn drain_settings(&self) -> (Duration, Duration) {
+        let s = self.inner.shared.current();
+        (s.config.drain_delay.get(), s.config.drain_timeout.get())
+    }
+}
