@@ -368,7 +368,11 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     })
     .await;
     let (_ctl_b1, leader_b1) = w.b.controller("controller-b-1", connect.clone()).await;
-    assert_eq!(leader_a.get(), 1);
+    wait_until("the source's only replica leads", STEP_TIMEOUT, || {
+        let g = leader_a.clone();
+        async move { g.get() == 1 }
+    })
+    .await;
 
     // Beside the real migration, one the API server accepts but the controller cannot carry
     // out (its exposed names have a label longer than 63 characters in this namespace).
@@ -515,7 +519,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .await
         .unwrap()
         .data
-        .unwrap()["proxy.yaml"]
+        .unwrap()["proxy.json"]
         .clone();
     assert!(
         !text.contains("shoot--foo--bar"),
