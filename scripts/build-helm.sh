@@ -2,7 +2,7 @@
 # Builds the pinned helm (v3.20.2) from the published Go module helm.sh/helm/v3, through the
 # wrapper module in scripts/helm/ (go.mod pins it, go.sum every checksum).
 # Output: $ISTHMUS_CACHE/helm-v3.20.2/helm (scripts/cache.sh), used by tests/chart.rs
-# (`helm lint`, `helm template`, `helm package`) and scripts/render-chart.sh.
+# (`helm lint`, `helm template`, `helm package`), scripts/chart.sh and the node of scripts/cluster.sh.
 #
 # Why v3: Gardener v1.139.0's gardenlet and gardener-operator render extension charts with the
 # helm.sh/helm/v3 v3.20.1 library; v3.20.2 is its patch release (v3.20.1 itself is not served

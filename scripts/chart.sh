@@ -2,9 +2,12 @@
 # The chart's build steps, with the pinned helm (scripts/build-helm.sh):
 #   scripts/chart.sh package          helm package + the chart as an OCI artifact (an OCI image
 #                                     layout, what `helm push` would upload) under target/chart/
-#   scripts/chart.sh render [DIR]     renders charts/isthmus with examples/plain-values.yaml
-#                                     (a cluster without Gardener, the form of deploy/) into DIR
-#                                     (default target/chart/rendered), one file per object
+#   scripts/chart.sh render [DIR]     deploy/ (default; or DIR): the chart rendered for a cluster
+#                                     without Gardener (examples/plain-values.yaml, release
+#                                     `isthmus` in isthmus-system) as files `kubectl apply -f`
+#                                     takes: 00-namespace.yaml, crd-etcdmigration.yaml,
+#                                     controller.yaml, proxy.yaml, examples/tunnel.yaml
+#                                     (tests/chart.rs fails when deploy/ is not this output)
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
@@ -43,26 +46,41 @@ package)
   echo "chart: $tgz; OCI layout $out/oci (tag $version, manifest sha256:$manifest)"
   ;;
 render)
-  dir="${2:-$out/rendered}"
-  rm -rf "$dir" && mkdir -p "$dir"
+  dir="${2:-$root/deploy}"
+  mkdir -p "$dir/examples"
   "$helm" template isthmus "$chart" --namespace isthmus-system --kube-version v1.34.4 \
-    -f "$chart/examples/plain-values.yaml" --output-dir "$dir/tmp" >/dev/null
-  # One file per object, named <kind>-<namespace>-<name>.yaml.
-  python3 - "$dir" <<'PY'
-import os, sys, yaml
-out = sys.argv[1]
-for base, _, files in os.walk(os.path.join(out, "tmp")):
-    for f in files:
-        for doc in yaml.safe_load_all(open(os.path.join(base, f))):
-            if not doc:
-                continue
-            m = doc["metadata"]
-            name = "-".join(x for x in (doc["kind"].lower(), m.get("namespace"), m["name"]) if x)
-            with open(os.path.join(out, name + ".yaml"), "w") as fh:
-                yaml.safe_dump(doc, fh, sort_keys=False)
+    -f "$chart/examples/plain-values.yaml" >"$out.render.yaml"
+  # Objects go to the file of their component (label app.kubernetes.io/name), in helm's install
+  # order, each with its template's comments; helm's managed-by label is dropped (kubectl
+  # applies these files). An object of no known component fails the render.
+  python3 - "$out.render.yaml" "$dir" <<'PY'
+import os, re, sys, yaml
+text, out = open(sys.argv[1]).read(), sys.argv[2]
+header = ("# Rendered from charts/isthmus with charts/isthmus/examples/plain-values.yaml by\n"
+          "# `scripts/chart.sh render`; do not edit (tests/chart.rs fails when this is stale).\n")
+files = {"00-namespace.yaml": [
+    "# The namespace of the proxy and the controller (helm install --create-namespace).\n"
+    "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: isthmus-system\n"
+    "  labels:\n    app.kubernetes.io/part-of: isthmus\n"]}
+component = {"isthmus-proxy": "proxy.yaml", "isthmus-controller": "controller.yaml",
+             "isthmus-tunnel-server": "examples/tunnel.yaml",
+             "isthmus-tunnel-agent": "examples/tunnel.yaml"}
+for doc in re.split(r"^---\n", text, flags=re.M):
+    obj = yaml.safe_load(doc)
+    if not obj:
+        continue
+    name = obj["metadata"].get("labels", {}).get("app.kubernetes.io/name")
+    f = "crd-etcdmigration.yaml" if obj["kind"] == "CustomResourceDefinition" else component.get(name)
+    if f is None:
+        sys.exit(f"chart.sh render: {obj['kind']}/{obj['metadata']['name']} belongs to no file of deploy/")
+    doc = re.sub(r"^ *app\.kubernetes\.io/managed-by: Helm\n", "", doc, flags=re.M)
+    files.setdefault(f, []).append(doc.rstrip("\n") + "\n")
+for f, docs in files.items():
+    with open(os.path.join(out, f), "w") as fh:
+        fh.write(header + "---\n".join(docs))
+print(f"chart: {sum(len(d) for d in files.values())} objects in {len(files)} files under {out}")
 PY
-  rm -rf "$dir/tmp"
-  echo "chart: $(ls "$dir" | wc -l) objects in $dir"
+  rm -f "$out.render.yaml"
   ;;
 *)
   echo "usage: scripts/chart.sh package | render [DIR]" >&2

@@ -2,12 +2,22 @@
 # A real single-node Kubernetes (v1.34.4) for isthmus, in a network namespace of its own.
 #
 #   scripts/cluster.sh up        build what is missing, start the node, load the isthmus image,
-#                                apply deploy/, wait for the proxy DaemonSet; prints the
-#                                `export KUBECONFIG=…` line for a shell (`up --no-isthmus`:
-#                                the node only)
+#                                install the chart as gardener-operator would (helm install of
+#                                its archive with a seed's injected values), wait for the proxy
+#                                DaemonSet; prints the `export KUBECONFIG=…` line for a shell
+#                                (`up --no-isthmus`: the node only)
 #   scripts/cluster.sh down      stop everything and leave the host as it was
 #   scripts/cluster.sh status    what runs and what is Ready
 #   scripts/cluster.sh kubectl … the cluster's own kubectl (inside the node's namespace)
+#   scripts/cluster.sh helm …    the pinned helm against the node (release `isthmus` in
+#                                isthmus-system: `helm upgrade isthmus … --reuse-values --set …`)
+#   scripts/cluster.sh install [HELM-ARGS…]  install the chart as `up` does, with extra helm
+#                                arguments (after `up --no-isthmus`; e.g. --set networkPolicy.explicit=false)
+#   scripts/cluster.sh chart     the chart's archive, packaged now (the path of the .tgz)
+#   scripts/cluster.sh grm       start the seed's gardener-resource-manager (the real one, its
+#                                NetworkPolicy controller) on the node
+#   scripts/cluster.sh seed-policies NS…  gardenlet's policies of a seed namespace (deny-all,
+#                                allow-to-dns, …; a stand-in: gardenlet cannot run here)
 #   scripts/cluster.sh load FILE import an OCI image archive into the node's containerd
 #   scripts/cluster.sh node CMD… run a command in the node's network and mount namespace
 #
@@ -56,6 +66,8 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/config.sh"
 . "$root/scripts/cluster/node.sh"
 . "$root/scripts/cluster/images.sh"
+. "$root/scripts/cluster/isthmus.sh"
+. "$root/scripts/cluster/grm.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
@@ -66,7 +78,12 @@ case "$cmd" in
   down) cluster_down ;;
   status) cluster_status ;;
   kubectl) node_exec "$K8S/kubectl" --kubeconfig "$STATE/etc/admin.kubeconfig" "$@" ;;
+  helm) helm_node "$@" ;;
   load) images_load "$@" ;;
+  chart) chart_archive ;;
+  install) isthmus_install "$@" ;;
+  grm) grm_start ;;
+  seed-policies) for ns in "$@"; do grm_seed_policies "$ns"; done ;;
   node) node_exec "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;

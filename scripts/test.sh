@@ -9,5 +9,4 @@ scripts/image.sh
 # Benchmarks are built (clippy --all-targets) but run only by `cargo bench`.
 cargo test --workspace --lib --bins --tests --examples
 cargo test --workspace --doc
-deploy/validate.sh
 scripts/fuzz-smoke.sh

@@ -125,6 +125,12 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    // The new pod is Ready before the old one stops (tests/cluster.rs: 0 failed connections).
+    let rolling = &ds["spec"]["updateStrategy"]["rollingUpdate"];
+    assert_eq!(
+        (&rolling["maxSurge"], &rolling["maxUnavailable"]),
+        (&serde_json::json!(1), &serde_json::json!(0))
+    );
     let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
     let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
         .as_i64()
@@ -358,16 +364,39 @@ fn bootstrap_routes_file_is_valid_for_the_proxy() {
 }
 
 #[test]
-fn crd_is_the_controllers() {
+fn crd_is_the_controllers_and_outlives_the_release() {
     let docs = render(&[], &[]);
-    let crd = find(
+    let mut crd = find(
         &docs,
         "CustomResourceDefinition",
         "etcdmigrations.isthmus.dev",
+    )
+    .clone();
+    // `helm uninstall` leaves it (and so every EtcdMigration of the seed) in place.
+    assert_eq!(
+        crd["metadata"]["annotations"]["helm.sh/resource-policy"],
+        "keep"
     );
+    let meta = crd["metadata"].as_object_mut().unwrap();
+    meta.remove("annotations");
+    meta.remove("labels");
     let generated =
         isthmus_testkit::tools::yaml_docs(&isthmus_controller::crd::crd_yaml().unwrap());
-    assert_eq!(crd, &generated[0], "charts/isthmus/templates/crd-etcdmigration.yaml is stale: copy `isthmus controller --print-crd` there");
+    // helm's toYaml writes `maximum: 10.0` as `10`: numbers compare as numbers.
+    assert!(
+        as_f64(&crd) == as_f64(&generated[0]),
+        "charts/isthmus/files/crd-etcdmigration.yaml is stale: ISTHMUS_UPDATE_CRD=1 cargo test -p isthmus-controller --test crd_yaml"
+    );
+}
+
+/// `v` with every number as a float.
+fn as_f64(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => serde_json::json!(n.as_f64().unwrap()),
+        Value::Array(a) => Value::Array(a.iter().map(as_f64).collect()),
+        Value::Object(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), as_f64(v))).collect()),
+        other => other.clone(),
+    }
 }
 
 /// The label gardener-resource-manager's NetworkPolicy controller (Gardener v1.139.0,
@@ -448,6 +477,15 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
     for l in grm_labels(admin, "extension-isthmus") {
         assert!(has(controller, &l), "controller lacks {l}");
     }
+    // Controller -> etcd's member API through the load balancer's address, which kube-proxy
+    // takes straight to a proxy pod's client listener: the proxy Service's policies admit
+    // pods with its per-port labels; the controller has those of the client listeners only.
+    let lb = find(&docs, "Service", "isthmus-proxy");
+    let ports = lb["spec"]["ports"].as_array().unwrap();
+    for (p, l) in ports.iter().zip(grm_labels(lb, "extension-isthmus")) {
+        let client = p["name"].as_str().unwrap().starts_with("client-");
+        assert_eq!(has(controller, &l), client, "controller and {l}");
+    }
     assert!(
         has(controller, "networking.gardener.cloud/to-runtime-apiserver")
             && has(controller, "networking.gardener.cloud/to-dns")
@@ -491,7 +529,7 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
 }
 
 #[test]
-fn chart_is_packaged_as_an_oci_artifact_and_renders_into_one_file_per_object() {
+fn chart_is_packaged_as_an_oci_artifact() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let run = |args: &[&str]| {
         isthmus_testkit::tools::run_ok(
@@ -551,17 +589,79 @@ fn chart_is_packaged_as_an_oci_artifact_and_renders_into_one_file_per_object() {
             .arg(root.join("target/chart/isthmus-0.1.0.tgz")),
     );
     assert_eq!(isthmus_testkit::tools::yaml_docs(&out), render(&[], &[]));
+}
 
+/// The YAML files `scripts/chart.sh render` owns in `dir` (deploy/ or a scratch copy).
+fn rendered_files(dir: &std::path::Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for sub in ["", "examples"] {
+        for e in std::fs::read_dir(dir.join(sub)).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            let path = if sub.is_empty() {
+                name.clone()
+            } else {
+                format!("{sub}/{name}")
+            };
+            // examples/ also holds hand-written EtcdMigrations and generated access grants.
+            let ours = if sub.is_empty() {
+                name.ends_with(".yaml")
+            } else {
+                name == "tunnel.yaml"
+            };
+            if ours {
+                out.insert(path);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn deploy_is_the_chart_rendered_for_a_plain_cluster() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let dir = isthmus_testkit::Scratch::new("chart-render");
-    run(&["render", &dir.path().display().to_string()]);
-    let files: Vec<String> = std::fs::read_dir(dir.path())
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect();
+    std::fs::create_dir_all(dir.join("examples")).unwrap();
+    isthmus_testkit::tools::run_ok(
+        std::process::Command::new(root.join("scripts/chart.sh"))
+            .args(["render"])
+            .arg(dir.path()),
+    );
+    let fresh = rendered_files(dir.path());
+    let committed = rendered_files(&root.join("deploy"));
+    assert_eq!(
+        committed, fresh,
+        "deploy/ has other files than the render: run scripts/chart.sh render"
+    );
+    for f in &fresh {
+        let want = std::fs::read_to_string(dir.join(f)).unwrap();
+        let have = std::fs::read_to_string(root.join("deploy").join(f)).unwrap();
+        assert!(
+            want == have,
+            "deploy/{f} is not the chart's render: run scripts/chart.sh render"
+        );
+    }
+    // Every object of the plain render is in deploy/, plus its namespace, in an order
+    // `kubectl apply -f deploy/` can take: the namespace first.
+    let mut objects = 0;
+    for f in &fresh {
+        objects +=
+            isthmus_testkit::tools::yaml_docs(&std::fs::read_to_string(dir.join(f)).unwrap()).len();
+    }
+    assert_eq!(objects, render(&[PLAIN], &[]).len() + 1);
+    assert_eq!(
+        fresh.iter().next().map(String::as_str),
+        Some("00-namespace.yaml")
+    );
+    // A plain cluster has no PriorityClass, VPA or Prometheus operator: none is referenced.
     let docs = render(&[PLAIN], &[]);
-    assert_eq!(files.len(), docs.len(), "{files:?}");
+    for (id, t) in pod_templates(&docs) {
+        assert!(t["spec"]["priorityClassName"].is_null(), "{id}");
+    }
     assert!(
-        files.contains(&"daemonset-isthmus-system-isthmus-proxy.yaml".to_owned()),
-        "{files:?}"
+        !docs.iter().any(|d| matches!(
+            d["kind"].as_str(),
+            Some("VerticalPodAutoscaler" | "PrometheusRule" | "PodMonitor")
+        )),
+        "plain values render a kind a plain cluster lacks"
     );
 }

@@ -1,6 +1,7 @@
-//! Every object the chart renders, and the example `Extension`, accepted by a real
-//! kube-apiserver (v1.34.4) with the CRDs a Gardener seed has (server-side apply as a dry
-//! run, strict field validation): stronger than the offline schema check of deploy/.
+//! Every object the chart renders, the example `Extension`, and deploy/ (the chart's plain
+//! render) with its examples, accepted by a real kube-apiserver (v1.34.4) with the CRDs a
+//! Gardener seed has (server-side apply as a dry run, strict field validation; the
+//! `EtcdMigration` examples through the CRD's schema and CEL rules).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -147,8 +148,39 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
         dry_run(&admin, &bad).await.is_err(),
         "an unknown Extension field must be refused"
     );
+    // deploy/ in the order `kubectl apply -f deploy/` takes it, then its examples (the
+    // EtcdMigrations against the CRD with its CEL rules, the tunnel).
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let mut files = Vec::new();
+    for dir in [deploy.clone(), deploy.join("examples")] {
+        let mut here: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        here.sort();
+        files.extend(here);
+    }
+    let mut in_deploy = 0;
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        for doc in isthmus_testkit::tools::yaml_docs(&text) {
+            if let Err(e) = dry_run(&admin, &doc).await {
+                panic!("{}: {} refused: {e}", f.display(), id(&doc));
+            }
+            in_deploy += 1;
+        }
+    }
+    assert!(
+        files
+            .iter()
+            .any(|f| f.ends_with("examples/etcdmigration-source.yaml"))
+            && in_deploy > 20,
+        "{files:?}"
+    );
     println!(
-        "{checked} rendered objects and the Extension accepted by kube-apiserver {}",
+        "{checked} rendered objects, the Extension and deploy/'s {in_deploy} objects ({} files) accepted by kube-apiserver {}",
+        files.len(),
         server.version()
     );
 }

@@ -1,12 +1,14 @@
 //! isthmus in a real Kubernetes node (`scripts/cluster.sh`: kubelet, kube-proxy, containerd,
-//! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses), installed as a user
-//! installs it (the image from `scripts/image.sh`, deploy/ applied unchanged), end to end:
-//! probes, a TLS client outside the cluster reaching a real etcd pod through the LoadBalancer
-//! by SNI, an `EtcdMigration` turned into routes by the controller and delivered by the real
-//! kubelet, the NetworkPolicies from both sides, the tunnel server and agents as pods with the
-//! agent's session through the proxy's VPN route, the Lease hand-over, a rolling update under
-//! load and a drain, then `down` leaving the host as it was (sysctls, namespaces, cgroups,
-//! mounts). One test, steps in order on one node; each step prints its figures.
+//! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses), installed as
+//! gardener-operator installs it (the image from `scripts/image.sh`; `helm install` of the
+//! chart's archive with a seed's injected values), end to end: probes, a TLS client outside
+//! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
+//! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
+//! from both sides, the Lease hand-over, a rolling update to a new image through `helm
+//! upgrade` under load and a drain, the tunnel server and agents as pods with the agent's
+//! session through the proxy's VPN route, `helm uninstall` leaving only what must stay, then
+//! `down` leaving the host as it was (sysctls, namespaces, cgroups, mounts). One test, steps
+//! in order on one node; each step prints its figures.
 //! Needs root and what `scripts/install-deps.sh` installs; `ISTHMUS_CLUSTER_KEEP=1` leaves the
 //! node up afterwards.
 
@@ -14,10 +16,14 @@
 
 #[path = "cluster/checks.rs"]
 mod checks;
+#[path = "cluster/grm.rs"]
+mod grm;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]
 mod policies;
+#[path = "cluster/release.rs"]
+mod release;
 #[path = "cluster/shoot.rs"]
 mod shoot;
 #[path = "cluster/traffic.rs"]
@@ -35,7 +41,7 @@ fn isthmus_in_a_real_node() {
     let t0 = Instant::now();
     let wall0 = SystemTime::now();
     let (node, up, before) = Node::up();
-    println!("figure: scripts/cluster.sh up (node, image loaded, deploy/ applied, proxy Ready): {up:.1?}");
+    println!("figure: scripts/cluster.sh up (node, image loaded, chart installed, proxy Ready): {up:.1?}");
     checks::first_pod_ready(&node, wall0);
     checks::proxy_ready_through_probes(&node);
     let shoot = shoot::Shoot::deploy(&node);
@@ -46,6 +52,8 @@ fn isthmus_in_a_real_node() {
     upgrade::rolling_update_without_failed_connections(&node, &client);
     upgrade::drain_on_delete(&node, &client);
     tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
+    grm::policies_through_gardener_resource_manager(&node, &client);
+    release::uninstall(&node);
     if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_none() {
         node.down_and_check(&before);
     }

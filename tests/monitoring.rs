@@ -1,11 +1,14 @@
 //! The chart's monitoring against the real tools: the alert rules through `promtool check
 //! rules` and `promtool test rules` (tests/monitoring/alerts.test.yaml), and every dashboard
-//! query against a real Prometheus scraping a running isthmus proxy; the proxy's
-//! `--log-format json` output parses line by line (what fluent-bit needs).
+//! query against a real Prometheus scraping a running isthmus proxy and a temporary VPN
+//! (tunnel server and agent with a session and streams); their `--log-format json` output
+//! parses line by line (what fluent-bit needs).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "monitoring/tunnel.rs"]
+mod tunnel;
 
 use common::chart::{find, render};
 use isthmus_testkit::tools::{promtool, run_ok};
@@ -48,9 +51,9 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
     assert!(out.contains("SUCCESS"), "{out}");
 }
 
-/// Dashboard queries of components this test does not run yet: the tunnel server and agent,
-/// and the controller's reconciliation counters (they need a migration against a seed).
-const NOT_DRIVEN: &[&str] = &["isthmus_tunnel_", "isthmus_controller_"];
+/// Dashboard queries of components this test does not run yet: the controller's
+/// reconciliation counters (they need a migration against a seed).
+const NOT_DRIVEN: &[&str] = &["isthmus_controller_"];
 
 struct Proxy {
     child: std::process::Child,
@@ -144,11 +147,16 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
         .unwrap()
         .success());
 
+    // The temporary VPN: an agent session, a stream carrying bytes (kept open), a refusal.
+    let tunnel = tunnel::Tunnel::start().await;
+    let stream = tunnel::traffic(&tunnel, tunnel::echo().await).await;
+
     let prom_config = format!(
-        "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: isthmus-proxy\n    static_configs: [ {{ targets: [\"{admin}\"] }} ]\n"
+        "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nrule_files: [rules.yaml]\nscrape_configs:\n  - job_name: isthmus-proxy\n    static_configs: [ {{ targets: [\"{admin}\"] }} ]\n  - job_name: isthmus-tunnel-server\n    static_configs: [ {{ targets: [\"{}\"] }} ]\n  - job_name: isthmus-tunnel-agent\n    static_configs: [ {{ targets: [\"{}\"] }} ]\n",
+        tunnel.server_admin, tunnel.agent_admin
     );
     let prometheus = Prometheus::start(&prom_config, &[("rules.yaml", &rules_file())]).await;
-    prometheus.wait_targets_up(1).await;
+    prometheus.wait_targets_up(3).await;
 
     // The rules load and evaluate without errors.
     wait_until(
@@ -192,13 +200,14 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
             checked.push(panel["title"].as_str().unwrap().to_owned());
         }
     }
-    assert!(checked.len() >= 11, "{checked:?}");
+    assert!(checked.len() >= 16, "{checked:?}");
     println!(
         "{} dashboard queries returned series: {checked:?}",
         checked.len()
     );
     drop(slow);
     drop(ok);
+    drop(stream);
 
     // Every line the proxy logged is one JSON object with a timestamp, a level and a message.
     let _ = Command::new("kill")
@@ -206,7 +215,12 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
         .status();
     let lines = proxy.log.lock().unwrap().clone();
     assert!(lines.len() >= 3, "{lines:?}");
-    for l in &lines {
+    let tunnel_lines: Vec<String> = [&tunnel.server, &tunnel.agent]
+        .iter()
+        .flat_map(|p| p.lines.lock().unwrap().clone())
+        .collect();
+    assert!(tunnel_lines.len() >= 2, "{tunnel_lines:?}");
+    for l in lines.iter().chain(&tunnel_lines) {
         let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
         assert!(
             v["timestamp"].is_string()

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 #[test]
 fn committed_crd_is_current() {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/crd-etcdmigration.yaml");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../charts/isthmus/files/crd-etcdmigration.yaml");
     let generated = crd_yaml().unwrap();
     if std::env::var_os("ISTHMUS_UPDATE_CRD").is_some() {
         std::fs::write(&path, &generated).unwrap();

@@ -66,7 +66,7 @@ async fn granted(c: &Client, ns: &'static str) {
 async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_granted() {
     let k = KubeApiServer::start().await;
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    k.apply_yaml(&root.join("deploy/namespace.yaml")).await;
+    k.apply_yaml(&root.join("deploy/00-namespace.yaml")).await;
     k.apply_yaml(&root.join("deploy/controller.yaml")).await;
     for ns in [NS, OTHER] {
         k.apply_yaml_str(&format!(

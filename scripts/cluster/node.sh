@@ -235,23 +235,6 @@ cluster_up() {
   cluster_print_env
 }
 
-# Installs isthmus the way a user does: the image, then deploy/ applied unchanged.
-isthmus_install() {
-  local t0=$SECONDS
-  [[ -f "$root/target/image/isthmus.oci.tar" ]] || "$root/scripts/image.sh"
-  images_load "$root/target/image/isthmus.oci.tar"
-  # What every seed has from Gardener: etcd-druid's Etcd and the DNSRecord CRDs (pinned).
-  local f
-  for f in "$ISTHMUS_CACHE"/upstream-crds/*.yaml; do
-    kubectl_admin apply --server-side -f - <"$f" >/dev/null
-  done
-  for f in namespace crd-etcdmigration proxy controller; do
-    kubectl_admin apply -f - <"$root/deploy/$f.yaml" >/dev/null
-  done
-  wait_for "the isthmus-proxy DaemonSet" 180 kubectl_admin -n isthmus-system rollout status ds/isthmus-proxy --timeout=1s
-  echo "cluster: isthmus installed in $((SECONDS - t0)) s"
-}
-
 # The line that points a shell at the cluster, with the cluster's own kubectl first in PATH.
 cluster_print_env() {
   echo "export KUBECONFIG=$KUBECONFIG_HOST PATH=$K8S:\$PATH"

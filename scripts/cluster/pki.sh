@@ -36,6 +36,7 @@ EXT
       "kube-scheduler,system:kube-scheduler," \
       "kube-proxy,system:kube-proxy," \
       "kube-router,system:kube-router," \
+      "gardener-resource-manager,system:gardener-resource-manager,system:masters" \
       "kubelet,system:node:$NODE_NAME,system:nodes"; do
       IFS=, read -r file user group <<<"$who"
       local token

@@ -140,17 +140,7 @@ pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
     );
     println!("figure: LoadBalancer address {lb}");
     // The outside client may reach the load balancer (the example ranges stay).
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "patch",
-        "svc/isthmus-proxy",
-        "--type=json",
-        "-p",
-        &format!(
-            r#"[{{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"{EXT_IP}/32"}}]"#
-        ),
-    ]);
+    node.source_ranges(&[&format!("{EXT_IP}/32")]);
     let client = Client {
         lb,
         ca: shoot.ca.clone(),
@@ -222,10 +212,7 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
         "-p",
         &format!(r#"{{"spec":{{"allowedSources":["{EXT_IP}/32"]}}}}"#),
     ]);
-    node.kubectl(&[
-        "-n", SYSTEM, "patch", "svc/isthmus-proxy", "--type=json", "-p",
-        &format!(r#"[{{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"{STRANGER_IP}/32"}}]"#),
-    ]);
+    node.source_ranges(&[&format!("{EXT_IP}/32"), &format!("{STRANGER_IP}/32")]);
     let series = "isthmus_proxy_hello_rejections_total{listener=\"client-2379\",reason=\"source_not_allowed\"}";
     poll(
         node,
@@ -247,7 +234,7 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
     println!("checked: stranger {STRANGER_IP} refused by loadBalancerSourceRanges, then by allowed_sources; {EXT_IP} passes both");
 }
 
-/// Both controller replicas run with their projected tokens under deploy/'s RBAC; deleting
+/// Both controller replicas run with their projected tokens under the chart's RBAC; deleting
 /// the leader's pod hands the Lease to the other.
 pub fn lease_hand_over(node: &Node) {
     node.kubectl(&[

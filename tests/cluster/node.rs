@@ -14,6 +14,8 @@ pub const EXT_IP: &str = "10.200.0.1";
 /// A second outside address, never allowed.
 pub const STRANGER_IP: &str = "10.200.0.3";
 pub const SYSTEM: &str = "isthmus-system";
+/// The helm release of the chart (scripts/cluster/isthmus.sh).
+pub const RELEASE: &str = "isthmus";
 
 #[derive(Debug)]
 pub struct Node {
@@ -27,7 +29,7 @@ fn text(b: &[u8]) -> String {
 }
 
 impl Node {
-    /// `scripts/cluster.sh up` (node, then isthmus installed as a user installs it). A node left
+    /// `scripts/cluster.sh up` (node, then the chart installed as gardener-operator would). A node left
     /// by an earlier run is torn down first. Returns the time `up` took and the host's state
     /// before it ([`host_state`]).
     pub fn up() -> (Self, Duration, String) {
@@ -125,6 +127,41 @@ impl Node {
         c
     }
 
+    /// `helm` against the node (`scripts/cluster.sh helm`): stdout, or panics with the output
+    /// and the node's diagnostics.
+    pub fn helm(&self, args: &[&str]) -> String {
+        let out = self.script(&[&["helm"][..], args].concat());
+        if !out.status.success() {
+            panic!(
+                "helm {args:?}: {}{}\n{}",
+                text(&out.stdout),
+                text(&out.stderr),
+                self.diagnostics()
+            );
+        }
+        text(&out.stdout)
+    }
+
+    /// `helm upgrade` of the release with the chart's archive, the values in effect and
+    /// `sets` (`--set …`/`--set-json …` arguments): what an operator does by changing the
+    /// Extension's values. Returns how long helm took.
+    pub fn helm_upgrade(&self, sets: &[&str]) -> Duration {
+        let chart = self.script(&["chart"]);
+        assert!(chart.status.success(), "{}", text(&chart.stderr));
+        let chart = text(&chart.stdout).trim().to_owned();
+        let t0 = Instant::now();
+        let mut args = vec!["upgrade", RELEASE, &chart, "-n", SYSTEM, "--reuse-values"];
+        args.extend_from_slice(sets);
+        self.helm(&args);
+        t0.elapsed()
+    }
+
+    /// The load balancer's `loadBalancerSourceRanges` through the release's values
+    /// ([`source_ranges_value`]).
+    pub fn source_ranges(&self, extra: &[&str]) {
+        self.helm_upgrade(&["--set-json", &source_ranges_value(extra)]);
+    }
+
     /// The script itself (`load`, `node`, ...).
     pub fn script(&self, args: &[&str]) -> Output {
         Command::new(&self.script).args(args).output().unwrap()
@@ -178,6 +215,17 @@ impl Node {
         }
         s
     }
+}
+
+/// The `--set-json` value of `loadBalancerSourceRanges`: the examples of
+/// scripts/cluster/extension-values.yaml plus `extra`.
+pub fn source_ranges_value(extra: &[&str]) -> String {
+    let mut ranges = vec!["198.51.100.0/24", "203.0.113.0/24"];
+    ranges.extend_from_slice(extra);
+    format!(
+        "proxy.service.loadBalancerSourceRanges={}",
+        serde_json::to_string(&ranges).unwrap()
+    )
 }
 
 /// The global sysctls kubelet sets (scripts/cluster/node.sh restores them).

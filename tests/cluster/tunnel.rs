@@ -1,11 +1,12 @@
-//! The temporary VPN as pods (deploy/tunnel.yaml unchanged, configs in the Secrets it names):
-//! the agent (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
+//! The temporary VPN as pods (the chart's tunnel server through `helm upgrade`, the agent
+//! rendered from the chart for the shoot; configs in the Secrets they name): the agent
+//! (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
 //! proxy's VPN route (rendered by the controller from a destination migration's `spec.vpn` at
 //! `Join`) takes it to the tunnel server;
 //! a client labelled as the shoot's kube-apiserver then reaches the etcd pod through the
 //! server's CONNECT front, the agent's session and the agent's dial.
 
-use super::node::{poll, Node, ROOT, SYSTEM};
+use super::node::{poll, source_ranges_value, Node, EXT_IP, RELEASE, STRANGER_IP, SYSTEM};
 use super::shoot::NS;
 use isthmus_testkit::{Scratch, TestPki};
 use std::time::{Duration, Instant};
@@ -75,17 +76,31 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     );
     let client_files = ["ca.crt", "apiserver.crt", "apiserver.key", "etcd-ca.crt"];
     secret(node, NS, "tunnel-client", &dir, &client_files);
-    node.apply(&std::fs::read_to_string(format!("{ROOT}/deploy/tunnel.yaml")).unwrap());
-    // The shoot's egress (here: the pod network) may reach the load balancer's VPN port.
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "patch",
-        "svc/isthmus-proxy",
-        "--type=json",
-        "-p",
-        r#"[{"op":"add","path":"/spec/loadBalancerSourceRanges/-","value":"10.244.0.0/16"}]"#,
+    // The seed's side through the release: a tunnel server in the shoot's namespace, and the
+    // shoot's egress (here: the pod network) admitted to the load balancer's VPN port.
+    node.helm_upgrade(&[
+        "--set",
+        &format!("tunnel.servers[0].namespace={NS}"),
+        "--set-json",
+        &source_ranges_value(&[
+            &format!("{EXT_IP}/32"),
+            &format!("{STRANGER_IP}/32"),
+            "10.244.0.0/16",
+        ]),
     ]);
+    // The shoot's side: the agent, rendered from the chart on its own as for a shoot.
+    let chart = String::from_utf8(node.script(&["chart"]).stdout).unwrap();
+    node.apply(&node.helm(&[
+        "template",
+        RELEASE,
+        chart.trim(),
+        "--set",
+        "tunnel.agent.enabled=true",
+        "--set",
+        "image.pullPolicy=Never",
+        "--show-only",
+        "templates/tunnel-agent.yaml",
+    ]));
     // The temporary VPN is the destination's (its route exists from Join to Shrink): a
     // destination migration of another shoot on this seed, at Join, names it.
     node.kubectl(&["create", "namespace", DST_NS]);

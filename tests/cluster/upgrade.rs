@@ -1,13 +1,15 @@
-//! A DaemonSet rolling update to a new image under load (maxSurge: the new pod is Ready before
-//! the old one stops), and a pod deleted with open connections draining within its grace period.
+//! A rolling update to a new image through `helm upgrade` under load (maxSurge: the new proxy
+//! pod is Ready before the old one stops; the controller's routes survive the upgrade), and a
+//! pod deleted with open connections draining within its grace period.
 
 use super::checks::proxy_metric;
 use super::node::{poll, Node, ROOT, SYSTEM};
+use super::shoot::SNI;
 use super::traffic::{Client, Ended, Load, Watch, POLL};
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(300);
-/// deploy/proxy.yaml's terminationGracePeriodSeconds.
+/// The chart's proxy.terminationGracePeriodSeconds.
 const GRACE: Duration = Duration::from_secs(45);
 const ACTIVE: &str = "isthmus_proxy_active_connections{listener=\"client-2379\"}";
 
@@ -111,15 +113,18 @@ pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
             Err(format!("{a} attempted"))
         }
     });
+    let routes = node.jsonpath(SYSTEM, "cm/isthmus-proxy-routes", "{.data.proxy\\.json}");
+    assert!(routes.contains(SNI), "{routes}");
     let t0 = Instant::now();
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "set",
-        "image",
-        "ds/isthmus-proxy",
-        "proxy=isthmus:v2",
-    ]);
+    // What an operator does: the Extension's image tag changes, gardener-operator upgrades.
+    let helm = node.helm_upgrade(&["--set", "image.tag=v2"]);
+    // helm's three-way merge leaves the controller's routes alone (the chart renders them
+    // back with lookup; before, every upgrade reset the file to the bootstrap).
+    let after = node.jsonpath(SYSTEM, "cm/isthmus-proxy-routes", "{.data.proxy\\.json}");
+    assert_eq!(
+        after, routes,
+        "helm upgrade changed the controller's routes"
+    );
     node.kubectl(&[
         "-n",
         SYSTEM,
@@ -140,7 +145,7 @@ pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
     let (drained, reset) = ended(node, &mut watches);
     let (attempted, failed, errors) = load.stop();
     println!(
-        "figure: rolling update to a new image: rollout {rolled:.1?}, old pod gone {:.1?}; new connections {attempted} attempted, {failed} failed; long-lived connections {} closed by the drain, {} reset/failed {reset:?}",
+        "figure: rolling update to a new image through helm upgrade (helm {helm:.1?}): rollout {rolled:.1?}, old pod gone {:.1?}; new connections {attempted} attempted, {failed} failed; long-lived connections {} closed by the drain, {} reset/failed {reset:?}",
         t0.elapsed(),
         drained,
         reset.len()

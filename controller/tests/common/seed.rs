@@ -92,7 +92,7 @@ impl Seed {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         api.apply_yaml(&root.join("deploy/crd-etcdmigration.yaml"))
             .await;
-        api.apply_yaml(&root.join("deploy/namespace.yaml")).await;
+        api.apply_yaml(&root.join("deploy/00-namespace.yaml")).await;
         api.apply_yaml_str(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {namespace}\n"
         ))

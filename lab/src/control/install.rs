@@ -32,7 +32,7 @@ async fn manifests(api: &SeedApi) -> Result<()> {
         crds.join("druid.gardener.cloud_etcds.yaml"),
         crds.join("extensions.gardener.cloud_dnsrecords.yaml"),
         root.join("deploy/crd-etcdmigration.yaml"),
-        root.join("deploy/namespace.yaml"),
+        root.join("deploy/00-namespace.yaml"),
         root.join("deploy/controller.yaml"),
     ] {
         let text = std::fs::read_to_string(&f).map_err(|e| {
