@@ -141,6 +141,24 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     );
 }
 
+/// Allow-lists deny by default: no `--default-allowed-sources` unless the operator sets
+/// `exposure.defaultAllowedSources`.
+#[test]
+fn default_allowed_sources_only_when_set() {
+    let docs = render(&[], &[]);
+    let ctl = find(&docs, "Deployment", "isthmus-controller");
+    assert!(!args(&ctl["spec"]["template"])
+        .iter()
+        .any(|a| a.starts_with("--default-allowed-sources")));
+    let docs = render(
+        &[],
+        &["exposure.defaultAllowedSources={10.1.0.0/16,192.0.2.7/32}"],
+    );
+    let ctl = find(&docs, "Deployment", "isthmus-controller");
+    assert!(args(&ctl["spec"]["template"])
+        .contains(&"--default-allowed-sources=10.1.0.0/16,192.0.2.7/32".to_owned()));
+}
+
 #[test]
 fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     let docs = render(&[GARDENER], &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);

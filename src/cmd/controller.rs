@@ -33,7 +33,7 @@ pub struct Args {
     /// Lease duration; renewed every third of it.
     #[arg(long, default_value = "15", value_name = "SECONDS")]
     pub lease_seconds: u64,
-    /// Address of `/metrics` and `/healthz`.
+    /// Address of `/metrics` and `/healthz` (port 0: any free port, logged as `metrics`).
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub metrics_address: SocketAddr,
     /// Namespace of the proxy DaemonSet and its route ConfigMap.
@@ -97,6 +97,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.metrics_address)
         .await
         .with_context(|| format!("binding {}", args.metrics_address))?;
+    // The bound address, not the flag's: with port 0 this is how a caller finds it.
+    tracing::info!(metrics = %listener.local_addr()?, "serving /metrics and /healthz");
     tokio::spawn(serve_metrics(listener, Arc::new(registry)));
 
     let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));

@@ -2,7 +2,7 @@
 //! in-cluster name from its headless peer Service, as etcd-druid names them), gardenlet's
 //! `Etcd` object and the upstream CRDs, and the `EtcdMigration` the orchestrator creates.
 
-use super::node::{poll, Node};
+use super::node::{poll, Node, EXT_IP};
 use isthmus_testkit::{Scratch, TestPki};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -102,6 +102,13 @@ impl Shoot {
                 "--timeout=60s",
             ]);
         }
+        // With the migration, the orchestrator grants the controller its writes in the
+        // namespace (controller/README.md, "RBAC: least privilege"); granted first, so the
+        // controller's first pass is not refused.
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let grant = std::fs::read_to_string(root.join("deploy/examples/access-source.yaml"))
+            .unwrap_or_else(|e| panic!("deploy/examples/access-source.yaml: {e}"));
+        node.apply(&grant);
         let etcd = isthmus_testkit::minimal_etcd("etcd-main", NS, 1);
         node.apply(&etcd.to_string());
         node.apply(&format!(
@@ -121,14 +128,9 @@ spec:
     type: aws-route53
     secretRef: {{name: dns-internal, namespace: {NS}}}
   loadBalancer: {{name: isthmus-proxy, namespace: isthmus-system}}
+  allowedSources: ["{EXT_IP}/32"]
 "#
         ));
-        // With the migration, the orchestrator grants the controller its writes in the
-        // namespace (controller/README.md, "RBAC: least privilege").
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-        let grant = std::fs::read_to_string(root.join("deploy/examples/access-source.yaml"))
-            .unwrap_or_else(|e| panic!("deploy/examples/access-source.yaml: {e}"));
-        node.apply(&grant);
     }
 }
 
