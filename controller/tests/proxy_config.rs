@@ -346,7 +346,10 @@ fn the_vpn_upstream_sends_proxy_v2_when_the_migration_asks_and_only_then() {
     let mut s = spec(Role::Destination, Step::Join);
     let off = sent(&s);
     assert_eq!(off.len(), 7);
-    assert!(off.iter().all(|(_, p)| *p == SendProxyProtocol::None), "{off:?}");
+    assert!(
+        off.iter().all(|(_, p)| *p == SendProxyProtocol::None),
+        "{off:?}"
+    );
 
     s.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::V2;
     let on = sent(&s);

@@ -2,8 +2,7 @@
 //! member is spelled, so the DNS records, the routes and the advertised URLs always agree.
 
 use crate::crd::{
-    EtcdMigrationSpec, MemberUrls, ProxyProtocol, Role, SEED_INGRESS_CLIENT,
-    SEED_INGRESS_PEER_BASE,
+    EtcdMigrationSpec, MemberUrls, ProxyProtocol, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE,
 };
 
 /// One exposed etcd member of this seed.
