@@ -83,10 +83,11 @@ pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [V
     }));
     // The trigger of the resource manager's policies for the proxies' way to the members
     // (`crate::network`). Only that name, `create` included: a server-side apply that
-    // creates an object is authorised as `create` of its name (unlike a POST).
+    // creates an object is authorised as `create` of its name (unlike a POST); `get` to
+    // delete it only when a migration owns it.
     rules.push(json!({
         "apiGroups": [""], "resources": ["services"],
-        "resourceNames": [ETCD_SERVICE], "verbs": ["create", "patch", "delete"],
+        "resourceNames": [ETCD_SERVICE], "verbs": ["get", "create", "patch", "delete"],
     }));
     // A refused spec is reported as an Event on its `EtcdMigration`.
     rules.push(json!({

@@ -130,7 +130,7 @@ mod tests {
         let events = user("events", &[("app", "etcd-statefulset"), ("role", "events")]);
         let s = etcd_service(
             "shoot--a",
-            &[main.clone()],
+            std::slice::from_ref(&main),
             "extension-isthmus",
             "all-shoots",
         )

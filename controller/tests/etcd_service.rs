@@ -4,7 +4,8 @@
 //! Service appears (selector = the `Etcd`'s pod labels, ports 2379/2380, the resource
 //! manager's annotations, owned by the migration); two migrations of one namespace share it
 //! (the labels both `Etcd`s' pods carry, both owners); it follows the migrations as they go,
-//! and is gone with the last. That it goes when a migration is done is in
+//! and is gone with the last; one of that name that no migration owns (made by hand) is left
+//! alone. That it goes when a migration is done is in
 //! `apiserver_controller.rs` (both seeds, every step).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -200,5 +201,50 @@ async fn the_resource_managers_service_comes_and_goes_with_the_migrations() {
             .is_empty()
     })
     .await;
+
+    // A Service of that name that no migration owns is not the controller's to delete: here
+    // one made by hand, and a migration that needs none (its Etcd's pods have no labels to
+    // select, so it is written nowhere) passes by it.
+    let services: Api<Service> = Api::namespaced(c.clone(), NS);
+    let hand: Service = serde_json::from_value(json!({
+        "metadata": {"name": "isthmus-etcd"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 2379}]},
+    }))
+    .unwrap();
+    services
+        .create(&PostParams::default(), &hand)
+        .await
+        .unwrap();
+    let no_labels = json!([{"op": "replace", "path": "/spec/labels", "value": {}}]);
+    etcds
+        .patch(
+            "etcd-main",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Json::<()>(serde_json::from_value(no_labels).unwrap()),
+        )
+        .await
+        .unwrap();
+    migrations
+        .create(
+            &PostParams::default(),
+            &EtcdMigration::new("etcd-main", source("etcd-main")),
+        )
+        .await
+        .unwrap();
+    wait_until("a pass of the new migration", WAIT, || async {
+        migrations
+            .get("etcd-main")
+            .await
+            .unwrap()
+            .status
+            .is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "ObjectsApplied" && c.status == "True")
+            })
+    })
+    .await;
+    let s = service(&c).await.expect("the hand-made Service stays");
+    assert!(s["metadata"].get("ownerReferences").is_none(), "{s:#}");
     controller.abort();
 }

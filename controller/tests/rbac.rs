@@ -97,6 +97,7 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
         ("create", "events.k8s.io/events", Some(NS), None),
         // The resource manager's trigger, by name (a server-side apply that creates it is
         // authorised as `create` of that name).
+        ("get", "services", Some(NS), Some("isthmus-etcd")),
         ("create", "services", Some(NS), Some("isthmus-etcd")),
         ("patch", "services", Some(NS), Some("isthmus-etcd")),
         ("delete", "services", Some(NS), Some("isthmus-etcd")),

@@ -1,6 +1,7 @@
 //! Keeps the shoot namespace's `isthmus-etcd` Service ([`crate::network`]) in line with the
 //! migrations there whose routes lead to their etcd: applied (server-side, under gardenlet's
-//! grant: create/patch/delete of that one name) while one does, deleted once none does.
+//! grant: get/create/patch/delete of that one name) while one does, deleted once none does
+//! (only if a migration owns it: a Service someone else made under the name stays).
 
 use super::context::Context;
 use super::write::ssa;
@@ -65,17 +66,38 @@ pub(super) async fn sync(
                     "the migrating Etcds' pods share no label: no isthmus-etcd Service"
                 );
             }
-            match services
-                .delete(ETCD_SERVICE, &DeleteParams::default())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
+            delete_ours(&services).await?;
         }
     }
     Ok(())
+}
+
+/// Deletes the Service if a migration owns it (one a person made under that name is left
+/// alone), on the condition that it is still the object read.
+async fn delete_ours(services: &Api<Service>) -> Result<(), Error> {
+    let Some(svc) = services.get_opt(ETCD_SERVICE).await? else {
+        return Ok(());
+    };
+    let ours = svc
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "EtcdMigration" && o.api_version.starts_with("isthmus.dev/"));
+    if !ours {
+        return Ok(());
+    }
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: svc.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match services.delete(ETCD_SERVICE, &dp).await {
+        Ok(_) => Ok(()),
+        // Gone meanwhile, or replaced by another object of that name: not ours to delete.
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The pod labels of `spec`'s `Etcd`: the existing one's, else (a destination `Etcd` not
