@@ -10,7 +10,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use isthmus_config::{ProxyConfig, Schema};
-use isthmus_controller::crd::PortScheme;
+use isthmus_controller::crd::{PortScheme, ProxyProtocol};
 use isthmus_controller::plan::MemberRoute;
 use isthmus_controller::proxy_config::{render, Layout};
 use std::hint::black_box;
@@ -41,6 +41,7 @@ fn routes(migrations: usize) -> Vec<MemberRoute> {
                     upstream: format!("{ns}.{pod}.{kind}"),
                     endpoint: format!("{host}:{port}"),
                     allowed_sources: sources.clone(),
+                    proxy_protocol: ProxyProtocol::None,
                 });
             }
         }

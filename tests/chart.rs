@@ -459,12 +459,32 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         &find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]["metadata"]["labels"];
     let has = |labels: &Value, key: &str| labels[key] == "allowed";
     // Proxy -> etcd in every shoot namespace, through the Service the controller creates there
-    // (selecting the etcd pods, ports 2379 and 2380, alias all-shoots).
-    let trigger = serde_json::json!({
-        "metadata": {"name": "isthmus-etcd", "namespace": "shoot--foo--bar",
-                     "annotations": {format!("{NP}pod-label-selector-namespace-alias"): "all-shoots"}},
-        "spec": {"ports": [{"port": 2379, "targetPort": 2379, "protocol": "TCP"},
-                           {"port": 2380, "targetPort": 2380, "protocol": "TCP"}]}});
+    // (`isthmus_controller::network`, with the flags the chart gives the controller).
+    let controller_args =
+        args(&find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]);
+    let flag = |name: &str| {
+        let prefix = format!("--{name}=");
+        controller_args
+            .iter()
+            .find_map(|a| a.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("controller without {prefix}: {controller_args:?}"))
+    };
+    let user = isthmus_controller::network::EtcdUser {
+        name: "etcd-main".into(),
+        uid: "0".into(),
+        pod_labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
+    };
+    let trigger = isthmus_controller::network::etcd_service(
+        "shoot--foo--bar",
+        &[user],
+        flag("proxy-namespace"),
+        flag("shoot-alias"),
+    )
+    .unwrap();
+    assert_eq!(
+        annotation_json(&trigger, &format!("{NP}namespace-selectors")),
+        serde_json::json!([{"matchLabels": {"kubernetes.io/metadata.name": "extension-isthmus"}}])
+    );
     for l in grm_labels(&trigger, "extension-isthmus") {
         assert!(has(proxy, &l), "proxy lacks {l}");
         assert!(

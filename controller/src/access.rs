@@ -14,6 +14,7 @@
 //! copy handed to the controller would be one more Secret to rotate and clean up.
 
 use crate::crd::{EtcdMigrationSpec, Role};
+use crate::network::ETCD_SERVICE;
 use crate::plan::{members, VPN_RECORD};
 use serde_json::{json, Value};
 
@@ -79,6 +80,14 @@ pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [V
     rules.push(json!({
         "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"],
         "resourceNames": [spec.etcd_name], "verbs": etcd_verbs,
+    }));
+    // The trigger of the resource manager's policies for the proxies' way to the members
+    // (`crate::network`). Only that name, `create` included: a server-side apply that
+    // creates an object is authorised as `create` of its name (unlike a POST); `get` to
+    // delete it only when a migration owns it.
+    rules.push(json!({
+        "apiGroups": [""], "resources": ["services"],
+        "resourceNames": [ETCD_SERVICE], "verbs": ["get", "create", "patch", "delete"],
     }));
     // A refused spec is reported as an Event on its `EtcdMigration`.
     rules.push(json!({

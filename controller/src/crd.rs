@@ -404,6 +404,33 @@ pub struct VpnSpec {
     #[serde(default = "default_vpn_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: u16,
+    /// What the proxy sends the tunnel server before the agent's bytes. `v2`: a PROXY v2
+    /// header naming the agent's address, so that the server's per-source handshake shares
+    /// (`agents.max_handshakes_per_source`) tell a flood from an agent; the server must then
+    /// list the seed's pod network in `agents.trusted_proxies`, or it takes the header for
+    /// the TLS handshake and refuses every agent. Default `none` (a server trusting the
+    /// proxies also takes connections without a header: set `trusted_proxies` first, then `v2`).
+    #[serde(default, skip_serializing_if = "ProxyProtocol::is_none")]
+    pub proxy_protocol: ProxyProtocol,
+}
+
+/// The PROXY protocol header the proxy sends an upstream (see [`VpnSpec::proxy_protocol`]).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize, JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ProxyProtocol {
+    /// No header: the upstream sees the proxy's address.
+    #[default]
+    None,
+    /// The binary PROXY v2 header with the client's address.
+    V2,
+}
+
+impl ProxyProtocol {
+    fn is_none(&self) -> bool {
+        *self == ProxyProtocol::None
+    }
 }
 
 fn default_vpn_port() -> u16 {

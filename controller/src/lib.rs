@@ -1,6 +1,7 @@
 //! isthmus-controller: turns "migrate this shoot's etcd" into objects on one seed — a
 //! `DNSRecord` per exposed etcd member and for the temporary VPN, routes in the shared isthmus
-//! proxy config, and the migration fields of etcd-druid's `Etcd` — step by step, resumable, and
+//! proxy config, the migration fields of etcd-druid's `Etcd`, and the Service that opens the
+//! shoot namespace's NetworkPolicies to the proxies — step by step, resumable, and
 //! cleaned up afterwards. It must never terminate or inspect etcd traffic, never delete an
 //! object it did not create, and never delete a `DNSRecord` or `Etcd` without the Gardener
 //! deletion confirmation.
@@ -22,6 +23,8 @@
 //! - [`proxy_config`]: renders all migrations' routes into the proxy ConfigMap's JSON (from the
 //!   proxy's own schema, checked once) and its hash.
 //! - [`gardener`]: the partial, versioned JSON shapes of `DNSRecord` and `Etcd`.
+//! - [`network`]: the Service per shoot namespace from which gardener-resource-manager makes
+//!   the NetworkPolicies that let the proxies reach the migrating etcd members.
 //! - [`kube_adapter`]: the kube-rs controller (server-side apply, finalizer, status, metrics,
 //!   leader election, proxy `/config` hash probes).
 
@@ -31,5 +34,6 @@ pub mod access;
 pub mod crd;
 pub mod gardener;
 pub mod kube_adapter;
+pub mod network;
 pub mod plan;
 pub mod proxy_config;

@@ -86,6 +86,13 @@ fn migrations(c: &Client) -> Api<EtcdMigration> {
     Api::namespaced(c.clone(), NS)
 }
 
+/// The shoot namespace's `isthmus-etcd` Service, if there is one.
+async fn etcd_service(c: &Client) -> Option<Value> {
+    let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), NS);
+    let s = api.get_opt("isthmus-etcd").await.unwrap()?;
+    Some(serde_json::to_value(s).unwrap())
+}
+
 async fn set_step(c: &Client, step: Step) {
     let patch = json!({"spec": {"step": step}});
     migrations(c)
@@ -379,6 +386,17 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     let bad = bad_migration(&w.b.admin, &w.dst).await;
 
     expose_both(&w).await;
+    // gardener-resource-manager's trigger in the shoot namespace of both seeds (the
+    // destination's from its Etcd template: the Etcd does not exist yet), created under the
+    // grant (create/patch/delete of this one name).
+    for c in [&w.a.admin, &w.b.admin] {
+        let s = etcd_service(c).await.expect("the isthmus-etcd Service");
+        assert_eq!(
+            s["spec"]["selector"],
+            json!({"app": "etcd-statefulset", "name": "etcd-main"})
+        );
+        assert_eq!(s["metadata"]["ownerReferences"][0]["name"], "shoot");
+    }
     // Exposure on the source: one DNSRecord per member, pointing at the seed's LB.
     let records: Api<DynamicObject> =
         Api::namespaced_with(w.a.admin.clone(), NS, &dnsrecord_resource());
@@ -525,6 +543,16 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         !text.contains("shoot--foo--bar"),
         "source routes released:\n{text}"
     );
+    wait_until(
+        "the source's isthmus-etcd Service gone",
+        STEP_TIMEOUT,
+        || async { etcd_service(&w.a.admin).await.is_none() },
+    )
+    .await;
+    assert!(
+        etcd_service(&w.b.admin).await.is_some(),
+        "the destination's stays"
+    );
     let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
     assert_eq!(
         e["metadata"]["generation"], before["metadata"]["generation"],
@@ -556,6 +584,12 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         !text.contains("shoot--foo--bar"),
         "routes released:\n{text}"
     );
+    wait_until(
+        "the destination's isthmus-etcd Service gone",
+        STEP_TIMEOUT,
+        || async { etcd_service(&w.b.admin).await.is_none() },
+    )
+    .await;
     bad.assert_refused_once(&w.b.admin).await;
     // Every generation the controller wrote was asked for and reconciled, none twice.
     assert_eq!(

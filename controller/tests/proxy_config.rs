@@ -323,3 +323,77 @@ fn internet_facing_listeners_get_a_per_source_cap_and_upstreams_an_idle_timeout(
         .all(|u| u.idle_timeout == Some(IDLE_TIMEOUT)));
     assert_eq!(IDLE_TIMEOUT.to_string(), "3h");
 }
+
+/// `spec.vpn.proxyProtocol: v2` puts `send_proxy_protocol: v2` on the VPN upstream only (the
+/// tunnel server's per-source handshake shares then see the agents' addresses); without it
+/// nothing is sent, since a tunnel server that does not trust the proxies would take the
+/// header for the TLS handshake and refuse every agent.
+#[test]
+fn the_vpn_upstream_sends_proxy_v2_when_the_migration_asks_and_only_then() {
+    use isthmus_config::SendProxyProtocol;
+    use isthmus_controller::crd::ProxyProtocol;
+    let sent = |spec: &isthmus_controller::crd::EtcdMigrationSpec| {
+        let r = render(&layout(), &routes(spec, NS, true)).unwrap();
+        let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
+            .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
+        parsed
+            .upstreams
+            .iter()
+            .map(|u| (u.name.clone(), u.send_proxy_protocol))
+            .collect::<Vec<_>>()
+    };
+    let vpn = format!("{NS}.vpn");
+    let mut s = spec(Role::Destination, Step::Join);
+    let off = sent(&s);
+    assert_eq!(off.len(), 7);
+    assert!(
+        off.iter().all(|(_, p)| *p == SendProxyProtocol::None),
+        "{off:?}"
+    );
+
+    s.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::V2;
+    let on = sent(&s);
+    for (name, p) in &on {
+        let want = if *name == vpn {
+            SendProxyProtocol::V2
+        } else {
+            SendProxyProtocol::None
+        };
+        assert_eq!(*p, want, "{name}");
+    }
+    // The same through the file's text, as an operator reads the ConfigMap.
+    let text = render(&layout(), &routes(&s, NS, true)).unwrap().text;
+    let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let upstream = file["upstreams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|u| u["name"] == vpn.as_str())
+        .unwrap();
+    assert_eq!(upstream["send_proxy_protocol"], "v2", "{upstream}");
+}
+
+/// Two migrations that name the same VPN upstream with different PROXY settings conflict like
+/// two endpoints would: the older keeps it.
+#[test]
+fn a_vpn_upstream_wanted_with_and_without_proxy_v2_stays_with_the_older() {
+    use isthmus_controller::crd::ProxyProtocol;
+    use isthmus_controller::proxy_config::{render_claims, Claim};
+    let older = spec(Role::Destination, Step::Join);
+    let mut younger = older.clone();
+    younger.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::V2;
+    let claims = [
+        Claim {
+            owner: format!("{NS}/older"),
+            routes: routes(&older, NS, true),
+        },
+        Claim {
+            owner: format!("{NS}/younger"),
+            routes: routes(&younger, NS, true),
+        },
+    ];
+    let outcome = render_claims(&layout(), &claims).unwrap();
+    assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
+    assert_eq!(outcome.conflicts[0].owner, format!("{NS}/younger"));
+    assert_eq!(outcome.conflicts[0].held_by, format!("{NS}/older"));
+}

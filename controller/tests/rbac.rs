@@ -95,6 +95,12 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
         ("patch", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("delete", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("create", "events.k8s.io/events", Some(NS), None),
+        // The resource manager's trigger, by name (a server-side apply that creates it is
+        // authorised as `create` of that name).
+        ("get", "services", Some(NS), Some("isthmus-etcd")),
+        ("create", "services", Some(NS), Some("isthmus-etcd")),
+        ("patch", "services", Some(NS), Some("isthmus-etcd")),
+        ("delete", "services", Some(NS), Some("isthmus-etcd")),
         // Cluster-wide reads of what the controller watches, and its own resource.
         ("watch", "druid.gardener.cloud/etcds", None, None),
         ("list", "extensions.gardener.cloud/dnsrecords", None, None),
@@ -125,6 +131,13 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
         ("create", "events.k8s.io/events", Some(OTHER), None),
         ("get", "services", Some(NS), Some("isthmus-proxy")),
         ("get", "services", Some("isthmus-system"), Some("kube-dns")),
+        ("create", "services", Some(NS), None),
+        ("create", "services", Some(NS), Some("etcd-main-client")),
+        ("patch", "services", Some(NS), Some("kube-apiserver")),
+        ("delete", "services", Some(NS), Some("etcd-main-peer")),
+        ("list", "services", Some(NS), None),
+        ("create", "services", Some(OTHER), Some("isthmus-etcd")),
+        ("delete", "services", Some(OTHER), Some("isthmus-etcd")),
     ];
     for (verb, resource, ns, name) in denied {
         assert!(

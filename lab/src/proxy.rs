@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::member::MemberRef;
 use crate::seeds::{run, Seed};
 use crate::side::Side;
-use isthmus_controller::crd::PortScheme;
+use isthmus_controller::crd::{PortScheme, ProxyProtocol};
 use isthmus_controller::plan::MemberRoute;
 use isthmus_controller::proxy_config::{self, Layout};
 use std::net::SocketAddr;
@@ -24,7 +24,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// The admin port inside every seed.
 pub const ADMIN_PORT: u16 = 9901;
 /// The seed's ingress for the shoot's tunnel agents: TLS passthrough on SNI [`TUNNEL_SNI`] to
-/// the seed's tunnel server on `127.0.0.1:`[`TUNNEL_UPSTREAM_PORT`] (see [`crate::webhook`]).
+/// the seed's tunnel server on `127.0.0.1:`[`TUNNEL_UPSTREAM_PORT`] (see [`crate::webhook`]),
+/// with a PROXY v2 header (`spec.vpn.proxyProtocol: v2`), as the controller renders it.
 /// Every configuration carries it, whatever etcd routes the migration sets.
 pub const TUNNEL_PORT: u16 = 8443;
 pub const TUNNEL_SNI: &str = "vpn-seed.lab";
@@ -85,6 +86,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
         allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
+        proxy_protocol: ProxyProtocol::V2,
     });
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);
@@ -118,6 +120,7 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         upstream: "tunnel-server".into(),
         endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
         allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
+        proxy_protocol: ProxyProtocol::V2,
     };
     file(proxy_config::render_with(&layout, &[route], lab_settings))
 }

@@ -39,6 +39,11 @@ pub struct Args {
     /// Namespace of the proxy DaemonSet and its route ConfigMap.
     #[arg(long, default_value = "isthmus-system")]
     pub proxy_namespace: String,
+    /// gardener-resource-manager's alias of shoot namespaces: the `isthmus-etcd` Service the
+    /// controller creates in each migrating shoot namespace carries it, and the proxy pods'
+    /// egress labels name it (`to-<alias>-isthmus-etcd-tcp-2379`).
+    #[arg(long, default_value = isthmus_controller::network::DEFAULT_SHOOT_ALIAS)]
+    pub shoot_alias: String,
     /// Name of the proxy route ConfigMap.
     #[arg(long, default_value = "isthmus-proxy-routes")]
     pub proxy_configmap: String,
@@ -108,6 +113,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     let settings = Settings {
         layout,
         proxy_namespace: args.proxy_namespace,
+        shoot_alias: args.shoot_alias,
         proxy_configmap: args.proxy_configmap,
         proxy_selector: args.proxy_selector,
         proxy_admin_port: args.proxy_admin_port,

@@ -2,7 +2,8 @@
 //! rendered from the chart for the shoot; configs in the Secrets they name): the agent
 //! (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
 //! proxy's VPN route (rendered by the controller from a destination migration's `spec.vpn` at
-//! `Join`) takes it to the tunnel server;
+//! `Join`, with PROXY v2: `spec.vpn.proxyProtocol`) takes it to the tunnel server, which
+//! trusts the pod network's header;
 //! a client labelled as the shoot's kube-apiserver then reaches the etcd pod through the
 //! server's CONNECT front, the agent's session and the agent's dial.
 
@@ -43,7 +44,7 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     std::fs::write(
         dir.join("server.yaml"),
         format!(
-            "agents: {{ address: \"0.0.0.0:9443\", tls: {{ cert: {tls}/server.crt, key: {tls}/server.key, client_ca: {tls}/ca.crt, allowed_client_names: [agent.shoot--foo--bar] }} }}\n\
+            "agents: {{ address: \"0.0.0.0:9443\", trusted_proxies: [10.244.0.0/24], tls: {{ cert: {tls}/server.crt, key: {tls}/server.key, client_ca: {tls}/ca.crt, allowed_client_names: [agent.shoot--foo--bar] }} }}\n\
              connect: {{ address: \"0.0.0.0:8132\", tls: {{ cert: {tls}/connect.crt, key: {tls}/connect.key, client_ca: {tls}/ca.crt, allowed_client_names: [kube-apiserver.shoot--foo--bar] }} }}\n"
         ),
     )
@@ -128,7 +129,9 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
                 }],
                 "etcdTemplate": {"labels": {"app": "etcd-statefulset"}, "spec": template},
             },
-            "vpn": {"dnsName": VPN, "target": format!("{SERVER}:9443"), "port": 8443},
+            // The route sends PROXY v2; the server trusts the pod network, where the proxy
+            // pods dial from (`agents.trusted_proxies` above).
+            "vpn": {"dnsName": VPN, "target": format!("{SERVER}:9443"), "port": 8443, "proxyProtocol": "v2"},
         },
     });
     node.apply(&migration.to_string());

@@ -18,8 +18,12 @@ pub const FINALIZER: &str = "isthmus.dev/cleanup";
 /// Where the shared proxy lives on this seed.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Namespace of the proxy DaemonSet and its ConfigMap.
+    /// Namespace of the proxy DaemonSet and its ConfigMap: the namespace the shoot
+    /// namespaces' `isthmus-etcd` Services admit (`crate::network`).
     pub proxy_namespace: String,
+    /// gardener-resource-manager's alias of shoot namespaces in the proxy pods' egress labels
+    /// (`all-shoots`).
+    pub shoot_alias: String,
     /// Name of the route ConfigMap.
     pub proxy_configmap: String,
     /// Label selector of the proxy pods (`app.kubernetes.io/name=isthmus-proxy`).

@@ -9,6 +9,7 @@
 mod context;
 mod error;
 pub mod etcd;
+mod etcd_service;
 pub mod lease;
 mod membership;
 mod metrics;

@@ -10,7 +10,7 @@ use super::context::{Context, FINALIZER};
 use super::membership::{read_cluster, run_ops};
 use super::refuse::{refuse, refuse_access};
 use super::write::{confirm_and_delete, release_etcd, status_apply, write};
-use super::{proxy, Error};
+use super::{etcd_service, proxy, Error};
 use crate::crd::{EtcdMigration, ObjectRef, Role};
 use crate::gardener::{
     dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
@@ -108,9 +108,13 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         }
     }
 
-    let failure = write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api)
-        .await
-        .err();
+    // The resource manager's trigger for the proxies' way to the members: while this
+    // migration's routes are in the file or not yet out of every proxy.
+    let wants_service = !plan.routes.is_empty() || !synced.rolled_out;
+    let failure = match write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api).await {
+        Ok(()) => etcd_service::sync(ctx, ns, m, wants_service).await.err(),
+        Err(e) => Some(e),
+    };
     if let (None, Some((client, _))) = (&failure, &etcd) {
         run_ops(client, &plan.etcd_ops, &needs.etcd_endpoints).await;
     }
@@ -202,7 +206,8 @@ async fn routes(
     }
 }
 
-/// Removes what this migration created: its DNS records, its proxy routes, and (source) the
+/// Removes what this migration created: its DNS records, its proxy routes, its part of the
+/// `isthmus-etcd` Service (the Service itself when no other migration needs it), and (source) the
 /// fields it set on the `Etcd`, with the reconcile request so etcd-druid rolls the members
 /// back. A destination `Etcd` is left alone: after a completed migration it *is* the cluster;
 /// so is a source `Etcd` whose cleanup began (its members left the cluster; gardenlet deletes
@@ -217,6 +222,15 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         }
     }
     proxy::sync(ctx, None).await?;
+    match etcd_service::sync(ctx, ns, m, false).await {
+        // Without gardenlet's grant (gone already, or never given) the Service, if there is
+        // one, goes with its owners by garbage collection; the finalizer must not hang on it.
+        Err(Error::Kube(kube::Error::Api(s))) if s.code == 403 => {
+            tracing::warn!(namespace = ns, error = %s.message,
+                "cannot update the isthmus-etcd Service; it goes with its owners");
+        }
+        r => r?,
+    }
     let previous = m.status.clone().unwrap_or_default();
     if m.spec.role == Role::Source
         && !plan::source_cleanup_started(&previous)

@@ -2,7 +2,7 @@
 //! member is spelled, so the DNS records, the routes and the advertised URLs always agree.
 
 use crate::crd::{
-    EtcdMigrationSpec, MemberUrls, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE,
+    EtcdMigrationSpec, MemberUrls, ProxyProtocol, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE,
 };
 
 /// One exposed etcd member of this seed.
@@ -128,6 +128,9 @@ pub struct MemberRoute {
     /// Sources this route admits: the migration's `allowedSources`; empty means the seed's
     /// default (`--default-allowed-sources`, none unless set).
     pub allowed_sources: Vec<String>,
+    /// The PROXY header the upstream gets (the VPN's `spec.vpn.proxyProtocol`; etcd: none,
+    /// it speaks TLS from the first byte).
+    pub proxy_protocol: ProxyProtocol,
 }
 
 /// Routes of the members (and the VPN, if `with_vpn`) of one migration.
@@ -146,6 +149,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             upstream: format!("{namespace}.{}.peer", m.pod),
             endpoint: format!("{host}:2380"),
             allowed_sources: spec.allowed_sources.clone(),
+            proxy_protocol: ProxyProtocol::None,
         });
         out.push(MemberRoute {
             listener: format!("client-{}", m.client_listener),
@@ -154,6 +158,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             upstream: format!("{namespace}.{}.client", m.pod),
             endpoint: format!("{host}:2379"),
             allowed_sources: spec.allowed_sources.clone(),
+            proxy_protocol: ProxyProtocol::None,
         });
     }
     if let (true, Some(vpn)) = (with_vpn, &spec.vpn) {
@@ -166,6 +171,7 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             // The shoot's nodes dial the VPN from wherever they are; the tunnel server admits
             // only its agents' certificates.
             allowed_sources: vec!["0.0.0.0/0".into(), "::/0".into()],
+            proxy_protocol: vpn.proxy_protocol,
         });
     }
     out

@@ -3,10 +3,11 @@
 //! migration that put it there, which is then left out.
 
 use super::{Layout, RenderError};
+use crate::crd::ProxyProtocol;
 use crate::plan::MemberRoute;
 use isthmus_config::{
     AdminConfig, Cidr, Endpoint, ListenerConfig, ProxyConfig, ProxyProtocolMode, RouteConfig,
-    Schema, SniPattern, UnlistedSources, UpstreamConfig,
+    Schema, SendProxyProtocol, SniPattern, UnlistedSources, UpstreamConfig,
 };
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -98,7 +99,8 @@ pub(super) fn build(layout: &Layout, claims: &[Claim]) -> Result<Built, RenderEr
 }
 
 /// A route of a migration that an earlier claim (an older migration) holds: the same name on
-/// the same listener to another upstream, or the same upstream name to another endpoint. The
+/// the same listener to another upstream, or the same upstream name to another endpoint (or
+/// PROXY header). The
 /// older keeps it; the route is left out of the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conflict {
@@ -112,12 +114,28 @@ pub struct Conflict {
     pub sni: String,
 }
 
+/// Where an upstream goes: its endpoint (text) and the PROXY header it gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Target {
+    endpoint: String,
+    proxy_protocol: ProxyProtocol,
+}
+
+impl Target {
+    fn of(r: &MemberRoute) -> Self {
+        Self {
+            endpoint: r.endpoint.clone(),
+            proxy_protocol: r.proxy_protocol,
+        }
+    }
+}
+
 /// The file as text values, sorted, each with its owners.
 struct Draft {
     /// Per listener `(port, name)`: its routes.
     listeners: BTreeMap<(u16, String), Listener>,
-    /// Per upstream name: its endpoint.
-    upstreams: BTreeMap<String, (String, Owners)>,
+    /// Per upstream name: its endpoint and PROXY header.
+    upstreams: BTreeMap<String, (Target, Owners)>,
     conflicts: Vec<Conflict>,
 }
 
@@ -134,7 +152,7 @@ impl Draft {
         for (name, port) in &layout.listeners {
             listeners.entry((*port, name.clone())).or_default();
         }
-        let mut upstreams: BTreeMap<String, (String, Owners)> = BTreeMap::new();
+        let mut upstreams: BTreeMap<String, (Target, Owners)> = BTreeMap::new();
         let mut conflicts = Vec::new();
         for (o, claim) in claims.iter().enumerate() {
             if excluded.contains(&o) {
@@ -146,7 +164,7 @@ impl Draft {
                 let upstream = upstreams.get(&r.upstream).map(|(e, owners)| (e, owners));
                 let held_by = match (route, upstream) {
                     (Some((u, owners)), _) if *u != r.upstream => owners.first(),
-                    (_, Some((e, owners))) if *e != r.endpoint => owners.first(),
+                    (_, Some((t, owners))) if *t != Target::of(r) => owners.first(),
                     _ => None,
                 };
                 if let Some(&h) = held_by {
@@ -171,7 +189,7 @@ impl Draft {
                 sources.extend(listed.iter().cloned());
                 let (_, owners) = upstreams
                     .entry(r.upstream.clone())
-                    .or_insert_with(|| (r.endpoint.clone(), Owners::new()));
+                    .or_insert_with(|| (Target::of(r), Owners::new()));
                 owners.insert(o);
             }
         }
@@ -236,9 +254,9 @@ impl Draft {
         }
         let mut upstream_owners = Vec::new();
         let mut upstreams = Vec::new();
-        for (k, (name, (text, owners))) in self.upstreams.into_iter().enumerate() {
+        for (k, (name, (target, owners))) in self.upstreams.into_iter().enumerate() {
             let mut endpoints = Vec::new();
-            match Endpoint::parse(&text) {
+            match Endpoint::parse(&target.endpoint) {
                 Ok(ep) => endpoints.push(ep),
                 Err(message) => problems.push(Problem {
                     owners: Some(owners.clone()),
@@ -248,6 +266,10 @@ impl Draft {
             }
             let mut u = UpstreamConfig::new(name, endpoints);
             u.idle_timeout = Some(super::IDLE_TIMEOUT);
+            u.send_proxy_protocol = match target.proxy_protocol {
+                ProxyProtocol::None => SendProxyProtocol::None,
+                ProxyProtocol::V2 => SendProxyProtocol::V2,
+            };
             upstreams.push(u);
             upstream_owners.push(owners);
         }

@@ -61,6 +61,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
             dns_name: "vpn-tmp.foo.example.com".into(),
             target: "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443".into(),
             port: 8443,
+            proxy_protocol: Default::default(),
         }),
         druid_api: DruidApi::default(),
         override_default_url: false,

@@ -211,6 +211,7 @@ impl Seed {
         let gauge = metrics.leader.clone();
         let settings = Settings {
             proxy_namespace: SYSTEM.into(),
+            shoot_alias: "all-shoots".into(),
             proxy_configmap: "isthmus-proxy-routes".into(),
             proxy_selector: "app.kubernetes.io/name=isthmus-proxy".into(),
             proxy_admin_port: 9901,

@@ -1,7 +1,10 @@
 //! A seed's tunnel server: `isthmus tunnel-server` as a process in the seed's namespace, like
 //! the seed's proxy. Agents reach it only through the seed's proxy (SNI route
 //! [`crate::proxy::TUNNEL_SNI`] to `127.0.0.1:`[`crate::proxy::TUNNEL_UPSTREAM_PORT`]); the
-//! seed's kube-apiserver reaches its CONNECT endpoint on the seed's address.
+//! seed's kube-apiserver reaches its CONNECT endpoint on the seed's address. The proxy sends
+//! PROXY v2 on that route and the server trusts it from loopback (`agents.trusted_proxies`),
+//! as a seed's tunnel server trusts the seed's pod network: per-source handshake shares count
+//! the agents' addresses, not the proxy's.
 
 use super::certs::Certs;
 use super::process::Process;
@@ -41,7 +44,8 @@ impl SeedServer {
             certs.ca().display()
         );
         let yaml = format!(
-            "agents: {{ address: \"127.0.0.1:{TUNNEL_UPSTREAM_PORT}\", tls: {tls} }}\n\
+            "agents: {{ address: \"127.0.0.1:{TUNNEL_UPSTREAM_PORT}\", tls: {tls}, \
+             trusted_proxies: [127.0.0.0/8] }}\n\
              connect: {{ address: \"0.0.0.0:{CONNECT_PORT}\", tls: {tls} }}\n\
              admin: {{ address: \"0.0.0.0:{ADMIN_PORT}\" }}\n\
              connect_timeout: 10s\n\
