@@ -10,6 +10,7 @@ use super::checks::LONG;
 use super::node::{poll, Node, SYSTEM};
 use super::shoot::{NS, SNI};
 use super::traffic::{Client, POLL};
+use super::tunnel::DST_NS;
 use std::time::Instant;
 
 const PROBE_IMAGE: &str = "isthmus.local/test-etcd:v3.6.16";
@@ -74,13 +75,15 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         "gardener.cloud/role=extension",
         "--overwrite",
     ]);
-    node.kubectl(&[
-        "label",
-        "namespace",
-        NS,
-        "gardener.cloud/role=shoot",
-        "--overwrite",
-    ]);
+    for ns in [NS, DST_NS] {
+        node.kubectl(&[
+            "label",
+            "namespace",
+            ns,
+            "gardener.cloud/role=shoot",
+            "--overwrite",
+        ]);
+    }
     let out = node.script(&["grm"]);
     assert!(
         out.status.success(),
@@ -88,16 +91,20 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = node.script(&["seed-policies", SYSTEM, NS, "garden"]);
+    let out = node.script(&["seed-policies", SYSTEM, NS, DST_NS, "garden"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     // The Service through which the resource manager admits the proxy to the etcd pods of a
-    // migrating shoot namespace (charts/isthmus/README.md). The controller is to create it
-    // with each migration (issue 27 point 3); until it does, the test creates it as specified.
-    node.apply(&etcd_target_service());
+    // migrating shoot namespace (charts/isthmus/README.md): the controller's, made with the
+    // migration.
+    let annotations = node.jsonpath(NS, "svc/isthmus-etcd", "{.metadata.annotations}");
+    assert!(
+        annotations.contains("all-shoots") && annotations.contains(SYSTEM),
+        "the controller's isthmus-etcd Service in {NS}: {annotations}"
+    );
     let t0 = Instant::now();
     node.helm_upgrade(&["--set", "networkPolicy.explicit=false"]);
     poll(
@@ -135,7 +142,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
                 "-A",
                 "-l",
                 &format!(
-                    "networking.resources.gardener.cloud/service-namespace in ({SYSTEM},{NS})"
+                    "networking.resources.gardener.cloud/service-namespace in ({SYSTEM},{NS},{DST_NS})"
                 ),
                 "-o",
                 "jsonpath={range .items[*]}{.metadata.namespace}/{.metadata.name}{\"\\n\"}{end}",
@@ -145,7 +152,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
                 format!("{SYSTEM}/ingress-to-isthmus-proxy-admin-tcp-9901"),
                 format!("{SYSTEM}/egress-to-{NS}-isthmus-etcd-tcp-2379"),
                 format!("{NS}/ingress-to-isthmus-etcd-tcp-2379-from-{SYSTEM}"),
-                format!("{SYSTEM}/egress-to-{NS}-isthmus-tunnel-server-tcp-9443"),
+                format!("{SYSTEM}/egress-to-{DST_NS}-isthmus-tunnel-server-tcp-9443"),
             ];
             match want
                 .iter()
@@ -167,7 +174,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         (SYSTEM, "grm-as-controller", template_labels(node, "deploy/isthmus-controller")),
         (SYSTEM, "grm-stranger", "{isthmus-e2e: probe}".to_owned()),
         ("garden", "grm-as-prometheus", "{isthmus-e2e: probe, networking.resources.gardener.cloud/to-extensions-all-seed-scrape-targets: allowed}".to_owned()),
-        (NS, "grm-as-kube-apiserver", "{isthmus-e2e: probe, networking.resources.gardener.cloud/to-all-webhook-targets: allowed}".to_owned()),
+        (DST_NS, "grm-as-kube-apiserver", "{isthmus-e2e: probe, networking.resources.gardener.cloud/to-all-webhook-targets: allowed}".to_owned()),
     ] {
         probe(node, ns, name, &labels);
     }
@@ -176,7 +183,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         (SYSTEM, "grm-as-controller"),
         (SYSTEM, "grm-stranger"),
         ("garden", "grm-as-prometheus"),
-        (NS, "grm-as-kube-apiserver"),
+        (DST_NS, "grm-as-kube-apiserver"),
     ] {
         node.kubectl(&[
             "-n",
@@ -189,7 +196,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
     }
     let proxy = pod_ip(node, SYSTEM, "app.kubernetes.io/name=isthmus-proxy");
     let etcd = pod_ip(node, NS, "app=etcd-statefulset");
-    let tunnel = pod_ip(node, NS, "app.kubernetes.io/name=isthmus-tunnel-server");
+    let tunnel = pod_ip(node, DST_NS, "app.kubernetes.io/name=isthmus-tunnel-server");
     let dns = pod_ip(node, "kube-system", "k8s-app=kube-dns");
     let sni = ["--resolve", &format!("{SNI}:2379:{}", client.lb)];
     let lb_client = format!("https://{SNI}:2379/health");
@@ -200,7 +207,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         (SYSTEM, "grm-as-controller", lb_client.clone(), &sni, "controller -> etcd through the load balancer's address (kube-proxy short-cuts it to the proxy pod)"),
         (SYSTEM, "grm-as-controller", "https://10.96.0.1:443/healthz".into(), &[], "controller -> kube-apiserver"),
         ("garden", "grm-as-prometheus", format!("http://{proxy}:9901/metrics"), &[], "seed Prometheus -> proxy admin"),
-        (NS, "grm-as-kube-apiserver", format!("https://{tunnel}:8132/"), &[], "kube-apiserver -> tunnel CONNECT front"),
+        (DST_NS, "grm-as-kube-apiserver", format!("https://{tunnel}:8132/"), &[], "kube-apiserver -> tunnel CONNECT front"),
     ];
     for (ns, pod, url, extra, what) in &pass {
         poll(node, what, LONG, POLL, || {
@@ -260,7 +267,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
             "seed Prometheus -> proxy listener",
         ),
         (
-            NS,
+            DST_NS,
             "grm-as-kube-apiserver",
             format!("https://{tunnel}:9443/"),
             "kube-apiserver -> tunnel agents port",
@@ -283,32 +290,8 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         (SYSTEM, "grm-as-controller"),
         (SYSTEM, "grm-stranger"),
         ("garden", "grm-as-prometheus"),
-        (NS, "grm-as-kube-apiserver"),
+        (DST_NS, "grm-as-kube-apiserver"),
     ] {
         node.kubectl(&["-n", ns, "delete", "pod", name, "--wait=false"]);
     }
-    node.kubectl(&["-n", NS, "delete", "service", "isthmus-etcd"]);
-}
-
-/// The per-namespace Service of charts/isthmus/README.md: it selects the migrating Etcd's
-/// pods (their `spec.labels`), ports 2379 and 2380, for the release namespace's pods under
-/// the alias all-shoots.
-fn etcd_target_service() -> String {
-    format!(
-        r#"apiVersion: v1
-kind: Service
-metadata:
-  name: isthmus-etcd
-  namespace: {NS}
-  annotations:
-    networking.resources.gardener.cloud/namespace-selectors: '[{{"matchLabels":{{"kubernetes.io/metadata.name":"{SYSTEM}"}}}}]'
-    networking.resources.gardener.cloud/pod-label-selector-namespace-alias: all-shoots
-spec:
-  clusterIP: None
-  selector: {{app: etcd-statefulset, name: etcd-main}}
-  ports:
-    - {{name: client, port: 2379, targetPort: 2379}}
-    - {{name: peer, port: 2380, targetPort: 2380}}
-"#
-    )
 }

@@ -68,6 +68,17 @@ pub fn uninstall(node: &Node) {
         "figure: EtcdMigrations deleted -> cleaned up and gone: {:.1?}",
         t0.elapsed()
     );
+    // Gardenlet's grants went with the migrations (deploy/examples/access-*.yaml): the
+    // orchestrator's objects, not the release's.
+    for ns in [super::shoot::NS, super::tunnel::DST_NS] {
+        node.kubectl(&[
+            "-n",
+            ns,
+            "delete",
+            "role/isthmus-controller",
+            "rolebinding/isthmus-controller",
+        ]);
+    }
     // The shoot's agent was never the seed release's: the shoot removes it.
     node.kubectl(&[
         "-n",

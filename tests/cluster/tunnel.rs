@@ -13,10 +13,12 @@ use isthmus_testkit::{Scratch, TestPki};
 use std::time::{Duration, Instant};
 
 const VPN: &str = "vpn.shoot--foo--bar.seed-a.internal.example.com";
-const SERVER: &str = "isthmus-tunnel-server.shoot--foo--bar.svc.cluster.local";
+/// In the destination migration's namespace: its `spec.vpn.target` may name only a Service
+/// of its own namespace (the controller refuses others: `TargetOutsideNamespace`).
+const SERVER: &str = "isthmus-tunnel-server.shoot--foo--baz.svc.cluster.local";
 const ETCD: &str = "etcd-main-0.etcd-main-peer.shoot--foo--bar.svc.cluster.local";
 /// The namespace of the destination migration whose temporary VPN this is.
-const DST_NS: &str = "shoot--foo--baz";
+pub const DST_NS: &str = "shoot--foo--baz";
 const LONG: Duration = Duration::from_secs(300);
 
 fn secret(node: &Node, ns: &str, name: &str, dir: &Scratch, files: &[&str]) {
@@ -66,7 +68,11 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         "connect.crt",
         "connect.key",
     ];
-    secret(node, NS, "isthmus-tunnel-server", &dir, &server_files);
+    // The temporary VPN is the destination's (its route exists from Join to Shrink): a
+    // destination migration of another shoot on this seed, at Join, names it; its tunnel
+    // server runs in that shoot's namespace.
+    node.kubectl(&["create", "namespace", DST_NS]);
+    secret(node, DST_NS, "isthmus-tunnel-server", &dir, &server_files);
     let agent_files = ["agent.yaml", "ca.crt", "agent.crt", "agent.key"];
     secret(
         node,
@@ -76,12 +82,12 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         &agent_files,
     );
     let client_files = ["ca.crt", "apiserver.crt", "apiserver.key", "etcd-ca.crt"];
-    secret(node, NS, "tunnel-client", &dir, &client_files);
+    secret(node, DST_NS, "tunnel-client", &dir, &client_files);
     // The seed's side through the release: a tunnel server in the shoot's namespace, and the
     // shoot's egress (here: the pod network) admitted to the load balancer's VPN port.
     node.helm_upgrade(&[
         "--set",
-        &format!("tunnel.servers[0].namespace={NS}"),
+        &format!("tunnel.servers[0].namespace={DST_NS}"),
         "--set-json",
         &source_ranges_value(&[
             &format!("{EXT_IP}/32"),
@@ -102,9 +108,11 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         "--show-only",
         "templates/tunnel-agent.yaml",
     ]));
-    // The temporary VPN is the destination's (its route exists from Join to Shrink): a
-    // destination migration of another shoot on this seed, at Join, names it.
-    node.kubectl(&["create", "namespace", DST_NS]);
+    // Gardenlet's grant in that namespace comes with the migration.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let grant = std::fs::read_to_string(root.join("deploy/examples/access-destination.yaml"))
+        .unwrap_or_else(|e| panic!("deploy/examples/access-destination.yaml: {e}"));
+    node.apply(&grant.replace(&format!("namespace: {NS}"), &format!("namespace: {DST_NS}")));
     let mut template = isthmus_testkit::minimal_etcd("etcd-main", DST_NS, 2)["spec"].clone();
     template.as_object_mut().unwrap().remove("replicas");
     let migration = serde_json::json!({
@@ -154,7 +162,7 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     node.apply(&format!(
         r#"apiVersion: v1
 kind: Pod
-metadata: {{name: kube-apiserver-probe, namespace: {NS}, labels: {{app: kubernetes, role: apiserver}}}}
+metadata: {{name: kube-apiserver-probe, namespace: {DST_NS}, labels: {{app: kubernetes, role: apiserver}}}}
 spec:
   containers:
     - name: probe
@@ -168,7 +176,7 @@ spec:
     ));
     node.kubectl(&[
         "-n",
-        NS,
+        DST_NS,
         "wait",
         "--for=condition=Ready",
         "pod/kube-apiserver-probe",
@@ -184,7 +192,7 @@ spec:
         || {
             let out = node.try_kubectl(&[
                 "-n",
-                NS,
+                DST_NS,
                 "exec",
                 "kube-apiserver-probe",
                 "--",
