@@ -1,22 +1,30 @@
 //! The tunnel against the tunnels it replaces, side by side (issue 17): the isthmus tunnel,
 //! OpenVPN (Debian's `openvpn`, TCP through an HTTP CONNECT proxy as Gardener's VPN runs it,
 //! TUN in network namespaces) and konnectivity (`proxy-server`/`proxy-agent` v0.34.0, built by
-//! `scripts/build-konnectivity.sh`, HTTP CONNECT front on a Unix socket), plus the direct path
-//! across the same emulated link (the floor). One load generator drives them all
-//! ([`load`]), against the same targets in the shoot's namespace ([`targets`]), every agent
-//! connection crossing the lab's userspace link emulator ([`isthmus_lab::link::Link`]).
+//! `scripts/build-konnectivity.sh`, HTTP CONNECT front on a Unix socket), plus two floors: the
+//! direct path across the same emulated link, and the tunnel path's hops with nothing of a
+//! tunnel in them ([`floor`], `relays`). One load generator drives them all ([`load`]),
+//! against the same targets in the shoot's namespace ([`targets`]), every agent connection
+//! crossing the lab's userspace link emulator ([`isthmus_lab::link::Link`]).
 //!
-//! `cargo bench --bench tunnels [-- [--quick] [--rounds N] [--rtts 0,50,150] [PEER…]]`
+//! `cargo bench --bench tunnels [-- [--quick] [--rounds N] [--rtts 0,50,150] [--perf] [PEER…]]`
 //! (root: namespaces, TUN). Peers are measured in interleaved rounds (the order rotates every
-//! round), as the peer bench does. See BENCHMARKS.md for the figures and the method.
+//! round), as the peer bench does. `--perf` adds a pull and a saturation run counted by
+//! `perf stat` ([`perf`]); with `TUNNELS_PERF_RECORD=DIR` also a `perf record` of each.
+//! `ISTHMUS_BIN` runs another build of `isthmus` (before/after). See BENCHMARKS.md for the
+//! figures and the method.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "common/byte_source.rs"]
 mod byte_source;
+#[path = "tunnels/floor.rs"]
+mod floor;
 #[path = "tunnels/load.rs"]
 mod load;
+#[path = "tunnels/perf.rs"]
+mod perf;
 #[path = "tunnels/targets.rs"]
 mod targets;
 #[path = "tunnels/world.rs"]
@@ -29,6 +37,7 @@ use world::{Peer, World};
 
 struct Opts {
     quick: bool,
+    perf: bool,
     rounds: usize,
     rtts: Vec<u64>,
     peers: Vec<String>,
@@ -38,6 +47,7 @@ impl Opts {
     fn parse() -> Opts {
         let mut o = Opts {
             quick: false,
+            perf: false,
             rounds: 3,
             rtts: vec![0, 50, 150],
             peers: vec![],
@@ -46,6 +56,7 @@ impl Opts {
         while let Some(a) = args.next() {
             match a.as_str() {
                 "--quick" => o.quick = true,
+                "--perf" => o.perf = true,
                 "--rounds" => o.rounds = args.next().and_then(|v| v.parse().ok()).unwrap_or(3),
                 "--rtts" => {
                     o.rtts = args
@@ -63,14 +74,20 @@ impl Opts {
         o
     }
 
+    /// The floors (`direct`, `relays`) always run: the others are read against them.
     fn wants(&self, peer: &str) -> bool {
-        peer == "direct" || self.peers.is_empty() || self.peers.iter().any(|p| p == peer)
+        matches!(peer, "direct" | "relays")
+            || self.peers.is_empty()
+            || self.peers.iter().any(|p| p == peer)
     }
 }
 
 fn main() {
     if let Some(dir) = std::env::var_os(targets::ROLE_ENV) {
         return targets::child_main(std::path::Path::new(&dir));
+    }
+    if let Ok(role) = std::env::var(floor::ROLE_ENV) {
+        return floor::child_main(&role);
     }
     let opts = Opts::parse();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -116,6 +133,9 @@ async fn run(opts: Opts) {
         println!("== emulated link RTT {rtt_ms} ms");
         let tag = format!("r{rtt_ms}");
         let mut peers: Vec<Peer> = vec![world::direct(&world, rtt).await];
+        if opts.wants("relays") {
+            peers.push(world::relays(&world, rtt, &tag).await);
+        }
         if opts.wants("isthmus") {
             peers.push(world::isthmus(&world, rtt, &tag).await);
         }
@@ -171,6 +191,9 @@ async fn run(opts: Opts) {
         }
         if rtt_ms == 0 {
             bulk(&opts, &peers, &mut table).await;
+            if opts.perf {
+                counted(&opts, &world, &peers, &mut table).await;
+            }
         }
         if rtt_ms <= 50 {
             for (k, p) in peers.iter().enumerate() {
@@ -202,7 +225,13 @@ async fn run(opts: Opts) {
                 }
             }
         }
-        for (k, p) in peers.iter().enumerate().skip(1) {
+        // The relays have no session to cut: a new stream is a new connection.
+        for (k, p) in peers
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.name != "relays")
+            .skip(1)
+        {
             table.put(
                 rtt_ms,
                 p,
@@ -275,7 +304,7 @@ async fn bulk(opts: &Opts, peers: &[Peer], table: &mut Table) {
         let g32 = load::throughput(&p.dialer, 32, one / 8).await;
         table.put(0, p, k, "32 streams Gbit/s", format!("{g32:.2}"));
         let secs = if opts.quick { 2 } else { 5 };
-        let rate = load::saturation(&p.dialer, 32, Duration::from_secs(secs)).await;
+        let (rate, _) = load::saturation(&p.dialer, 32, Duration::from_secs(secs)).await;
         table.put(
             0,
             p,
@@ -284,6 +313,90 @@ async fn bulk(opts: &Opts, peers: &[Peer], table: &mut Table) {
             format!("{rate:.0}"),
         );
     }
+}
+
+/// `--perf`: one more 1-stream pull and one more saturation run, counted by `perf stat` on the
+/// peer's processes and on this one (load generator, link relays, CONNECT proxy).
+async fn counted(opts: &Opts, world: &World, peers: &[Peer], table: &mut Table) {
+    let one: u64 = if opts.quick { 64 << 20 } else { 256 << 20 };
+    let secs = if opts.quick { 2 } else { 5 };
+    let me = std::process::id();
+    for (k, p) in peers.iter().enumerate() {
+        let mut pids = p.pids.clone();
+        pids.push(me);
+        let dir = world.dir.path();
+        let Some(stat) = perf::PerfStat::start(&pids, dir, &format!("{}-pull", p.name)).await
+        else {
+            println!("perf stat could not attach; --perf left out");
+            return;
+        };
+        load::throughput(&p.dialer, 1, one).await;
+        let gb = one as f64 / 1e9;
+        let (each, sum) = stat.stop();
+        let metric = "per GB, 1 stream: CPU/syscalls/switches/faults";
+        report(table, (p, k), metric, &each, sum, gb);
+        let Some(stat) = perf::PerfStat::start(&pids, dir, &format!("{}-sat", p.name)).await else {
+            return;
+        };
+        let (_, calls) = load::saturation(&p.dialer, 32, Duration::from_secs(secs)).await;
+        let (each, sum) = stat.stop();
+        let metric = "per call, saturation: CPU/syscalls/switches/faults";
+        report(table, (p, k), metric, &each, sum, calls as f64);
+        if let Some(out) = std::env::var_os("TUNNELS_PERF_RECORD") {
+            let out = std::path::Path::new(&out);
+            let tag = format!("{}-pull", p.name);
+            if let Some(rec) = perf::PerfStat::record(&pids, out, &tag).await {
+                // Long enough for a few thousand samples per process.
+                load::throughput(&p.dialer, 1, 1 << 30).await;
+                rec.stop();
+                println!(
+                    "    perf record of a 1-stream pull: {}/perf-{tag}-*.data",
+                    out.display()
+                );
+            }
+            let tag = format!("{}-sat", p.name);
+            if let Some(rec) = perf::PerfStat::record(&pids, out, &tag).await {
+                load::saturation(&p.dialer, 32, Duration::from_secs(secs)).await;
+                rec.stop();
+                println!(
+                    "    perf record of saturation: {}/perf-{tag}-*.data",
+                    out.display()
+                );
+            }
+        }
+    }
+}
+
+/// Puts the counts of the peer's processes (and of all, with this one) into the table under
+/// `metric`; prints each process's.
+fn report(
+    table: &mut Table,
+    (p, k): (&Peer, usize),
+    metric: &'static str,
+    each: &[(u32, perf::Counts)],
+    all: perf::Counts,
+    per: f64,
+) {
+    let me = std::process::id();
+    let mut peer = perf::Counts::default();
+    for (pid, c) in each {
+        let who = if *pid == me { "bench" } else { p.name };
+        println!(
+            "    {metric}: {who} (pid {pid}) {}; {}",
+            c.per(per),
+            c.calls_per(per)
+        );
+        if *pid != me {
+            peer.add(c);
+        }
+    }
+    table.put(
+        0,
+        p,
+        k,
+        metric,
+        format!("{} ({})", peer.per(per), all.per(per)),
+    );
 }
 
 /// Cuts the link under the agent's connection (both ends see a reset), restores it at once,

@@ -227,7 +227,11 @@ async fn connect_proxy(upstream: SocketAddr) -> SocketAddr {
                 {
                     return;
                 }
-                let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                // 64 KiB a read, as the link relay: tokio's default of 8 KiB made this stand-in
+                // cost four times the system calls per byte of everything else on the path.
+                let _ =
+                    tokio::io::copy_bidirectional_with_sizes(&mut c, &mut u, 64 << 10, 64 << 10)
+                        .await;
             });
         }
     });
@@ -274,6 +278,50 @@ pub async fn direct(w: &World, rtt: Duration) -> Peer {
     }
 }
 
+/// Waits (up to 30 s) until the Unix socket `path` accepts connections.
+async fn listening_unix(path: &Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while tokio::net::UnixStream::connect(path).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "{what} never listened on {}",
+            path.display()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tunnel path's floor ([`super::floor`]): two relay processes where the tunnel's server
+/// and agent stand, the same link and CONNECT proxy between them, nothing of a tunnel.
+pub async fn relays(w: &World, rtt: Duration, tag: &str) -> Peer {
+    let exe = std::env::current_exe().unwrap();
+    let back = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let back_proc = spawn(
+        Command::new(&exe).env(super::floor::ROLE_ENV, format!("back:{back}")),
+        &w.dir.join(&format!("relays-back-{tag}.log")),
+    );
+    listening(back, "relays back").await;
+    let link = Link::new(rtt);
+    let proxy = connect_proxy(back).await;
+    let front = relay(&link, Ipv4Addr::LOCALHOST, proxy).await;
+    let sock = w.dir.join(&format!("relays-{tag}.sock"));
+    let front_proc = spawn(
+        Command::new(&exe).env(
+            super::floor::ROLE_ENV,
+            format!("front:{} {front}", sock.display()),
+        ),
+        &w.dir.join(&format!("relays-front-{tag}.log")),
+    );
+    listening_unix(&sock, "relays front").await;
+    Peer {
+        name: "relays",
+        dialer: w.dialer(Entry::Connect(sock)),
+        link,
+        pids: vec![front_proc.0.id(), back_proc.0.id()],
+        _procs: vec![front_proc, back_proc],
+    }
+}
+
 /// The isthmus tunnel as deployed: `isthmus tunnel-server` and `isthmus tunnel-agent`
 /// processes with the defaults of their configuration; the agent reaches the server through
 /// the link and the CONNECT proxy (as it would through Gardener's ingress), kube-apiserver
@@ -306,9 +354,10 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
         ),
     )
     .unwrap();
-    let bin = env!("CARGO_BIN_EXE_isthmus");
+    // ISTHMUS_BIN runs another build (before/after comparisons of an optimisation).
+    let bin = std::env::var("ISTHMUS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_isthmus").into());
     let server = spawn(
-        Command::new(bin)
+        Command::new(&bin)
             .args(["tunnel-server", "--config"])
             .arg(&server_yaml),
         &w.dir.join(&format!("isthmus-server-{tag}.log")),
@@ -333,7 +382,7 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
     )
     .unwrap();
     let agent = spawn(
-        Command::new(bin)
+        Command::new(&bin)
             .args(["tunnel-agent", "--config"])
             .arg(&agent_yaml),
         &w.dir.join(&format!("isthmus-agent-{tag}.log")),

@@ -34,7 +34,7 @@ pub enum Error {
     ProxyRefused(String),
     /// HTTP/2 failed on a session.
     #[error("HTTP/2: {0}")]
-    Http(#[from] hyper::Error),
+    Http2(#[from] h2::Error),
     /// A server name is not a valid DNS name or IP address.
     #[error("invalid TLS server name {0:?}")]
     ServerName(String),

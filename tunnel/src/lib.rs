@@ -4,8 +4,9 @@
 //! (seed side) over TLS 1.3 with mutual authentication. Over that connection the roles reverse:
 //! the server is the HTTP/2 *client* and opens one `CONNECT host:port` stream per tunnelled TCP
 //! connection; the agent is the HTTP/2 *server*, checks the target against its allow-list, dials
-//! it and pipes bytes. HTTP/2 (hyper 1, whose http2 client and server both support `CONNECT`
-//! with `hyper::upgrade::on`) gives per-stream flow control, PING keepalive and GOAWAY draining.
+//! it and pipes bytes. HTTP/2 (the `h2` crate, driven directly: a stream's bytes go between its
+//! socket and `h2` without a copy or a task of their own) gives per-stream flow control, PING
+//! keepalive and GOAWAY draining.
 //! The server offers kube-apiserver the HTTP/1.1 CONNECT endpoint of its
 //! `EgressSelectorConfiguration` over TCP (mTLS) or a Unix socket.
 //!
@@ -23,7 +24,7 @@
 pub mod admin;
 pub mod agent;
 mod error;
-mod h2;
+mod http2;
 pub mod metrics;
 mod pipe;
 pub mod server;

@@ -4,6 +4,7 @@
 //! `max_session_age` is replaced the same way, so that an ingress which drains connections on
 //! restart (and cannot tell the agent: it never sees inside the TLS) never has to cut one.
 
+mod conn;
 mod options;
 mod session;
 mod target;
@@ -13,8 +14,7 @@ pub use options::{AgentOptions, DnsResolver, Resolve};
 pub use transport::{proxy_answer, ProxyAnswer};
 
 use crate::metrics::Metrics;
-use crate::Error;
-use hyper_util::rt::TokioExecutor;
+use crate::{http2, Error};
 use isthmus_config::tunnel::split_host_port;
 use isthmus_config::ServerEntryConfig;
 use prometheus_client::registry::Registry;
@@ -34,7 +34,8 @@ use transport::Route;
 pub(crate) struct Shared {
     pub(crate) targets: Arc<Targets>,
     pub(crate) tls: Arc<rustls::ClientConfig>,
-    pub(crate) http2: hyper::server::conn::http2::Builder<TokioExecutor>,
+    pub(crate) http2: h2::server::Builder,
+    pub(crate) keepalive: http2::Keepalive,
     pub(crate) backoff_initial: Duration,
     pub(crate) backoff_max: Duration,
     pub(crate) drain_timeout: Duration,
@@ -117,7 +118,8 @@ impl Agent {
         let shared = Arc::new(Shared {
             targets,
             tls: opts.tls.clone(),
-            http2: crate::h2::server(&opts.http2),
+            http2: http2::server(&opts.http2),
+            keepalive: http2::Keepalive::new(&opts.http2),
             backoff_initial: opts.backoff_initial,
             backoff_max: opts.backoff_max,
             drain_timeout: opts.drain_timeout,

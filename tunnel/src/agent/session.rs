@@ -3,11 +3,10 @@
 //! told to, and say when the connection reached `max_session_age` (the agent then opens its
 //! replacement and drains this one once the replacement is verified).
 
+use super::conn::Conn;
 use super::transport::{self, Route};
 use super::Shared;
 use crate::agent::target::{Leave, Service};
-use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -66,12 +65,7 @@ pub(crate) async fn run(
             verified: verified.clone(),
             leave: leave.clone(),
         };
-        let svc = hyper::service::service_fn(move |req| {
-            let s = service.clone();
-            async move { Ok::<_, Infallible>(s.handle(req).await) }
-        });
-        let conn = shared.http2.serve_connection(TokioIo::new(tls), svc);
-        let mut conn = std::pin::pin!(conn);
+        let mut conn = Conn::new(&shared.http2, shared.keepalive, tls, service);
         let mut seen = verified.subscribe();
         let mut was_verified = false;
         let verify_by = tokio::time::Instant::now() + VERIFY_TIMEOUT;
@@ -120,7 +114,7 @@ pub(crate) async fn run(
                             }
                         }
                     }
-                    conn.as_mut().graceful_shutdown();
+                    conn.graceful_shutdown();
                     if tokio::time::timeout(shared.drain_timeout, &mut conn).await.is_err() {
                         tracing::warn!(server = %route.addr, "drain timeout: closing open streams");
                     }

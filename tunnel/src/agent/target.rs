@@ -2,13 +2,13 @@
 //! the allow-list, dials the target and pipes bytes. Never dials a target outside the list.
 
 use crate::metrics::Metrics;
-use crate::pipe::pipe;
+use crate::pipe::{pipe, End, Stream};
 use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::body::Incoming;
+use h2::server::SendResponse;
+use h2::RecvStream;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
 use isthmus_config::AllowRule;
+use std::future::{poll_fn, Future};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -70,35 +70,52 @@ pub(crate) struct Service {
     pub(crate) leave: Arc<Leave>,
 }
 
-fn answer(code: StatusCode) -> Response<Empty<Bytes>> {
-    let mut r = Response::new(Empty::new());
+/// Answers `code` and ends the stream.
+fn answer(respond: &mut SendResponse<Bytes>, code: StatusCode) {
+    let mut r = Response::new(());
     *r.status_mut() = code;
-    r
+    // An error: the server reset the stream or the session ended; nobody is left to tell.
+    let _ = respond.send_response(r, true);
+}
+
+/// Runs `work` unless the server resets the stream first (it gave up: its CONNECT timed out,
+/// or it stops); `None` then.
+async fn unless_reset<F: Future>(respond: &mut SendResponse<Bytes>, work: F) -> Option<F::Output> {
+    tokio::select! {
+        r = work => Some(r),
+        _ = poll_fn(|cx| respond.poll_reset(cx)) => None,
+    }
 }
 
 impl Service {
-    pub(crate) async fn handle(self, mut req: Request<Incoming>) -> Response<Empty<Bytes>> {
+    /// Serves one stream the server opened: its task runs until the stream is over.
+    pub(crate) async fn handle(self, req: Request<RecvStream>, mut respond: SendResponse<Bytes>) {
         if req.method() == Method::GET {
             match req.uri().path() {
                 "/ping" => {
                     self.verified.send_replace(true);
-                    return answer(StatusCode::OK);
+                    return answer(&mut respond, StatusCode::OK);
                 }
                 "/drain" => {
                     self.leave.watched.store(true, Ordering::SeqCst);
                     let mut asked = self.leave.asked.subscribe();
-                    let _ = asked.wait_for(|a| *a).await;
-                    return answer(StatusCode::OK);
+                    if unless_reset(&mut respond, asked.wait_for(|a| *a))
+                        .await
+                        .is_some()
+                    {
+                        answer(&mut respond, StatusCode::OK);
+                    }
+                    return;
                 }
                 "/drained" => {
                     self.leave.acked.send_replace(true);
-                    return answer(StatusCode::OK);
+                    return answer(&mut respond, StatusCode::OK);
                 }
                 _ => {}
             }
         }
         if req.method() != Method::CONNECT {
-            return answer(StatusCode::METHOD_NOT_ALLOWED);
+            return answer(&mut respond, StatusCode::METHOD_NOT_ALLOWED);
         }
         let t = &self.targets;
         let Some((host, port)) = req
@@ -107,23 +124,26 @@ impl Service {
             .and_then(|a| Some((a.host().to_owned(), a.port_u16()?)))
         else {
             t.metrics.dial("denied", "bad_target");
-            return answer(StatusCode::BAD_REQUEST);
+            return answer(&mut respond, StatusCode::BAD_REQUEST);
         };
-        let tcp = match self.dial(&host, port).await {
-            Ok(tcp) => tcp,
-            Err(code) => return answer(code),
+        let tcp = match unless_reset(&mut respond, self.dial(&host, port)).await {
+            Some(Ok(tcp)) => tcp,
+            Some(Err(code)) => return answer(&mut respond, code),
+            None => return,
         };
-        let client = hyper::upgrade::on(&mut req);
-        let stream = t.metrics.stream();
-        let metrics = t.metrics.clone();
-        tokio::spawn(async move {
-            let _counted = stream;
-            match client.await {
-                Ok(up) => pipe(TokioIo::new(up), tcp, &metrics).await,
-                Err(e) => tracing::debug!(error = %e, "stream reset before the upgrade"),
+        let _counted = t.metrics.stream();
+        let send = match respond.send_response(Response::new(()), false) {
+            Ok(send) => send,
+            Err(e) => {
+                tracing::debug!(error = %e, "stream reset before the answer");
+                return;
             }
-        });
-        answer(StatusCode::OK)
+        };
+        let stream = Stream {
+            send,
+            recv: req.into_body(),
+        };
+        pipe(tcp, stream, Bytes::new(), End::Agent, &t.metrics).await;
     }
 
     /// Resolves, filters by the allow-list, dials. The status says why not.

@@ -40,10 +40,12 @@ pub(crate) async fn connect(
         if let Some(header) = &route.http_connect_header {
             proxy_connect(&mut tcp, &route.address, header).await?;
         }
-        TlsConnector::from(tls.clone())
-            .connect(route.server_name.clone(), crate::h2::buffered(tcp))
+        let mut tls = TlsConnector::from(tls.clone())
+            .connect(route.server_name.clone(), crate::http2::buffered(tcp))
             .await
-            .map_err(|e| Error::io(format!("TLS with {}", route.addr), e))
+            .map_err(|e| Error::io(format!("TLS with {}", route.addr), e))?;
+        crate::http2::tune_tls(&mut **tls.get_mut().1);
+        Ok(tls)
     };
     tokio::time::timeout(timeout, fut).await.map_err(|_| {
         Error::io(

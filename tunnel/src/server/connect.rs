@@ -1,9 +1,10 @@
 //! The HTTP/1.1 CONNECT endpoint kube-apiserver's egress selector speaks: one CONNECT per
 //! connection, `200` only once the agent has connected to the target, then raw bytes.
 
+use super::sessions::SessionStream;
 use super::Shared;
 use crate::metrics::CodeLabel;
-use crate::pipe::pipe;
+use crate::pipe::{pipe, End, Stream};
 use bytes::Bytes;
 use http_body_util::Empty;
 use hyper::body::Incoming;
@@ -21,7 +22,7 @@ where
     let builder = shared.connect_gate.builder();
     let service = hyper::service::service_fn(move |req| {
         let shared = shared.clone();
-        async move { Ok::<_, Infallible>(handle(shared, req).await) }
+        async move { Ok::<_, Infallible>(handle::<I>(shared, req).await) }
     });
     // Malformed requests get hyper's own `400 Bad Request`; CONNECT needs `with_upgrades`.
     let r = builder
@@ -46,7 +47,12 @@ fn status(shared: &Shared, code: StatusCode) -> Response<Empty<Bytes>> {
     r
 }
 
-async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Empty<Bytes>> {
+/// Answers one request of a client connection of type `I`; a CONNECT that got its `200` is
+/// piped in a task of its own.
+async fn handle<I>(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Empty<Bytes>>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     if req.method() != Method::CONNECT {
         return status(&shared, StatusCode::METHOD_NOT_ALLOWED);
     }
@@ -57,7 +63,7 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Emp
     };
     let client = hyper::upgrade::on(&mut req);
     let opened = tokio::time::timeout(shared.connect_timeout, open(&shared, &target)).await;
-    let (agent_io, session_stream) = match opened {
+    let (agent_stream, session_stream) = match opened {
         Ok(Ok(x)) => x,
         Ok(Err(code)) => {
             tracing::info!(%target, %code, "CONNECT refused");
@@ -72,15 +78,20 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Emp
     let task_shared = shared.clone();
     tokio::spawn(async move {
         let _counted = (stream, session_stream);
+        let metrics = &task_shared.metrics;
         match client.await {
-            Ok(client) => {
-                pipe(
-                    TokioIo::new(client),
-                    TokioIo::new(agent_io),
-                    &task_shared.metrics,
-                )
-                .await
-            }
+            // The client's own socket back from hyper, and what hyper read beyond the request
+            // head: the pipe then reads and writes the socket itself.
+            Ok(client) => match client.downcast::<TokioIo<I>>() {
+                Ok(parts) => {
+                    let io = parts.io.into_inner();
+                    pipe(io, agent_stream, parts.read_buf, End::Server, metrics).await
+                }
+                Err(client) => {
+                    let io = TokioIo::new(client);
+                    pipe(io, agent_stream, Bytes::new(), End::Server, metrics).await
+                }
+            },
             Err(e) => tracing::debug!(error = %e, "CONNECT client went away before the upgrade"),
         }
     });
@@ -92,10 +103,7 @@ async fn handle(shared: Arc<Shared>, mut req: Request<Incoming>) -> Response<Emp
 /// When every session refused at the HTTP/2 level, it waits (within `session_wait`) for a new
 /// one: an agent rotating a session sends GOAWAY as soon as it saw the replacement verified,
 /// which can be just before this server has added the replacement to its table.
-async fn open(
-    shared: &Shared,
-    target: &str,
-) -> Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode> {
+async fn open(shared: &Shared, target: &str) -> Result<(Stream, SessionStream), StatusCode> {
     let deadline = tokio::time::Instant::now() + shared.session_wait;
     let mut last = StatusCode::SERVICE_UNAVAILABLE;
     loop {
@@ -115,21 +123,25 @@ async fn try_sessions(
     target: &str,
     deadline: tokio::time::Instant,
     last: &mut StatusCode,
-) -> Option<Result<(hyper::upgrade::Upgraded, super::sessions::SessionStream), StatusCode>> {
+) -> Option<Result<(Stream, SessionStream), StatusCode>> {
     let sessions = candidates(shared, deadline).await;
     if sessions.is_empty() {
         return Some(Err(*last));
     }
     let mut only_refused = true;
     for session in sessions {
-        let Ok(req) = Request::connect(target).body(Empty::<Bytes>::new()) else {
+        let Ok(req) = Request::connect(target).body(()) else {
             return Some(Err(StatusCode::BAD_REQUEST));
         };
         // `None`: the session started draining since the list was made (nothing was sent).
-        let Some((resp, counted)) = session.open(req) else {
+        let Some((opened, counted)) = session.open(req) else {
             continue;
         };
-        let resp = match resp.await {
+        let answered = match opened {
+            Ok((answer, send)) => answer.await.map(|resp| (resp, send)),
+            Err(e) => Err(e),
+        };
+        let (resp, send) = match answered {
             Ok(r) => r,
             Err(e) => {
                 // The stream never reached the agent's handler or was refused (GOAWAY):
@@ -142,13 +154,10 @@ async fn try_sessions(
         };
         only_refused = false;
         match resp.status() {
-            StatusCode::OK => match hyper::upgrade::on(resp).await {
-                Ok(io) => return Some(Ok((io, counted))),
-                Err(e) => {
-                    tracing::info!(session = session.id, error = %e, "stream upgrade failed");
-                    *last = StatusCode::BAD_GATEWAY;
-                }
-            },
+            StatusCode::OK => {
+                let recv = resp.into_body();
+                return Some(Ok((Stream { send, recv }, counted)));
+            }
             // The allow-list and malformed targets answer the same on every agent.
             code @ (StatusCode::FORBIDDEN | StatusCode::BAD_REQUEST) => return Some(Err(code)),
             code => *last = code,

@@ -48,7 +48,7 @@ pub(crate) async fn accept(
             peer
         };
         let (slot, evicted) = shared.slots.admit(client.ip());
-        let tls = shared.acceptor.accept(crate::h2::buffered(tcp));
+        let tls = shared.acceptor.accept(crate::http2::buffered(tcp));
         tokio::select! {
             r = tls => r.map(|tls| (tls, client, slot)).map_err(Refused::Tls),
             Ok(()) = evicted => Err(Refused::Evicted),

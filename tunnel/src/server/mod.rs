@@ -8,8 +8,7 @@ mod sessions;
 mod slots;
 
 use crate::metrics::{Metrics, RefusedLabels};
-use crate::{tls, Error};
-use hyper_util::rt::TokioExecutor;
+use crate::{http2, tls, Error};
 use isthmus_admin::http1::Gate;
 use isthmus_config::{Cidr, HttpLimits};
 use isthmus_config::{ConnectListenerConfig, Http2Config, TunnelServerConfig};
@@ -192,7 +191,8 @@ pub(crate) struct Shared {
     pub(crate) sessions: sessions::Sessions,
     pub(crate) metrics: Metrics,
     pub(crate) acceptor: TlsAcceptor,
-    pub(crate) http2: hyper::client::conn::http2::Builder<TokioExecutor>,
+    pub(crate) http2: h2::client::Builder,
+    pub(crate) keepalive: http2::Keepalive,
     pub(crate) connect_timeout: Duration,
     pub(crate) session_wait: Duration,
     pub(crate) probe_interval: Duration,
@@ -249,7 +249,8 @@ impl Server {
             sessions: sessions::Sessions::default(),
             metrics: Metrics::new(registry),
             acceptor: TlsAcceptor::from(opts.agents_tls.clone()),
-            http2: crate::h2::client(&opts.http2),
+            http2: http2::client(&opts.http2),
+            keepalive: http2::Keepalive::new(&opts.http2),
             connect_timeout: opts.connect_timeout,
             session_wait: opts.session_wait,
             probe_interval: opts.probe_interval,

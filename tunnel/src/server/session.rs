@@ -14,10 +14,8 @@
 use super::{handshake, Counted, Shared};
 use crate::Error;
 use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::client::conn::http2::SendRequest;
+use h2::client::SendRequest;
 use hyper::{Request, StatusCode};
-use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -33,7 +31,7 @@ const DRAINED_URI: &str = "http://isthmus-agent/drained";
 /// Runs one session from its accepted connection until it ends or the server stops.
 pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
-    let (tls, peer) = match handshake::accept(&shared, tcp, peer).await {
+    let (mut tls, peer) = match handshake::accept(&shared, tcp, peer).await {
         Ok(x) => x,
         Err(refused) => {
             shared.metrics.handshake(false);
@@ -54,27 +52,35 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         }
     };
     shared.metrics.handshake(true);
+    crate::http2::tune_tls(&mut **tls.get_mut().1);
     let Some(_open) = Counted::try_new(&shared.sessions_open, shared.limits.max_sessions) else {
         shared.limits.refuse("agents", "too_many_sessions");
         tracing::warn!(%peer, max = shared.limits.max_sessions, "too many agent sessions, closing");
         return;
     };
     let mut connecting = shared.metrics.session_state("connecting");
-    let (send, conn) = match shared.http2.handshake(TokioIo::new(tls)).await {
+    let (send, mut conn) = match shared.http2.handshake::<_, Bytes>(tls).await {
         Ok(x) => x,
         Err(e) => {
             tracing::warn!(%peer, error = %e, "HTTP/2 handshake with agent failed");
             return;
         }
     };
-    // The connection runs in its own task so that probes awaited below never stop it.
-    let mut conn = tokio::spawn(conn);
+    // The connection runs in its own task so that probes awaited below never stop it; it ends
+    // when the agent closes it, on an error, or when a PING goes unanswered.
+    let keepalive = shared.keepalive.run(conn.ping_pong());
+    let mut conn = tokio::spawn(async move {
+        tokio::select! {
+            r = conn => r.map_err(|e| e.to_string()),
+            () = keepalive => Err("keepalive timed out".to_owned()),
+        }
+    });
     let _abort = AbortOnDrop(conn.abort_handle());
     // Queued (synchronously) before the probe, so the agent knows of it once verified.
-    let leave = get(DRAIN_URI).map(|req| send.clone().send_request(req));
+    let leave = send.clone().send_request(get(DRAIN_URI), true);
     let mut leave = std::pin::pin!(async move {
         match leave {
-            Ok(answer) => answer.await.map(|r| r.status()).ok(),
+            Ok((answer, _)) => answer.await.map(|r| r.status()).ok(),
             Err(_) => None,
         }
     });
@@ -114,8 +120,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
                     session.drain();
                     tracing::info!(session = session.id, %peer, "agent leaves the session");
                     // Behind every stream queued before `drain` returned (see `sessions.rs`).
-                    if let Ok(req) = get(DRAINED_URI) {
-                        let answer = send.clone().send_request(req);
+                    if let Ok((answer, _)) = send.clone().send_request(get(DRAINED_URI), true) {
                         tokio::spawn(async move {
                             let _ = answer.await;
                         });
@@ -132,16 +137,17 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
         }
     }
+    session.close();
     session.drain();
     shared.sessions.remove(session.id);
 }
 
 /// One request/answer round trip on the session.
-async fn probe(mut send: SendRequest<Empty<Bytes>>) -> Result<Duration, Error> {
-    let req = get(PING_URI)?;
+async fn probe(send: SendRequest<Bytes>) -> Result<Duration, Error> {
     let start = Instant::now();
-    send.ready().await?;
-    let resp = send.send_request(req).await?;
+    let mut send = send.ready().await?;
+    let (answer, _) = send.send_request(get(PING_URI), true)?;
+    let resp = answer.await?;
     if resp.status() != StatusCode::OK {
         return Err(Error::io(
             "probe",
@@ -151,10 +157,11 @@ async fn probe(mut send: SendRequest<Empty<Bytes>>) -> Result<Duration, Error> {
     Ok(start.elapsed())
 }
 
-fn get(uri: &str) -> Result<Request<Empty<Bytes>>, Error> {
-    Request::get(uri)
-        .body(Empty::new())
-        .map_err(|e| Error::io("request", std::io::Error::other(e)))
+/// A `GET` of one of the constant URIs above.
+fn get(uri: &'static str) -> Request<()> {
+    let mut req = Request::new(());
+    *req.uri_mut() = hyper::Uri::from_static(uri);
+    req
 }
 
 /// Ends the connection task when the session task ends (server stop, or a panic upstream).

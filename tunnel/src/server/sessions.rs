@@ -8,11 +8,9 @@
 
 use crate::metrics::{Metrics, SessionState};
 use bytes::Bytes;
-use http_body_util::Empty;
-use hyper::body::Incoming;
-use hyper::client::conn::http2::SendRequest;
-use hyper::{Request, Response};
-use std::future::Future;
+use h2::client::{ResponseFuture, SendRequest};
+use h2::SendStream;
+use hyper::Request;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -23,9 +21,11 @@ use tokio::sync::{watch, Notify};
 pub(crate) struct Session {
     pub(crate) id: u64,
     pub(crate) peer: SocketAddr,
-    pub(crate) send: SendRequest<Empty<Bytes>>,
+    send: SendRequest<Bytes>,
     in_flight: AtomicUsize,
     draining: AtomicBool,
+    /// Set when the connection has ended.
+    closed: AtomicBool,
     /// Held while a stream is queued and while the session is marked draining.
     gate: Mutex<()>,
     state: Mutex<SessionState>,
@@ -53,23 +53,38 @@ impl Session {
         self.in_flight.load(Ordering::SeqCst)
     }
 
+    /// Whether new streams may go here.
+    fn usable(&self) -> bool {
+        !self.is_draining() && !self.closed.load(Ordering::SeqCst)
+    }
+
+    /// Marks the connection as ended (its task saw it end).
+    pub(crate) fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
     /// Queues `req` on this session unless it drains, and counts the stream on it until the
-    /// guard drops. The request is on the connection's queue when this returns (hyper queues
-    /// synchronously); the future answers it.
+    /// guard drops. The request's HEADERS are on the connection's queue when this returns
+    /// (`h2` queues synchronously); the future answers it, the `SendStream` carries the bytes
+    /// that follow. `Some(Err)`: the connection refused the stream at once (it has ended or
+    /// received GOAWAY); nothing was sent.
+    #[allow(clippy::type_complexity)]
     pub(crate) fn open(
         self: &Arc<Self>,
-        req: Request<Empty<Bytes>>,
+        req: Request<()>,
     ) -> Option<(
-        impl Future<Output = hyper::Result<Response<Incoming>>>,
+        Result<(ResponseFuture, SendStream<Bytes>), h2::Error>,
         SessionStream,
     )> {
         let _gate = self.gate.lock().unwrap_or_else(PoisonError::into_inner);
-        if self.is_draining() || self.send.is_closed() {
+        if !self.usable() {
             return None;
         }
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         let counted = SessionStream(self.clone());
-        Some((self.send.clone().send_request(req), counted))
+        // A fresh clone has no stream of its own pending, so it may send without `ready()`;
+        // past the peer's stream limit the stream waits in `h2`'s queue, in order.
+        Some((self.send.clone().send_request(req, false), counted))
     }
 }
 
@@ -115,7 +130,7 @@ impl Sessions {
     pub(crate) fn add(
         &self,
         peer: SocketAddr,
-        send: SendRequest<Empty<Bytes>>,
+        send: SendRequest<Bytes>,
         metrics: &Metrics,
     ) -> Arc<Session> {
         let s = Arc::new(Session {
@@ -124,6 +139,7 @@ impl Sessions {
             send,
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             gate: Mutex::new(()),
             state: Mutex::new(metrics.session_state("active")),
             stream_ended: self.stream_ended.clone(),
@@ -158,22 +174,14 @@ impl Sessions {
 
     /// Sessions that may take a new stream, best first (fewest streams in flight).
     pub(crate) fn candidates(&self) -> Vec<Arc<Session>> {
-        let mut v: Vec<_> = self
-            .lock()
-            .iter()
-            .filter(|s| !s.is_draining() && !s.send.is_closed())
-            .cloned()
-            .collect();
+        let mut v: Vec<_> = self.lock().iter().filter(|s| s.usable()).cloned().collect();
         v.sort_by_key(|s| s.in_flight());
         v
     }
 
     /// Number of sessions that may take new streams.
     pub(crate) fn live(&self) -> usize {
-        self.lock()
-            .iter()
-            .filter(|s| !s.is_draining() && !s.send.is_closed())
-            .count()
+        self.lock().iter().filter(|s| s.usable()).count()
     }
 
     /// Marks every session as draining.
