@@ -240,8 +240,15 @@ impl Running {
         for n in &routes.names {
             s += &format!("      - {{ sni: \"{n}\", upstream: up{sources} }}\n");
         }
+        // PEERS_UPSTREAM_KEEPALIVE=off turns the upstream sockets' TCP keepalive off, as nginx
+        // and HAProxy run by default (four `setsockopt` per connection less): a like-for-like
+        // row for the system call count.
+        let keepalive = match std::env::var("PEERS_UPSTREAM_KEEPALIVE").as_deref() {
+            Ok("off") => "    tcp_keepalive: null\n",
+            _ => "",
+        };
         s + &format!(
-            "upstreams:\n  - name: up\n    endpoints: [\"{}\"]\n",
+            "upstreams:\n  - name: up\n    endpoints: [\"{}\"]\n{keepalive}",
             self.upstream
         )
     }
@@ -300,6 +307,21 @@ impl Running {
     /// Pid of the main process.
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
+    }
+
+    /// The main process and its children (nginx's and HAProxy's workers).
+    pub fn pids(&self) -> Vec<u32> {
+        let Some(pid) = self.pid() else {
+            return Vec::new();
+        };
+        let mut pids = vec![pid];
+        pids.extend(children(pid));
+        pids
+    }
+
+    /// The contender's scratch directory (configuration, logs).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Resident memory in KiB of the main process and its children (nginx and HAProxy workers).
