@@ -377,8 +377,10 @@ impl State {
 impl Conn {
     /// Drives both directions; `Ok(true)` when both are over.
     fn drive(&mut self, spares: &mut Spares) -> io::Result<bool> {
-        let moved = self.d2u.drive(&self.down, &self.up, spares)?
-            + self.u2d.drive(&self.up, &self.down, spares)?;
+        let up_done = self.u2d.finished();
+        let moved = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
+        let down_done = self.d2u.finished();
+        let moved = moved + self.u2d.drive(&self.up, &self.down, spares, down_done)?;
         if moved > 0 {
             if let Some(x) = self.extra.as_deref_mut() {
                 x.last = Instant::now();
