@@ -94,13 +94,18 @@ pub const METRICS: [Metric; 16] = [
     },
 ];
 
+/// Calls and failed calls per connection, by system call (one round of one contender).
+pub type PerCall = BTreeMap<String, (f64, f64)>;
+/// Calls and failed calls per connection, by contender (one system call).
+type PerWho = BTreeMap<&'static str, (f64, f64)>;
+
 /// Samples per metric and contender, one per round.
 #[derive(Debug, Default)]
 pub struct Results {
     pub samples: BTreeMap<&'static str, BTreeMap<&'static str, Vec<f64>>>,
     /// The `syscalls` scenario's breakdown: per contender, per round, calls and failed calls
     /// per connection by system call.
-    pub syscalls: BTreeMap<&'static str, Vec<BTreeMap<String, (f64, f64)>>>,
+    pub syscalls: BTreeMap<&'static str, Vec<PerCall>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -198,15 +203,15 @@ impl Results {
         let round = counts
             .iter()
             .map(|(name, c)| (name.clone(), (per(c.calls), per(c.errors))))
-            .collect::<BTreeMap<_, _>>();
+            .collect::<PerCall>();
         let total: u64 = counts.values().map(|c| c.calls).sum();
         self.push("syscalls_per_conn", who, per(total));
         self.syscalls.entry(who.name()).or_default().push(round);
     }
 
     /// Median over rounds of calls (and failed calls) per connection, by contender and call.
-    fn syscall_medians(&self) -> BTreeMap<String, BTreeMap<&'static str, (f64, f64)>> {
-        let mut out: BTreeMap<String, BTreeMap<&'static str, (f64, f64)>> = BTreeMap::new();
+    fn syscall_medians(&self) -> BTreeMap<String, PerWho> {
+        let mut out: BTreeMap<String, PerWho> = BTreeMap::new();
         for (who, rounds) in &self.syscalls {
             let names: std::collections::BTreeSet<&String> =
                 rounds.iter().flat_map(|r| r.keys()).collect();
@@ -240,10 +245,8 @@ impl Results {
             .filter(|n| self.syscalls.contains_key(n))
             .collect();
         let medians = self.syscall_medians();
-        let mut rows: Vec<(&String, &BTreeMap<&'static str, (f64, f64)>)> =
-            medians.iter().collect();
-        let top =
-            |m: &BTreeMap<&'static str, (f64, f64)>| m.values().map(|c| c.0).fold(0.0f64, f64::max);
+        let mut rows: Vec<(&String, &PerWho)> = medians.iter().collect();
+        let top = |m: &PerWho| m.values().map(|c| c.0).fold(0.0f64, f64::max);
         rows.sort_by(|a, b| top(b.1).total_cmp(&top(a.1)).then(a.0.cmp(b.0)));
         let mut out = format!("{:<18}", "calls/conn (failed)");
         for w in &who {
