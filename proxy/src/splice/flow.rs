@@ -29,6 +29,8 @@ const WAIT_WRITE: u8 = 1 << 2;
 const EOF: u8 = 1 << 3;
 const SHUT: u8 = 1 << 4;
 const BULK: u8 = 1 << 5;
+/// The destination is watched for room to write (its registration includes `WRITABLE`).
+const WATCHED: u8 = 1 << 6;
 
 /// Bytes read from the source and not yet written to the destination. Exists only while the
 /// destination pushes back, so an idle connection holds no buffer and no pipe.
@@ -81,6 +83,17 @@ impl Flow {
     /// The destination had a writable edge.
     pub fn writable(&mut self) {
         self.flags &= !WAIT_WRITE;
+    }
+
+    /// The destination pushed back and is not watched for room yet: the caller adds
+    /// `WRITABLE` to its registration (and says so with [`Flow::watched`]).
+    pub fn needs_watch(&self) -> bool {
+        self.flags & (WAIT_WRITE | WATCHED) == WAIT_WRITE
+    }
+
+    /// The destination's registration includes `WRITABLE` from now on.
+    pub fn watched(&mut self) {
+        self.flags |= WATCHED;
     }
 
     /// The FIN was passed on and nothing is left to write: this direction is over.
