@@ -4,7 +4,8 @@
 //! `cargo bench --bench peers [-- [--quick] [--rounds N] [--threads N] [--latency-conns N]
 //! [--busy-poll DURATION] [FILTER…]]`; FILTERs
 //! (also `PEERS_FILTER`, comma-separated) select contenders and/or scenarios by name, e.g.
-//! `-- --quick isthmus nginx direct bulk`. See BENCHMARKS.md.
+//! `-- --quick isthmus nginx direct bulk`. The `syscalls` scenario (system calls per
+//! connection under `strace -c -f`) runs only when named. See BENCHMARKS.md.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,6 +16,8 @@ mod contender;
 mod load;
 #[path = "peers/report.rs"]
 mod report;
+#[path = "peers/syscalls.rs"]
+mod syscalls;
 #[path = "peers/upstream.rs"]
 mod upstream;
 
@@ -29,7 +32,12 @@ const NAME: &str = "pq.example.test";
 /// Same length as NAME, so the hello's length fields stay valid when the name is swapped.
 const RELOAD_NAME: &str = "rl.example.test";
 
-const SCENARIOS: [&str; 6] = ["bulk1", "bulk64", "latency", "connrate", "idle", "reload"];
+const SCENARIOS: [&str; 7] = [
+    "bulk1", "bulk64", "latency", "connrate", "idle", "reload", "syscalls",
+];
+/// Scenarios run only when a filter names them: `syscalls` runs `connrate` under ptrace,
+/// which takes minutes' worth of the others' CPU and measures no speed.
+const OPT_IN: [&str; 1] = ["syscalls"];
 
 #[derive(Debug)]
 struct Opts {
@@ -158,6 +166,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     let scenarios: Vec<&str> = SCENARIOS
         .into_iter()
         .filter(|s| opts.wants(&SCENARIOS, s))
+        .filter(|s| !OPT_IN.contains(s) || opts.filters.iter().any(|f| f == s))
         .collect();
     let hello: Arc<[u8]> = HELLO.into();
     let reload_hello: Arc<[u8]> = swap_name(HELLO, NAME, RELOAD_NAME).into();
@@ -221,17 +230,20 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         for s in &scenarios {
             for r in &mut running {
                 r.pause(false);
-                if let Err(e) = scenario(s, r, &plan, &hello, &reload_hello, &big, &mut res).await {
+                let inputs = Inputs {
+                    plan: &plan,
+                    hello: &hello,
+                    reload_hello: &reload_hello,
+                    big: &big,
+                    upstream_open: &upstream_open,
+                };
+                if let Err(e) = scenario(s, r, &inputs, &mut res).await {
                     failures += 1;
                     eprintln!("round {round}: {} {s}: {e}", r.kind.name());
                 }
                 // The contender passes the scenario's closes on before it is paused, or the
                 // upstream would keep those sockets (the idle scenario's 8000) open.
-                let deadline = Instant::now() + Duration::from_secs(10);
-                while upstream_open.get() > 0 && Instant::now() < deadline {
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                if upstream_open.get() > 0 {
+                if !all_closed(&upstream_open).await {
                     eprintln!(
                         "round {round}: {} {s}: {} upstream connections still open",
                         r.kind.name(),
@@ -248,6 +260,9 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     }
     res.derive_added();
     println!("\n{}", res.table());
+    if let Some(t) = res.syscall_table() {
+        println!("System calls per proxied connection (connrate under strace -c -f, median over rounds):\n{t}");
+    }
     let meta = serde_json::json!({
         "rounds": opts.rounds, "quick": opts.quick, "threads_per_proxy": opts.threads,
         "latency_conns": opts.latency_conns, "busy_poll": opts.busy_poll,
@@ -278,15 +293,37 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     std::process::ExitCode::SUCCESS
 }
 
+/// What every scenario may need besides the contender.
+struct Inputs<'a> {
+    plan: &'a Plan,
+    hello: &'a Arc<[u8]>,
+    reload_hello: &'a Arc<[u8]>,
+    big: &'a Routes,
+    upstream_open: &'a upstream::Open,
+}
+
+/// Waits (up to 10 s) until the upstream has no connection open: every close passed on.
+async fn all_closed(open: &upstream::Open) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while open.get() > 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    open.get() == 0
+}
+
 async fn scenario(
     name: &str,
     r: &mut Running,
-    plan: &Plan,
-    hello: &Arc<[u8]>,
-    reload_hello: &Arc<[u8]>,
-    big: &Routes,
+    inputs: &Inputs<'_>,
     res: &mut Results,
 ) -> std::io::Result<()> {
+    let Inputs {
+        plan,
+        hello,
+        reload_hello,
+        big,
+        upstream_open,
+    } = *inputs;
     let (k, addr) = (r.kind, r.addr);
     match name {
         "bulk1" | "bulk64" => {
@@ -342,6 +379,23 @@ async fn scenario(
                 // CPU the proxy spent per proxied connection (both TCP handshakes, the hello,
                 // the tiny exchange, both closes): the steady view of the connection rate.
                 res.push("cpu_per_conn", k, (r.cpu_seconds() - cpu) * 1e6 / ok as f64);
+            }
+        }
+        "syscalls" if k != Kind::Direct => {
+            let out = r.dir().join("strace-connrate.txt");
+            let trace = syscalls::Trace::attach(&r.pids(), &out).await?;
+            let (_, ok, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
+            if failed > 0 {
+                eprintln!(
+                    "{} under strace: {failed} connection attempts failed",
+                    k.name()
+                );
+            }
+            // The closes are part of each connection's cost.
+            all_closed(upstream_open).await;
+            let counts = trace.finish().await?;
+            if ok > 0 {
+                res.push_syscalls(k, &counts, ok);
             }
         }
         "idle" if k != Kind::Direct => {

@@ -10,6 +10,7 @@ packages=(
   openvpn                      # OpenVPN through the http_connect listener
   python3-yaml                 # scripts/chart.sh (the chart's OCI config blob, one file per rendered object)
   nginx-light libnginx-mod-stream haproxy sniproxy   # benchmark peers
+  strace                       # the peers bench's syscalls scenario (calls per connection)
   containerd runc containernetworking-plugins   # the real node of scripts/cluster.sh
   iptables ipset socat umoci gcc libc6-dev      # kube-proxy/kube-router rules, the API door, images
 )

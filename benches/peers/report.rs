@@ -11,7 +11,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 15] = [
+pub const METRICS: [Metric; 16] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -73,6 +73,11 @@ pub const METRICS: [Metric; 15] = [
         higher_is_better: false,
     },
     Metric {
+        key: "syscalls_per_conn",
+        unit: "calls",
+        higher_is_better: false,
+    },
+    Metric {
         key: "idle_mem_per_10k",
         unit: "MiB",
         higher_is_better: false,
@@ -89,10 +94,18 @@ pub const METRICS: [Metric; 15] = [
     },
 ];
 
+/// Calls and failed calls per connection, by system call (one round of one contender).
+pub type PerCall = BTreeMap<String, (f64, f64)>;
+/// Calls and failed calls per connection, by contender (one system call).
+type PerWho = BTreeMap<&'static str, (f64, f64)>;
+
 /// Samples per metric and contender, one per round.
 #[derive(Debug, Default)]
 pub struct Results {
     pub samples: BTreeMap<&'static str, BTreeMap<&'static str, Vec<f64>>>,
+    /// The `syscalls` scenario's breakdown: per contender, per round, calls and failed calls
+    /// per connection by system call.
+    pub syscalls: BTreeMap<&'static str, Vec<PerCall>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -179,6 +192,94 @@ impl Results {
             })
     }
 
+    /// Records one round of the `syscalls` scenario: `counts` over `conns` connections.
+    pub fn push_syscalls(
+        &mut self,
+        who: Kind,
+        counts: &BTreeMap<String, crate::syscalls::Count>,
+        conns: u64,
+    ) {
+        let per = |n: u64| n as f64 / conns as f64;
+        let round = counts
+            .iter()
+            .map(|(name, c)| (name.clone(), (per(c.calls), per(c.errors))))
+            .collect::<PerCall>();
+        let total: u64 = counts.values().map(|c| c.calls).sum();
+        self.push("syscalls_per_conn", who, per(total));
+        self.syscalls.entry(who.name()).or_default().push(round);
+    }
+
+    /// Median over rounds of calls (and failed calls) per connection, by contender and call.
+    fn syscall_medians(&self) -> BTreeMap<String, PerWho> {
+        let mut out: BTreeMap<String, PerWho> = BTreeMap::new();
+        for (who, rounds) in &self.syscalls {
+            let names: std::collections::BTreeSet<&String> =
+                rounds.iter().flat_map(|r| r.keys()).collect();
+            for name in names {
+                let get = |i: usize| -> Vec<f64> {
+                    rounds
+                        .iter()
+                        .map(|r| r.get(name).map_or(0.0, |c| if i == 0 { c.0 } else { c.1 }))
+                        .collect()
+                };
+                let (Some(calls), Some(errors)) = (summarize(&get(0)), summarize(&get(1))) else {
+                    continue;
+                };
+                out.entry(name.clone())
+                    .or_default()
+                    .insert(who, (calls.median, errors.median));
+            }
+        }
+        out
+    }
+
+    /// The `syscalls` breakdown: one row per system call, one column per contender, calls
+    /// per connection (median over rounds) and, after the slash, how many of them failed.
+    pub fn syscall_table(&self) -> Option<String> {
+        if self.syscalls.is_empty() {
+            return None;
+        }
+        let who: Vec<&'static str> = Kind::ALL
+            .into_iter()
+            .map(Kind::name)
+            .filter(|n| self.syscalls.contains_key(n))
+            .collect();
+        let medians = self.syscall_medians();
+        let mut rows: Vec<(&String, &PerWho)> = medians.iter().collect();
+        let top = |m: &PerWho| m.values().map(|c| c.0).fold(0.0f64, f64::max);
+        rows.sort_by(|a, b| top(b.1).total_cmp(&top(a.1)).then(a.0.cmp(b.0)));
+        let mut out = format!("{:<18}", "calls/conn (failed)");
+        for w in &who {
+            out += &format!(" {w:>16}");
+        }
+        out += "\n";
+        for (name, per) in rows {
+            // Calls made less than once per 100 connections are timers and housekeeping.
+            if top(per) < 0.01 {
+                continue;
+            }
+            out += &format!("{name:<18}");
+            for w in &who {
+                let cell = match per.get(w) {
+                    Some((c, e)) if *e >= 0.005 => format!("{c:.2} ({e:.2})"),
+                    Some((c, _)) => format!("{c:.2}"),
+                    None => "-".into(),
+                };
+                out += &format!(" {cell:>16}");
+            }
+            out += "\n";
+        }
+        out += &format!("{:<18}", "total");
+        for w in &who {
+            let cell = self
+                .summary("syscalls_per_conn", w)
+                .map_or("-".into(), |s| format!("{:.2}", s.median));
+            out += &format!(" {cell:>16}");
+        }
+        out += "\n";
+        Some(out)
+    }
+
     /// The table: one row per figure and contender.
     pub fn table(&self) -> String {
         let mut out = format!(
@@ -238,7 +339,18 @@ impl Results {
                 }),
             );
         }
-        serde_json::json!({ "meta": meta, "figures": figures })
+        let syscalls: BTreeMap<String, BTreeMap<&str, serde_json::Value>> = self
+            .syscall_medians()
+            .into_iter()
+            .map(|(name, per)| {
+                let per = per
+                    .into_iter()
+                    .map(|(w, (c, e))| (w, serde_json::json!({ "calls": c, "failed": e })))
+                    .collect();
+                (name, per)
+            })
+            .collect();
+        serde_json::json!({ "meta": meta, "figures": figures, "syscalls_per_conn": syscalls })
     }
 }
 

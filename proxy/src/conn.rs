@@ -5,14 +5,13 @@
 //! worker's splicer (`splice`), which holds it until it closes.
 
 use crate::forward;
-use crate::intake;
+use crate::intake::{self, Down};
 use crate::metrics::Metrics;
 use crate::snapshot::ListenerSpec;
 use crate::sources::{ActiveGuard, Sources};
 use crate::splice::Splicer;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 use tracing::{debug_span, field, Instrument};
 
@@ -34,7 +33,7 @@ pub struct Ctx {
 /// Not an `async fn`: that would hold the instrumented future *and* the block it wraps in its
 /// own state, doubling what every open connection's task holds.
 pub fn handle(
-    down: TcpStream,
+    down: std::net::TcpStream,
     peer: SocketAddr,
     spec: Arc<ListenerSpec>,
     ctx: Ctx,
@@ -46,6 +45,7 @@ pub fn handle(
     // as fields instead.
     let span = debug_span!("conn", listener = %spec.name, %peer, client = field::Empty, sni = field::Empty, upstream = field::Empty);
     async move {
+        let down = Down::new(down);
         let active = ActiveGuard::new(spec.active.clone());
         if over_capacity {
             intake::reject(
@@ -92,7 +92,7 @@ mod tests {
         let spec = snapshot.listeners["l"].clone();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let stream = TcpStream::connect(addr).await.unwrap();
+        let stream = std::net::TcpStream::connect(addr).unwrap();
         let ctx = Ctx {
             metrics,
             sources: Arc::default(),

@@ -3,7 +3,7 @@
 //! `200` of a CONNECT, then the pair handed to the worker's splicer.
 
 use crate::http_connect;
-use crate::intake::Intake;
+use crate::intake::{Down, Intake};
 use crate::metrics::Metrics;
 use crate::proxy_protocol::{self, Addresses};
 use crate::snapshot::ListenerSpec;
@@ -13,12 +13,11 @@ use isthmus_config::{ListenerKind, SendProxyProtocol};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, warn};
 
 pub async fn forward(
-    mut down: TcpStream,
+    mut down: Down,
     peer: SocketAddr,
     spec: &ListenerSpec,
     intake: Intake,
@@ -72,7 +71,7 @@ pub async fn forward(
                     error = %e, count, "no upstream connection, closing (at most one line per \
                     upstream every 10s; isthmus_proxy_connections_total counts each)");
             }
-            if connect {
+            if let (true, Ok(down)) = (connect, down.registered()) {
                 let _ = down.write_all(&http_connect::response(503)).await;
             }
             return;
@@ -81,8 +80,14 @@ pub async fn forward(
     counters.forwarded.inc();
     counters.bytes_to_upstream.inc_by(up.sent as u64);
     first.drain(..up.sent.min(first.len()));
-    if connect && down.write_all(&http_connect::response(200)).await.is_err() {
-        return;
+    if connect {
+        let answered = match down.registered() {
+            Ok(d) => d.write_all(&http_connect::response(200)).await,
+            Err(e) => Err(e),
+        };
+        if answered.is_err() {
+            return;
+        }
     }
     debug!(addr = %up.addr, "spliced");
     let down = match down.into_std() {

@@ -3,8 +3,10 @@
 //! pending slot), then the ClientHello (or the CONNECT request) read into the buffer that is
 //! later replayed, its route looked up, and the route's own allow-list checked.
 
+mod down;
 mod hello;
 
+pub use down::Down;
 pub use hello::Reject;
 
 use crate::http_connect;
@@ -16,7 +18,6 @@ use isthmus_config::{Cidr, ListenerKind, ProxyProtocolMode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tracing::{debug, field};
 
@@ -49,13 +50,13 @@ pub struct Intake {
 //
 // Returns the connection with what was learnt, or `None` once a rejected one is answered.
 pub async fn read(
-    mut down: TcpStream,
+    mut down: Down,
     peer: SocketAddr,
     spec: &ListenerSpec,
     metrics: &Metrics,
     sources: &Arc<Sources>,
     mut active: ActiveGuard,
-) -> Option<(TcpStream, Intake)> {
+) -> Option<(Down, Intake)> {
     let deadline = Instant::now() + spec.hello_timeout;
     let mut buf = Vec::new();
     let mut client = None;
@@ -101,7 +102,9 @@ pub async fn read(
             Ok(Err(IntakeError::Reject(r))) => return refuse(down, spec, metrics, r).await,
             Ok(Err(IntakeError::Http(status, reason))) => {
                 metrics.reject(&spec.name, reason);
-                let _ = down.write_all(&http_connect::response(status)).await;
+                if let Ok(s) = down.registered() {
+                    let _ = s.write_all(&http_connect::response(status)).await;
+                }
                 return None;
             }
             Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
@@ -121,7 +124,7 @@ pub async fn read(
 
 /// Answers and closes a rejected connection; `None` for [`read`] to return.
 async fn refuse<T>(
-    down: TcpStream,
+    down: Down,
     spec: &ListenerSpec,
     metrics: &Metrics,
     reason: Reject,
@@ -150,7 +153,7 @@ fn intake_cap(spec: &ListenerSpec) -> usize {
 }
 
 async fn intake(
-    down: &mut TcpStream,
+    down: &mut Down,
     spec: &ListenerSpec,
     mut buf: Vec<u8>,
     untrusted_header: bool,
@@ -196,7 +199,7 @@ async fn intake(
 }
 
 async fn read_proxy_header(
-    down: &mut TcpStream,
+    down: &mut Down,
     buf: &mut Vec<u8>,
     mode: ProxyProtocolMode,
     cap: usize,
@@ -226,11 +229,7 @@ async fn read_proxy_header(
 
 /// Refuses an untrusted peer's PROXY header at its signature (what it announces is never
 /// waited for); other bytes stay in `buf` for the hello.
-async fn refuse_proxy_header(
-    down: &mut TcpStream,
-    buf: &mut Vec<u8>,
-    cap: usize,
-) -> Result<(), Reject> {
+async fn refuse_proxy_header(down: &mut Down, buf: &mut Vec<u8>, cap: usize) -> Result<(), Reject> {
     loop {
         match proxy_protocol::detect(buf) {
             proxy_protocol::Detected::Absent => return Ok(()),
@@ -243,7 +242,7 @@ async fn refuse_proxy_header(
 }
 
 async fn read_connect_request(
-    down: &mut TcpStream,
+    down: &mut Down,
     buf: &mut Vec<u8>,
     spec: &ListenerSpec,
 ) -> Result<http_connect::Request, IntakeError> {
@@ -271,7 +270,7 @@ async fn read_connect_request(
     }
 }
 
-pub async fn reject(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics, reason: Reject) {
+pub async fn reject(mut down: Down, spec: &ListenerSpec, metrics: &Metrics, reason: Reject) {
     metrics.reject(&spec.name, reason.as_str());
     debug!(reason = reason.as_str(), "rejected");
     let answer = match spec.kind {
@@ -282,7 +281,7 @@ pub async fn reject(mut down: TcpStream, spec: &ListenerSpec, metrics: &Metrics,
         }
         ListenerKind::TlsPassthrough => None,
     };
-    if let Some(bytes) = answer {
+    if let (Some(bytes), Ok(down)) = (answer, down.registered()) {
         let _ = down.write_all(&bytes).await;
         let _ = down.shutdown().await;
     }

@@ -12,7 +12,9 @@
 //! the configuration changed.
 //!
 //! # The path of a connection, file by file
-//! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap.
+//! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap. The
+//!    accepted socket stays out of the runtime's epoll unless the intake must wait for its
+//!    bytes (`intake/down.rs`).
 //! 2. `conn.rs`: one connection's task, the steps below in order.
 //! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
 //!    slots), then the PROXY header (crate `isthmus-proxy-protocol`) and the ClientHello
@@ -25,14 +27,16 @@
 //!    directions are over.
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
-//! pipes, splice(2), epoll registration, `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
+//! pipes, splice(2), epoll registration of the splicer and the listening sockets,
+//! `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
 //! configuration), `server.rs` (the running proxy; `server/start.rs` start and drain,
 //! `server/reload.rs` reload as parse/guard/bind/compile/swap and the file watch; the guard
 //! against files that would empty the proxy in `guard.rs`), `admin.rs`
 //! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
-// wraps: pipes, splice(2), the splicer's epoll registration, TCP_DEFER_ACCEPT).
+// wraps: pipes, splice(2), the splicer's and the listeners' epoll registration,
+// TCP_DEFER_ACCEPT).
 #![deny(unsafe_code)]
 
 mod admin;

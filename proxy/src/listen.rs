@@ -1,12 +1,15 @@
 //! Accept loops: one per listening socket, each handing accepted connections to `conn::handle`.
+//! Accepted sockets are not registered with the runtime (`sys::Acceptor`): the intake reads
+//! the bytes `TCP_DEFER_ACCEPT` waited for directly and registers a socket only when it has
+//! to wait for more (`intake::Down`).
 
 use crate::conn::{self, Ctx};
 use crate::metrics::{ListenerLabels, Metrics};
 use crate::snapshot::Snapshot;
 use crate::socket;
+use crate::sys::Acceptor;
 use isthmus_config::KeepaliveConfig;
 use std::sync::{Arc, RwLock};
-use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::warn;
@@ -40,7 +43,7 @@ impl Shared {
 /// the listener, so that `max_pending_hellos` and the per-source caps hold for the listener,
 /// not for each of its sockets.
 pub async fn accept_loop(
-    listener: TcpListener,
+    listener: Acceptor,
     name: String,
     shared: Arc<Shared>,
     ctx: Ctx,

@@ -86,7 +86,7 @@ impl Proxy {
             let stop = stop.clone();
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
             crate::supervise::spawn_critical(&worker.runtime, "accept loop", async move {
-                match tokio::net::TcpListener::from_std(socket) {
+                match crate::sys::Acceptor::register(socket) {
                     Ok(l) => listen::accept_loop(l, name, shared, ctx, stop).await,
                     Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),
                 }

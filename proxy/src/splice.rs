@@ -116,6 +116,9 @@ struct State {
     spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
     arrived: Vec<Pair>,
+    /// A handle on the registry (its own descriptor), for adding write interest while
+    /// events are dispatched.
+    registry: Option<mio::Registry>,
 }
 
 /// One open connection: two sockets, two directions.
@@ -173,6 +176,7 @@ impl Splicer {
 impl Inner {
     async fn run(&self, poll: mio::Poll, busy_poll: Duration, st: &mut State) -> io::Result<()> {
         let mut poll = NestedPoll::register(poll)?;
+        st.registry = Some(poll.registry().try_clone()?);
         let mut events = Events::with_capacity(EVENTS);
         let mut deadline = None;
         loop {
@@ -264,11 +268,21 @@ impl State {
         let mut up = TcpStream::from_std(pair.up);
         let entry = self.conns.vacant_entry();
         let key = entry.key();
-        let both = Interest::READABLE | Interest::WRITABLE;
-        // The first edges report what is already there (the upstream's first flight, room to
-        // write the rest of the hello), so nothing has to be driven here.
-        registry.register(&mut down, token(key, 0), both)?;
-        if let Err(e) = registry.register(&mut up, token(key, 1), both) {
+        // Read interest only: a writable socket would report an edge on registration, and
+        // another whenever a FIN is acknowledged, each a wake-up with nothing to do. Write
+        // interest is added when a write pushes back (`Conn::watch`), and from the start for
+        // the part of the hello the connect did not get out. The first edges report what is
+        // already there (the upstream's first flight), so nothing has to be driven here.
+        let hello_left = !pair.to_up.is_empty();
+        let mut d2u = Flow::new(pair.to_up_counter, pair.to_up);
+        let up_interest = if hello_left {
+            d2u.watched();
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        registry.register(&mut down, token(key, 0), Interest::READABLE)?;
+        if let Err(e) = registry.register(&mut up, token(key, 1), up_interest) {
             let _ = registry.deregister(&mut down);
             return Err(e);
         }
@@ -292,7 +306,7 @@ impl State {
         entry.insert(Conn {
             down,
             up,
-            d2u: Flow::new(pair.to_up_counter, pair.to_up),
+            d2u,
             u2d: Flow::new(pair.to_down_counter, Vec::new()),
             _keep: pair.keep,
             extra,
@@ -304,7 +318,12 @@ impl State {
     }
 
     fn dispatch(&mut self, events: &Events) {
-        let State { conns, spares, .. } = self;
+        let State {
+            conns,
+            spares,
+            registry,
+            ..
+        } = self;
         for ev in events.iter() {
             let (key, side) = (ev.token().0 >> 1, ev.token().0 & 1);
             let Some(conn) = conns.get_mut(key) else {
@@ -322,7 +341,12 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let end = match conn.drive(spares) {
+            let end = match conn.drive(spares).and_then(|done| {
+                if !done {
+                    conn.watch(key, registry.as_ref())?;
+                }
+                Ok(done)
+            }) {
                 Ok(false) => continue,
                 Ok(true) => End::Closed,
                 Err(e) => {
@@ -377,14 +401,35 @@ impl State {
 impl Conn {
     /// Drives both directions; `Ok(true)` when both are over.
     fn drive(&mut self, spares: &mut Spares) -> io::Result<bool> {
-        let moved = self.d2u.drive(&self.down, &self.up, spares)?
-            + self.u2d.drive(&self.up, &self.down, spares)?;
+        let up_done = self.u2d.finished();
+        let moved = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
+        let down_done = self.d2u.finished();
+        let moved = moved + self.u2d.drive(&self.up, &self.down, spares, down_done)?;
         if moved > 0 {
             if let Some(x) = self.extra.as_deref_mut() {
                 x.last = Instant::now();
             }
         }
         Ok(self.d2u.finished() && self.u2d.finished())
+    }
+
+    /// Adds write interest for a destination that pushed back. `EPOLL_CTL_MOD` reports room
+    /// that freed up in between as an edge, so none is missed; once added it stays (a
+    /// connection that pushes back once likely carries bulk and does again).
+    fn watch(&mut self, key: usize, registry: Option<&mio::Registry>) -> io::Result<()> {
+        let both = Interest::READABLE | Interest::WRITABLE;
+        let Some(registry) = registry else {
+            return Err(io::Error::other("the splicer's registry is gone"));
+        };
+        if self.d2u.needs_watch() {
+            registry.reregister(&mut self.up, token(key, 1), both)?;
+            self.d2u.watched();
+        }
+        if self.u2d.needs_watch() {
+            registry.reregister(&mut self.down, token(key, 0), both)?;
+            self.u2d.watched();
+        }
+        Ok(())
     }
 
     fn debug_error(&self, e: &io::Error) {

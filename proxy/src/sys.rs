@@ -1,6 +1,6 @@
 //! The system calls nothing safe wraps, and the only `unsafe` code of the workspace: pipes and
-//! `splice(2)` for the splicer's zero-copy path, registering the splicer's epoll with the
-//! runtime's, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
+//! `splice(2)` for the splicer's zero-copy path, registering the splicer's epoll and the
+//! listening sockets with the runtime's, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
 //! safe function or type whose descriptors are borrowed from, or owned by, live values, so they
 //! are open for the whole call; every block says why it is sound.
 //!
@@ -181,6 +181,49 @@ fn poll_now(poll: &mut mio::Poll, events: &mut mio::Events) -> io::Result<usize>
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
+    }
+}
+
+/// A listening socket registered with the runtime (readable: connections are waiting) whose
+/// accepted sockets are not: non-blocking and close-on-exec from `accept4(2)`, they stay out
+/// of the runtime's epoll unless the intake has to wait for their bytes (see
+/// `intake::Down`), which saves the `EPOLL_CTL_ADD` and `EPOLL_CTL_DEL` a tokio listener's
+/// sockets cost before the splicer takes them. The `mio` listener is never lent out mutably,
+/// so its descriptor cannot be swapped while registered.
+#[derive(Debug)]
+pub struct Acceptor {
+    fd: AsyncFd<mio::net::TcpListener>,
+}
+
+impl Acceptor {
+    /// Registers `listener` (non-blocking) with the current runtime (must be called inside it).
+    pub fn register(listener: std::net::TcpListener) -> io::Result<Acceptor> {
+        let listener = mio::net::TcpListener::from_std(listener);
+        // SAFETY: `mio::net::TcpListener` owns its descriptor from creation to drop and
+        // `as_raw_fd` always returns that one; the `AsyncFd` owns the listener and this type
+        // never lends it out mutably, so the descriptor stays open and the same for as long
+        // as it is registered.
+        let fd = unsafe {
+            AsyncFd::register_with_interest(listener, tokio::io::Interest::READABLE)
+                .map_err(|e| e.into_parts().1)?
+        };
+        Ok(Acceptor { fd })
+    }
+
+    /// The next connection: one `accept4` while connections are waiting, the wait for the
+    /// listener's next readable edge only after one said `EAGAIN` (accept until `EAGAIN`).
+    pub async fn accept(&self) -> io::Result<(std::net::TcpStream, std::net::SocketAddr)> {
+        let (stream, peer) = self
+            .fd
+            .async_io(tokio::io::Interest::READABLE, |l| l.accept())
+            .await?;
+        Ok((stream.into(), peer))
+    }
+}
+
+impl AsFd for Acceptor {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.fd.get_ref().as_fd()
     }
 }
 

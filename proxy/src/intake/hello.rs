@@ -2,9 +2,8 @@
 //! parsing only when a TLS record has completed so that a client trickling one byte at a time
 //! costs O(records) parses rather than O(bytes).
 
+use super::Down;
 use crate::client_hello::{self, Parsed};
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
 
 /// Why a connection was closed before routing. `as_str` is the metric label.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +84,7 @@ pub fn alert_record(description: u8) -> [u8; 7] {
 /// The SNI a client asked for, if any. `buf` may already hold bytes (after a PROXY
 /// header); on return it holds every byte of the hello, for replay. The caller bounds the time.
 pub async fn read_client_hello(
-    stream: &mut TcpStream,
+    stream: &mut Down,
     buf: &mut Vec<u8>,
     max_bytes: usize,
 ) -> Result<Option<String>, Reject> {
@@ -105,7 +104,7 @@ pub async fn read_client_hello(
 
 /// Reads what is available into `buf`, never past `max_bytes` in total.
 pub async fn read_more(
-    stream: &mut TcpStream,
+    stream: &mut Down,
     buf: &mut Vec<u8>,
     max_bytes: usize,
 ) -> Result<usize, Reject> {
@@ -118,9 +117,8 @@ pub async fn read_more(
         buf.reserve_exact(grow);
     }
     let room = buf.capacity().min(max_bytes) - buf.len();
-    let n = (&mut *stream)
-        .take(room as u64)
-        .read_buf(buf)
+    let n = stream
+        .read_into(buf, room)
         .await
         .map_err(|_| Reject::ClientClosed)?;
     if n == 0 {
