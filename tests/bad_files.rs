@@ -6,26 +6,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use isthmus_testkit::{
-    client_config, http_get, metric, server_config, tls_connect, wait_until, Scratch, TestPki,
-    TlsEchoServer,
+    client_config, http_get, metric, server_config, tls_connect, wait_until, Logged, Scratch,
+    TestPki, TlsEchoServer,
 };
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const BIN: &str = env!("CARGO_BIN_EXE_isthmus");
 const WAIT: Duration = Duration::from_secs(20);
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `routes` routes (`r0.example.com`, …) to the echo upstream. JSON, which is YAML too: the
 /// same text serves both readers, the file name picks the reader.
@@ -42,30 +33,14 @@ fn config(upstream: SocketAddr, routes: usize) -> String {
     v.to_string()
 }
 
-fn start(path: &Path) -> (Running, SocketAddr) {
-    use std::io::BufRead;
-    let mut child = Command::new(BIN)
-        .args(["proxy", "--config"])
+async fn start(path: &Path) -> (Logged, SocketAddr) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["proxy", "--config"])
         .arg(path)
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let admin = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            l.split("admin=")
-                .nth(1)?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .expect("the proxy logs its admin address at start");
-    std::thread::spawn(move || lines.for_each(drop));
-    (Running(child), admin)
+        .env("NO_COLOR", "1");
+    let mut p = Logged::spawn(cmd);
+    let admin = p.field("admin", WAIT).await.parse().unwrap();
+    (p, admin)
 }
 
 async fn reloads(admin: SocketAddr, result: &str) -> f64 {
@@ -86,16 +61,12 @@ async fn echo(addr: SocketAddr, pki: &TestPki, sni: &str) -> bool {
 }
 
 /// Writes `text`, sends SIGHUP and waits until the reload is counted under `result`.
-async fn reload(p: &Running, path: &Path, admin: SocketAddr, text: &str, result: &str) {
+async fn reload(p: &Logged, path: &Path, admin: SocketAddr, text: &str, result: &str) {
     let before = reloads(admin, result).await;
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, text).unwrap();
     std::fs::rename(&tmp, path).unwrap();
-    let ok = Command::new("kill")
-        .args(["-s", "HUP", &p.0.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    p.signal("HUP");
     wait_until(&format!("reload counted {result}"), WAIT, || async {
         reloads(admin, result).await > before
     })
@@ -111,7 +82,7 @@ async fn refused_files_leave_the_proxy_serving(file: &str) {
     let dir = Scratch::new("bad-files");
     let path = dir.join(file);
     std::fs::write(&path, config(up.addr, 12)).unwrap();
-    let (p, admin) = start(&path);
+    let (p, admin) = start(&path).await;
     wait_until("admin up", WAIT, || async {
         http_get(admin, "/readyz").await.is_ok()
     })
@@ -140,17 +111,14 @@ async fn refused_files_leave_the_proxy_serving(file: &str) {
     reload(&p, &path, admin, &config(up.addr, 3), "removal_refused").await;
     assert!(echo(addr, &pki, "r11.example.com").await, "still serving");
     let mut running = p;
-    assert!(
-        running.0.try_wait().unwrap().is_none(),
-        "the proxy is alive"
-    );
+    assert!(!running.exited(), "the proxy is alive");
     // A file that says so is applied.
     let mut v: serde_json::Value = serde_json::from_str(&config(up.addr, 3)).unwrap();
     v["allow_large_removal"] = true.into();
     reload(&running, &path, admin, &v.to_string(), "applied").await;
     assert!(echo(addr, &pki, "r2.example.com").await);
     assert!(!echo(addr, &pki, "r11.example.com").await, "route removed");
-    running.0.kill().unwrap();
+    assert!(!running.exited(), "the proxy is alive");
 }
 
 #[tokio::test]

@@ -4,11 +4,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use isthmus_testkit::{
-    client_config, http_get, server_config, tls_connect, wait_until, Scratch, TestPki,
+    client_config, http_get, server_config, tls_connect, wait_until, Logged, Scratch, TestPki,
     TlsEchoServer,
 };
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -133,43 +133,6 @@ fn isthmus_links_no_lab_etcd_client_tonic_or_prost() {
     assert!(banned.is_empty(), "isthmus depends on {banned:?}:\n{tree}");
 }
 
-struct Running {
-    child: Child,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn signal(child: &Child, sig: &str) {
-    let ok = Command::new("kill")
-        .args(["-s", sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(ok.success());
-}
-
-/// Reads the proxy's log until it says where the admin endpoint is bound (port 0 in the file).
-fn admin_addr_from_log(child: &mut Child) -> SocketAddr {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            let rest = l.split("admin=").nth(1)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .expect("the proxy logs its admin address at start");
-    // Keep draining the log so the proxy never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    addr
-}
-
 async fn bound(admin: SocketAddr, listener: &str) -> SocketAddr {
     let (_, body) = http_get(admin, "/config").await.unwrap();
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -192,15 +155,12 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
     };
     let path = dir.join("proxy.yaml");
     std::fs::write(&path, config("a.example.com")).unwrap();
-    let mut child = Command::new(BIN)
-        .args(["proxy", "--config"])
+    let mut cmd = Command::new(BIN);
+    cmd.args(["proxy", "--config"])
         .arg(&path)
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let admin = admin_addr_from_log(&mut child);
-    let p = Running { child };
+        .env("NO_COLOR", "1");
+    let mut p = Logged::spawn(cmd);
+    let admin: SocketAddr = p.field("admin", WAIT).await.parse().unwrap();
     wait_until("admin up", WAIT, || async {
         http_get(admin, "/readyz").await.is_ok()
     })
@@ -211,7 +171,7 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
         .unwrap();
 
     std::fs::write(&path, config("b.example.com")).unwrap();
-    signal(&p.child, "HUP");
+    p.signal("HUP");
     wait_until("SIGHUP reload", WAIT, || async {
         tls_connect(client_config(&pki), addr, "b.example.com")
             .await
@@ -219,7 +179,7 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
     })
     .await;
 
-    signal(&p.child, "TERM");
+    p.signal("TERM");
     wait_until("readyz 503", WAIT, || async {
         http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(503)
     })
@@ -233,24 +193,10 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
     let mut buf = [0u8; 32];
     let n = tls.read(&mut buf).await.unwrap();
     assert_eq!(&buf[..n], b"up:draining");
-    let mut p = p;
-    assert!(
-        p.child.try_wait().unwrap().is_none(),
-        "must wait for the open connection"
-    );
+    assert!(!p.exited(), "must wait for the open connection");
     tls.shutdown().await.unwrap();
     drop(tls);
-    let deadline = std::time::Instant::now() + WAIT;
-    let status = loop {
-        if let Some(s) = p.child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "proxy did not exit after drain"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let status = p.exit_status(WAIT).await;
     assert!(status.success(), "exit status {status}");
 }
 
@@ -271,18 +217,15 @@ async fn accept_backs_off_on_emfile_and_recovers() {
         ),
     )
     .unwrap();
-    let mut child = Command::new("sh")
-        .arg("-c")
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
         .arg(format!(
             "ulimit -n 64 && exec {BIN} proxy --threads 1 --config {}",
             path.display()
         ))
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let admin = admin_addr_from_log(&mut child);
-    let p = Running { child };
+        .env("NO_COLOR", "1");
+    let mut p = Logged::spawn(cmd);
+    let admin: SocketAddr = p.field("admin", WAIT).await.parse().unwrap();
     let addr = bound(admin, "l").await;
     // Far more idle connections than descriptors, queued while the proxy is stopped: the
     // kernel completes the handshakes, and once it runs again its accept loop drains the
@@ -290,12 +233,7 @@ async fn accept_backs_off_on_emfile_and_recovers() {
     // the loop yields), so accept(2) fails with EMFILE once its table is full. Without the
     // stop, whether the table fills depends on how fast this client connects (seen: 119
     // connections refused and 0 EMFILE in one CI run).
-    let pid = p.child.id().to_string();
-    let signal = |sig: &str| {
-        let ok = Command::new("kill").args([sig, &pid]).status().unwrap();
-        assert!(ok.success(), "kill {sig} {pid}");
-    };
-    signal("-STOP");
+    p.signal("STOP");
     let mut idle = Vec::new();
     for _ in 0..300 {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -303,7 +241,7 @@ async fn accept_backs_off_on_emfile_and_recovers() {
         let _ = s.write_all(&[0x16]).await;
         idle.push(s);
     }
-    signal("-CONT");
+    p.signal("CONT");
     // Stay saturated for a while: the condition under test, not a synchronisation.
     tokio::time::sleep(Duration::from_millis(500)).await;
     // The admin keeps answering while the listener's descriptors are exhausted (the proxy

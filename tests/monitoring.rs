@@ -16,13 +16,12 @@ mod tunnel;
 use common::chart::{find, render};
 use isthmus_testkit::tools::{promtool, run_ok};
 use isthmus_testkit::{
-    http_get, tls_connect, wait_until, Prometheus, Scratch, TestPki, TlsEchoServer,
+    http_get, tls_connect, wait_until, Logged, Prometheus, Scratch, TestPki, TlsEchoServer,
 };
 use serde_json::Value;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::net::SocketAddr;
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -54,18 +53,6 @@ fn alert_rules_pass_promtool_check_and_their_unit_tests() {
     assert!(out.contains("SUCCESS"), "{out}");
 }
 
-struct Proxy {
-    child: std::process::Child,
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn proxy_config(upstream: SocketAddr) -> String {
     format!(
         "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: peer-2380\n    address: \"127.0.0.1:0\"\n    max_pending_hellos_per_source: 1\n    routes:\n      - {{ sni: ok.example.com, upstream: etcd-0 }}\n      - {{ sni: dead.example.com, upstream: etcd-1 }}\nupstreams:\n  - {{ name: etcd-0, endpoints: [\"{upstream}\"] }}\n  - {{ name: etcd-1, endpoints: [\"127.0.0.1:1\"] }}\n"
@@ -83,31 +70,13 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
     let dir = Scratch::new("monitoring");
     let config = dir.join("proxy.yaml");
     std::fs::write(&config, proxy_config(echo.addr)).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_isthmus"))
-        .args(["--log-format", "json", "proxy", "--config"])
-        .arg(&config)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let (tx, rx) = std::sync::mpsc::channel();
-    let lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for l in lines.map_while(Result::ok) {
-            if let Some(a) = serde_json::from_str::<Value>(&l)
-                .ok()
-                .and_then(|v| v["fields"]["admin"].as_str().map(str::to_owned))
-            {
-                let _ = tx.send(a);
-            }
-            sink.lock().unwrap().push(l);
-        }
-    });
-    let proxy = Proxy { child, log };
-    let admin: SocketAddr = rx
-        .recv_timeout(Duration::from_secs(30))
-        .expect("admin address in the JSON log")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+    cmd.args(["--log-format", "json", "proxy", "--config"])
+        .arg(&config);
+    let mut proxy = Logged::spawn(cmd);
+    let admin: SocketAddr = proxy
+        .field("admin", Duration::from_secs(30))
+        .await
         .parse()
         .unwrap();
     let (_, body) = http_get(admin, "/config").await.unwrap();
@@ -141,7 +110,7 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
     }
     std::fs::write(&config, "listeners: [ {name: x} ]\n").unwrap();
     assert!(Command::new("kill")
-        .args(["-HUP", &proxy.child.id().to_string()])
+        .args(["-HUP", &proxy.id().to_string()])
         .status()
         .unwrap()
         .success());
@@ -210,13 +179,13 @@ async fn every_dashboard_query_returns_series_and_logs_are_json() {
 
     // Every line the proxy logged is one JSON object with a timestamp, a level and a message.
     let _ = Command::new("kill")
-        .args(["-TERM", &proxy.child.id().to_string()])
+        .args(["-TERM", &proxy.id().to_string()])
         .status();
-    let lines = proxy.log.lock().unwrap().clone();
+    let lines = proxy.lines();
     assert!(lines.len() >= 3, "{lines:?}");
-    let tunnel_lines: Vec<String> = [&tunnel.server.lines, &tunnel.agent.lines, &controller.lines]
+    let tunnel_lines: Vec<String> = [&tunnel.server, &tunnel.agent, &controller.process]
         .iter()
-        .flat_map(|l| l.lock().unwrap().clone())
+        .flat_map(|p| p.lines())
         .collect();
     assert!(tunnel_lines.len() >= 2, "{tunnel_lines:?}");
     for l in lines.iter().chain(&tunnel_lines) {

@@ -5,9 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use isthmus_testkit::{http_get, metric, wait_until, Scratch, TestPki};
+use isthmus_testkit::{http_get, metric, wait_until, Logged, Scratch, TestPki};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,32 +18,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_isthmus");
 const WAIT: Duration = Duration::from_secs(30);
 const LIMIT: usize = 256;
 const ADMIN_CONNECTIONS: usize = 8;
-
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Reads the proxy's log until it says where the admin endpoint is bound.
-fn admin_addr_from_log(child: &mut Child) -> SocketAddr {
-    use std::io::BufRead;
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = std::io::BufReader::new(stderr).lines();
-    let addr = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|l| {
-            let rest = l.split("admin=").nth(1)?;
-            rest.split_whitespace().next()?.parse().ok()
-        })
-        .expect("the proxy logs its admin address at start");
-    std::thread::spawn(move || lines.for_each(drop));
-    addr
-}
 
 /// `(all, pipes)`: descriptors the process holds, and how many of them are pipes.
 fn descriptors(pid: u32) -> (usize, usize) {
@@ -124,19 +98,16 @@ async fn stalled_bulk_flows_leave_the_admin_its_descriptors() {
         ),
     )
     .unwrap();
-    let mut child = Command::new("sh")
-        .arg("-c")
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
         .arg(format!(
             "ulimit -n {LIMIT} && exec {BIN} proxy --threads 1 --config {}",
             path.display()
         ))
-        .env("NO_COLOR", "1")
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let admin = admin_addr_from_log(&mut child);
-    let proxy = Running(child);
-    let pid = proxy.0.id();
+        .env("NO_COLOR", "1");
+    let mut proxy = Logged::spawn(cmd);
+    let admin: SocketAddr = proxy.field("admin", WAIT).await.parse().unwrap();
+    let pid = proxy.id();
     let (_, text) = http_get(admin, "/metrics").await.unwrap();
     let cap = metric(&text, "isthmus_proxy_max_connections_effective") as usize;
     let (_, body) = http_get(admin, "/config").await.unwrap();

@@ -11,25 +11,16 @@ use isthmus_controller::crd::{EtcdMigrationSpec, ProxyProtocol};
 use isthmus_controller::plan::routes;
 use isthmus_controller::proxy_config::{render_with, Layout};
 use isthmus_proxy::Proxy;
-use isthmus_testkit::{http_get, wait_until, Scratch, TestPki};
+use isthmus_testkit::{free_port, http_get, wait_until, Logged, Scratch, TestPki};
 use prometheus_client::registry::Registry;
-use std::io::BufRead;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const NS: &str = "shoot--foo--bar";
 const VPN: &str = "vpn-tmp.foo.example.com";
 const WAIT: Duration = Duration::from_secs(30);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
 
 /// A destination migration whose VPN target is the test's tunnel server (in a seed, the
 /// server's Service: the route's endpoint is the target either way).
@@ -73,24 +64,15 @@ async fn proxy(dir: &Scratch, name: &str, spec: &EtcdMigrationSpec) -> (Proxy, S
 
 /// `isthmus tunnel-server` with its JSON log lines collected; killed on drop.
 struct Server {
-    child: Child,
-    lines: Arc<Mutex<Vec<String>>>,
+    process: Logged,
     agents: SocketAddr,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
     /// The client addresses of the server's agent log lines (`peer`), in order.
     fn peers(&self) -> Vec<String> {
-        self.lines
-            .lock()
-            .unwrap()
+        self.process
+            .lines()
             .iter()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
             .filter_map(|v| {
@@ -123,36 +105,21 @@ async fn server(dir: &Scratch, pki: &TestPki, name: &str, trusted: bool) -> Serv
             ),
         )
         .unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_isthmus"))
-            .args(["--log-format", "json", "tunnel-server", "--config"])
-            .arg(&config)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for l in stderr.lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(l);
-            }
-        });
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+        cmd.args(["--log-format", "json", "tunnel-server", "--config"])
+            .arg(&config);
+        let mut process = Logged::spawn(cmd);
         let admin = SocketAddr::from(([127, 0, 0, 1], admin));
         let agents = SocketAddr::from(([127, 0, 0, 1], agents));
         let deadline = std::time::Instant::now() + WAIT;
-        while std::time::Instant::now() < deadline && child.try_wait().unwrap().is_none() {
+        while std::time::Instant::now() < deadline && !process.exited() {
             if matches!(http_get(admin, "/healthz").await, Ok((200, _))) {
-                return Server {
-                    child,
-                    lines,
-                    agents,
-                };
+                return Server { process, agents };
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        let log = lines.lock().unwrap().join("\n");
-        let _ = child.kill();
-        let _ = child.wait();
+        let log = process.lines().join("\n");
+        drop(process);
         assert!(log.contains("in use") && attempt < 5, "no server:\n{log}");
     }
     unreachable!()

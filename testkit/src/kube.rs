@@ -24,7 +24,7 @@
 //! (`ISTHMUS_KEEP_SCRATCH=1` keeps it).
 
 use crate::flags::{ApiServerAuth, ApiServerFlags, CLUSTER_ISSUER};
-use crate::{wait_until, CertKey, Scratch, TestPki};
+use crate::{free_port, wait_until, CertKey, Scratch, TestPki};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -36,7 +36,7 @@ use kube::{Client, Config};
 use serde_json::{json, Value};
 use std::fmt;
 use std::fs::File;
-use std::net::{IpAddr, TcpListener};
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -105,15 +105,6 @@ fn etcd_binary() -> PathBuf {
         p.display()
     );
     p
-}
-
-/// A loopback port that was free a moment ago (bind 127.0.0.1:0, read, release). The caller
-/// retries with a new one when the process it hands it to fails to bind.
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap()
 }
 
 fn tail(path: &Path, lines: usize) -> String {

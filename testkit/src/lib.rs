@@ -1,7 +1,8 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
-//! scratch directories, polling with deadlines, the one metric scraper ([`metric`]), the one
-//! seeded random source ([`Rng`]), a real kube-apiserver ([`kube`]) and the flags every
-//! kube-apiserver of the project starts with ([`flags`]). Each helper the lab needs too has a
+//! scratch directories, polling with deadlines, processes whose log is kept ([`Logged`]), the
+//! one metric scraper ([`metric`]), the one seeded random source ([`Rng`]), a real
+//! kube-apiserver ([`kube`]) and the flags every kube-apiserver of the project starts with
+//! ([`flags`]). Each helper the lab needs too has a
 //! fallible twin (`try_*`, `Result`) next to the panicking one the tests use.
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
@@ -32,6 +33,9 @@ pub use http::http_get;
 
 mod netns;
 pub use netns::Netns;
+
+mod process;
+pub use process::{free_port, Logged};
 
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
 /// ServiceAccounts under RBAC.

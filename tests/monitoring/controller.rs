@@ -5,28 +5,17 @@
 //! namespace, which no CRD rule can see: a `spec_invalid` failure).
 
 use isthmus_testkit::kube::{minimal_etcd, KubeApiServer};
-use isthmus_testkit::Scratch;
-use serde_json::Value;
-use std::io::BufRead;
+use isthmus_testkit::{Logged, Scratch};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 pub struct Controller {
-    child: Child,
-    pub lines: Arc<Mutex<Vec<String>>>,
+    pub process: Logged,
     pub metrics: SocketAddr,
     _api: KubeApiServer,
     _dir: Scratch,
-}
-
-impl Drop for Controller {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn workspace(path: &str) -> std::path::PathBuf {
@@ -74,8 +63,8 @@ impl Controller {
         api.apply_yaml_str(&refused_migration("shoot--b--two"))
             .await;
 
-        let mut child = Command::new(env!("CARGO_BIN_EXE_isthmus"))
-            .args(["--log-format", "json", "controller", "--kubeconfig"])
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+        cmd.args(["--log-format", "json", "controller", "--kubeconfig"])
             .arg(api.admin_kubeconfig())
             .args([
                 "--metrics-address",
@@ -84,35 +73,15 @@ impl Controller {
                 "monitoring",
                 "--lease-seconds",
                 "6",
-            ])
-            .stderr(Stdio::piped())
-            .spawn()
+            ]);
+        let mut process = Logged::spawn(cmd);
+        let metrics = process
+            .field("metrics", Duration::from_secs(60))
+            .await
+            .parse()
             .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let sink = lines.clone();
-        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for l in stderr.lines().map_while(Result::ok) {
-                if let Some(a) = serde_json::from_str::<Value>(&l)
-                    .ok()
-                    .and_then(|v| v["fields"]["metrics"].as_str().map(str::to_owned))
-                {
-                    let _ = tx.send(a);
-                }
-                sink.lock().unwrap().push(l);
-            }
-        });
-        let metrics = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(a) => a.parse().unwrap(),
-            Err(_) => panic!(
-                "no metrics address in the controller's log: {:?}",
-                lines.lock().unwrap()
-            ),
-        };
         Controller {
-            child,
-            lines,
+            process,
             metrics,
             _api: api,
             _dir: dir,

@@ -3,61 +3,21 @@
 //! up, and kube-apiserver's part played by CONNECT requests to the server's front (one to an
 //! echo target the agent allows and dials, one to a target it refuses).
 
-use isthmus_testkit::{http_get, wait_until, Scratch, TestPki};
-use std::io::BufRead;
-use std::net::{SocketAddr, TcpListener};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use isthmus_testkit::{free_port, http_get, wait_until, Logged, Scratch, TestPki};
+use std::net::SocketAddr;
+use std::process::Command;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// A port free a moment ago (the tunnel processes log their configured addresses, not the
-/// bound ones, so the test chooses; a clash fails the start, which is retried).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .unwrap()
-        .port()
-}
-
-/// A child process whose stderr lines are collected; killed on drop.
-pub struct Logged {
-    child: Child,
-    pub lines: Arc<Mutex<Vec<String>>>,
-}
-
-impl Logged {
-    fn spawn(args: &[&str], config: &std::path::Path) -> Logged {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_isthmus"))
-            .args(["--log-format", "json"])
-            .args(args)
-            .arg("--config")
-            .arg(config)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for l in stderr.lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(l);
-            }
-        });
-        Logged { child, lines }
-    }
-
-    fn exited(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_some()
-    }
-}
-
-impl Drop for Logged {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `isthmus --log-format json <args> --config <config>`.
+fn spawn(args: &[&str], config: &std::path::Path) -> Logged {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+    cmd.args(["--log-format", "json"])
+        .args(args)
+        .arg("--config")
+        .arg(config);
+    Logged::spawn(cmd)
 }
 
 pub struct Tunnel {
@@ -108,8 +68,8 @@ impl Tunnel {
                 ),
             )
             .unwrap();
-            let mut server = Logged::spawn(&["tunnel-server"], &dir.join("server.yaml"));
-            let mut agent = Logged::spawn(&["tunnel-agent"], &dir.join("agent.yaml"));
+            let mut server = spawn(&["tunnel-server"], &dir.join("server.yaml"));
+            let mut agent = spawn(&["tunnel-agent"], &dir.join("agent.yaml"));
             let server_admin = SocketAddr::from(([127, 0, 0, 1], server_admin));
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
@@ -133,11 +93,7 @@ impl Tunnel {
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            let log = format!(
-                "server: {:?}\nagent: {:?}",
-                server.lines.lock().unwrap(),
-                agent.lines.lock().unwrap()
-            );
+            let log = format!("server: {:?}\nagent: {:?}", server.lines(), agent.lines());
             assert!(
                 log.contains("in use") && attempt < 5,
                 "no agent session:\n{log}"
