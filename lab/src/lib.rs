@@ -25,7 +25,8 @@ pub mod druid;
 pub mod error;
 pub mod etcd;
 pub mod lab;
-pub mod link;
+/// The userspace link (testkit's: the tunnel's tests and benches use the same).
+pub use isthmus_testkit::link;
 pub mod member;
 pub mod migrate;
 pub mod migration;

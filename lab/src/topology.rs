@@ -2,7 +2,7 @@
 //! port of the planner's port scheme, in each direction). What each seed's DNS and proxy hold
 //! is the migration's business (`crate::world`, the drivers).
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::member::{MemberRef, MEMBERS};
 use crate::seeds::Seed;
@@ -44,12 +44,14 @@ impl Topology {
                 SocketAddr::from((source.host_ip, port)),
                 SocketAddr::from((destination.seed_ip, port)),
             )
-            .await?;
+            .await
+            .map_err(|e| Error::io("the link's relay", e))?;
             link.relay(
                 SocketAddr::from((destination.host_ip, port)),
                 SocketAddr::from((source.seed_ip, port)),
             )
-            .await?;
+            .await
+            .map_err(|e| Error::io("the link's relay", e))?;
         }
         Ok(Self {
             source,

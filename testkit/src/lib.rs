@@ -37,6 +37,9 @@ pub use netns::Netns;
 mod process;
 pub use process::{free_port, Logged};
 
+/// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
+pub mod link;
+
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
 /// ServiceAccounts under RBAC.
 pub mod kube;

@@ -83,7 +83,10 @@ async fn a_stream_costs_one_round_trip_across_rotation_and_handover() {
     let target_addr = target.local_addr().unwrap();
     tokio::spawn(async move { while target.accept().await.is_ok() {} });
     let server = TestServer::start(world.server_options(false), None, None).await;
-    let link = delay_relay(server.agents, RTT).await;
+    let link = isthmus_testkit::link::Link::new(RTT)
+        .relay("127.0.0.1:0".parse().unwrap(), server.agents)
+        .await
+        .unwrap();
     let addr = ConnectAddr::Tcp(server.connect);
 
     // The regular agent, rotating its session every ~1.5 s.

@@ -13,7 +13,7 @@
 
 use super::certs::Certs;
 use super::process::Process;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::link::Link;
 use crate::proxy::{TUNNEL_PORT, TUNNEL_SNI};
 use crate::seeds::Seed;
@@ -74,7 +74,8 @@ impl Shoot {
                 SocketAddr::from((seed.host_ip, TUNNEL_PORT)),
                 SocketAddr::from((seed.seed_ip, TUNNEL_PORT)),
             )
-            .await?;
+            .await
+            .map_err(|e| Error::io("the link's relay", e))?;
             ingress[i] = seed.host_ip;
         }
         let shoot = Self {

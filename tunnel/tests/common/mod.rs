@@ -24,10 +24,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 use tokio_util::sync::CancellationToken;
 
-mod link;
 mod load;
-#[allow(unused_imports)] // Not every test file uses the link.
-pub use link::delay_relay;
 #[allow(unused_imports)] // Not every test file uses the load.
 pub use load::{failures, Load, Record};
 
