@@ -33,7 +33,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Runtime::PerCore)]
     pub runtime: Runtime,
     /// Whether a worker keeps polling its connections before it sleeps. `auto` (default):
-    /// up to 50us, only for the answer to a message just forwarded in a direction whose
+    /// up to 100us, only for the answer to a message just forwarded in a direction whose
     /// messages were recently answered that fast (request/response traffic; idle workers,
     /// bulk streams and short-lived connections never spin). A duration (e.g. `100us`):
     /// after every event, for that long. `0` or `off`: never. Waking a sleeping thread takes

@@ -50,7 +50,7 @@ pub struct Workers {
     /// each per listener; empty means the runtime that starts the proxy.
     pub runtimes: Vec<Handle>,
     /// Whether a splicer keeps polling after its events before it parks; by default only
-    /// for answers that usually come within 50 µs. See the `splice` module.
+    /// for answers that usually come within 100 µs. See the `splice` module.
     pub busy_poll: BusyPoll,
 }
 
