@@ -70,3 +70,4 @@ mod upstream;
 pub use admin::AdminState;
 pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};
 pub use socket::bind_deferred;
+pub use splice::BusyPoll;

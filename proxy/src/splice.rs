@@ -8,14 +8,17 @@
 //! idle most of the time. The intake (PROXY header, ClientHello, routing, connecting) stays in
 //! ordinary tasks; the finished pair of sockets is handed over with [`Splicer::adopt`].
 //!
-//! Busy polling (`busy_poll`): after handling events the splicer may keep polling for a
+//! Busy polling ([`BusyPoll`]): after handling events the splicer may keep polling for a
 //! bounded time instead of parking. On virtual machines waking a parked thread costs tens of
-//! microseconds; the answer to a request just forwarded usually comes back within that window.
+//! microseconds; the answer to a request just forwarded often comes back within that window.
 //! Each idle round yields to the runtime (which polls its own driver, so new connections are
-//! served too) and to the kernel scheduler. Off (zero) by default.
+//! served too) and to the kernel scheduler. By default adaptive: only for the answer to a
+//! message whose direction is usually answered that fast (`pace`), so idle workers, bulk
+//! streams and one-exchange connections never spin.
 
 mod flow;
 mod limits;
+mod pace;
 mod spares;
 
 use crate::metrics::{LimitLabels, Metrics};
@@ -27,6 +30,8 @@ pub use limits::{End, Limits};
 use limits::{Extra, Timer};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
+pub use pace::BusyPoll;
+use pace::Pacer;
 use prometheus_client::metrics::counter::Counter;
 use slab::Slab;
 use spares::Spares;
@@ -108,7 +113,7 @@ struct Inner {
 }
 
 /// The loop's own state.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct State {
     conns: Slab<Conn>,
     timers: BinaryHeap<Reverse<Timer>>,
@@ -119,6 +124,7 @@ struct State {
     /// A handle on the registry (its own descriptor), for adding write interest while
     /// events are dispatched.
     registry: Option<mio::Registry>,
+    pacer: Pacer,
 }
 
 /// One open connection: two sockets, two directions.
@@ -135,15 +141,15 @@ struct Conn {
 
 impl Splicer {
     /// Creates a splicer whose loop runs as a task on `runtime`.
-    pub fn start(runtime: &Handle, busy_poll: Duration) -> io::Result<Splicer> {
+    pub fn start(runtime: &Handle, busy_poll: BusyPoll) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
         let inner = Arc::new(Inner::default());
         let task = inner.clone();
         // A panic here aborts the process (see `supervise`): connections nobody serves must
         // not stay open.
         crate::supervise::spawn_critical(runtime, "splicer", async move {
-            let mut st = State::default();
-            if let Err(e) = task.run(poll, busy_poll, &mut st).await {
+            let mut st = State::new(busy_poll);
+            if let Err(e) = task.run(poll, &mut st).await {
                 // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                 // holding connections nobody serves.
                 task.stopped.store(true, Ordering::Release);
@@ -174,7 +180,7 @@ impl Splicer {
 }
 
 impl Inner {
-    async fn run(&self, poll: mio::Poll, busy_poll: Duration, st: &mut State) -> io::Result<()> {
+    async fn run(&self, poll: mio::Poll, st: &mut State) -> io::Result<()> {
         let mut poll = NestedPoll::register(poll)?;
         st.registry = Some(poll.registry().try_clone()?);
         let mut events = Events::with_capacity(EVENTS);
@@ -200,9 +206,20 @@ impl Inner {
             if busy {
                 // More events are waiting: let the runtime's other tasks have a turn first.
                 tokio::task::yield_now().await;
-            } else if !busy_poll.is_zero() {
-                self.spin(&mut poll, &mut events, busy_poll, st).await?;
-                deadline = st.expire(Instant::now());
+            } else {
+                let spun = match st.pacer.mode() {
+                    BusyPoll::Off => false,
+                    BusyPoll::Fixed(window) => {
+                        self.spin(&mut poll, &mut events, window, st).await?;
+                        true
+                    }
+                    BusyPoll::Adaptive(_) => {
+                        self.spin_for_answers(&mut poll, &mut events, st).await?
+                    }
+                };
+                if spun {
+                    deadline = st.expire(Instant::now());
+                }
             }
             #[cfg(test)]
             self.open.store(st.conns.len(), Ordering::Release);
@@ -237,6 +254,34 @@ impl Inner {
         }
     }
 
+    /// Keeps polling while answers worth waiting for are due (see `pace`); returns whether
+    /// it polled at all.
+    async fn spin_for_answers(
+        &self,
+        poll: &mut NestedPoll,
+        events: &mut Events,
+        st: &mut State,
+    ) -> io::Result<bool> {
+        if !st.pacer.spinning(Instant::now()) {
+            return Ok(false);
+        }
+        loop {
+            self.take_in(st, poll.registry());
+            if poll.poll_now(events)? > 0 {
+                st.dispatch(events);
+            } else {
+                // As in `spin`: the runtime's driver and the kernel's other threads get a turn.
+                tokio::task::yield_now().await;
+                std::thread::yield_now();
+            }
+            let now = Instant::now();
+            if !st.pacer.spinning(now) {
+                st.expire(now);
+                return Ok(true);
+            }
+        }
+    }
+
     /// Registers the pairs handed over since the last turn and adds them to the table.
     fn take_in(&self, st: &mut State, registry: &mio::Registry) {
         {
@@ -261,6 +306,18 @@ impl Inner {
 }
 
 impl State {
+    fn new(busy_poll: BusyPoll) -> State {
+        State {
+            conns: Slab::new(),
+            timers: BinaryHeap::new(),
+            next_gen: 0,
+            spares: Spares::default(),
+            arrived: Vec::new(),
+            registry: None,
+            pacer: Pacer::new(busy_poll),
+        }
+    }
+
     /// Registers both sockets of `pair` and adds it to the table. On error (no room in the
     /// kernel's epoll set) the pair is dropped, closing both sockets.
     fn insert(&mut self, pair: Pair, registry: &mio::Registry) -> io::Result<()> {
@@ -322,6 +379,7 @@ impl State {
             conns,
             spares,
             registry,
+            pacer,
             ..
         } = self;
         for ev in events.iter() {
@@ -341,7 +399,7 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let end = match conn.drive(spares).and_then(|done| {
+            let end = match conn.drive(spares, pacer).and_then(|done| {
                 if !done {
                     conn.watch(key, registry.as_ref())?;
                 }
@@ -400,11 +458,15 @@ impl State {
 
 impl Conn {
     /// Drives both directions; `Ok(true)` when both are over.
-    fn drive(&mut self, spares: &mut Spares) -> io::Result<bool> {
+    fn drive(&mut self, spares: &mut Spares, pacer: &mut Pacer) -> io::Result<bool> {
         let up_done = self.u2d.finished();
-        let moved = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
+        let to_up = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
         let down_done = self.d2u.finished();
-        let moved = moved + self.u2d.drive(&self.up, &self.down, spares, down_done)?;
+        let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
+        let moved = to_up + to_down;
+        if moved > 0 && pacer.learns() {
+            pace(&mut self.d2u, &mut self.u2d, to_up, to_down, pacer);
+        }
         if moved > 0 {
             if let Some(x) = self.extra.as_deref_mut() {
                 x.last = Instant::now();
@@ -455,6 +517,25 @@ impl Conn {
                 .inc();
         }
         x.span.in_scope(|| debug!(?end, "closed"));
+    }
+}
+
+/// Updates both directions' [`pace::Pace`] after a turn that moved bytes: what moved answers
+/// the other direction's last message, and a message (less than a bulk burst) that went out
+/// awaits its own answer.
+fn pace(d2u: &mut Flow, u2d: &mut Flow, to_up: u64, to_down: u64, pacer: &mut Pacer) {
+    let (now, judge) = (pacer.now(), pacer.judge());
+    if to_down > 0 && d2u.pace.answered(now, judge) {
+        pacer.arrived();
+    }
+    if to_up > 0 && u2d.pace.answered(now, judge) {
+        pacer.arrived();
+    }
+    let burst = flow::BUF_SIZE as u64;
+    for (flow, n) in [(d2u, to_up), (u2d, to_down)] {
+        if n > 0 && n < burst && flow.pace.sent(now, judge) {
+            pacer.expect();
+        }
     }
 }
 

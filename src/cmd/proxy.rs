@@ -1,7 +1,7 @@
 //! `isthmus proxy --config FILE`: run the SNI router until SIGTERM/SIGINT.
 
 use anyhow::Context;
-use isthmus_proxy::{Proxy, Workers};
+use isthmus_proxy::{BusyPoll, Proxy, Workers};
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -32,12 +32,31 @@ pub struct Args {
     /// threads (better when a few connections carry most of the load).
     #[arg(long, value_enum, default_value_t = Runtime::PerCore)]
     pub runtime: Runtime,
-    /// After handling traffic, each worker keeps polling its connections for this long before
-    /// it sleeps (e.g. `50us`): lower latency on virtual machines, where waking a sleeping
-    /// thread takes tens of microseconds, for CPU spent polling while traffic flows. `0`
-    /// sleeps at once. See BENCHMARKS.md for the trade-off measured.
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = isthmus_config::parse_duration_flag)]
-    pub busy_poll: Duration,
+    /// Whether a worker keeps polling its connections before it sleeps. `auto` (default):
+    /// up to 100us, only for the answer to a message just forwarded in a direction whose
+    /// messages were recently answered that fast (request/response traffic; idle workers,
+    /// bulk streams and short-lived connections never spin). A duration (e.g. `100us`):
+    /// after every event, for that long. `0` or `off`: never. Waking a sleeping thread takes
+    /// tens of microseconds on virtual machines; polling spends CPU instead. See
+    /// BENCHMARKS.md for the trade-off measured.
+    #[arg(long, value_name = "auto|off|DURATION", default_value = "auto", value_parser = parse_busy_poll)]
+    pub busy_poll: BusyPoll,
+}
+
+fn parse_busy_poll(s: &str) -> Result<BusyPoll, String> {
+    match s {
+        "auto" => Ok(BusyPoll::default()),
+        "off" => Ok(BusyPoll::Off),
+        _ => {
+            let d: Duration = isthmus_config::parse_duration_flag(s)
+                .map_err(|e| format!("{e} (or `auto`, `off`)"))?;
+            Ok(if d.is_zero() {
+                BusyPoll::Off
+            } else {
+                BusyPoll::Fixed(d)
+            })
+        }
+    }
 }
 
 /// The `--runtime` choices.

@@ -10,7 +10,7 @@ use crate::listen::Shared;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::socket;
-use crate::splice::Splicer;
+use crate::splice::{BusyPoll, Splicer};
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
@@ -49,9 +49,9 @@ pub struct Workers {
     /// Runtimes that accept and serve connections, one listening socket and one splicer
     /// each per listener; empty means the runtime that starts the proxy.
     pub runtimes: Vec<Handle>,
-    /// How long a splicer keeps polling after its last event before it parks; zero (the
-    /// default) parks at once. See the `splice` module.
-    pub busy_poll: Duration,
+    /// Whether a splicer keeps polling after its events before it parks; by default only
+    /// for answers that usually come within 100 µs. See the `splice` module.
+    pub busy_poll: BusyPoll,
 }
 
 impl Proxy {

@@ -11,6 +11,7 @@
 //! the peer's FIN or an error (`CLOSING`): then nothing new will come and reading goes on to
 //! the end.
 
+use super::pace::Pace;
 use super::Spares;
 #[cfg(target_os = "linux")]
 use crate::sys::Pipe;
@@ -51,6 +52,8 @@ pub struct Flow {
     held: Option<Box<Held>>,
     counter: Counter,
     flags: u8,
+    /// Whether this direction's messages are answered quickly (adaptive busy polling).
+    pub pace: Pace,
 }
 
 impl Flow {
@@ -69,6 +72,7 @@ impl Flow {
             held,
             counter,
             flags: 0,
+            pace: Pace::default(),
         }
     }
 

@@ -35,10 +35,10 @@ struct Rig {
 
 impl Rig {
     fn new() -> Rig {
-        Rig::with_busy_poll(Duration::ZERO)
+        Rig::with_busy_poll(BusyPoll::Off)
     }
 
-    fn with_busy_poll(busy_poll: Duration) -> Rig {
+    fn with_busy_poll(busy_poll: BusyPoll) -> Rig {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let pool = Arc::new(Pool::new("u", Vec::new(), None, &metrics));
         Rig {
@@ -147,7 +147,11 @@ async fn bulk_both_ways_with_half_close() {
 /// next edge instead of reading until EAGAIN): nothing is lost or stalls.
 #[tokio::test]
 async fn many_small_round_trips() {
-    for busy_poll in [Duration::ZERO, Duration::from_micros(200)] {
+    for busy_poll in [
+        BusyPoll::Off,
+        BusyPoll::Fixed(Duration::from_micros(200)),
+        BusyPoll::Adaptive(Duration::from_micros(200)),
+    ] {
         let rig = Rig::with_busy_poll(busy_poll);
         let (mut client, down) = pair().await;
         let (up, mut server) = pair().await;
