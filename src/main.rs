@@ -7,6 +7,13 @@ mod cmd;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+// jemalloc, not glibc's malloc: with two worker threads glibc's per-thread arenas returned
+// h2's 64 KiB frame buffers to the kernel after each DATA frame and faulted them in again
+// (~125k page faults per tunnelled GB); jemalloc keeps freed extents for reuse. Measured in
+// BENCHMARKS.md ("Issue 28, round 2"), proxy and tunnel alike, since this binary is both.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// isthmus: the networking data plane for Gardener's live control-plane migration.
 #[derive(Debug, Parser)]
 #[command(name = "isthmus", version, about, long_about = None)]
