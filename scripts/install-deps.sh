@@ -13,6 +13,7 @@ packages=(
   strace                       # the peers bench's syscalls scenario (calls per connection)
   containerd runc containernetworking-plugins   # the real node of scripts/cluster.sh
   iptables ipset socat umoci gcc libc6-dev      # kube-proxy/kube-router rules, the API door, images
+  make                         # jemalloc's build (tikv-jemalloc-sys, the isthmus binary's allocator)
 )
 missing=()
 for p in "${packages[@]}"; do
