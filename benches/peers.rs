@@ -5,7 +5,8 @@
 //! [--busy-poll DURATION] [FILTER…]]`; FILTERs
 //! (also `PEERS_FILTER`, comma-separated) select contenders and/or scenarios by name, e.g.
 //! `-- --quick isthmus nginx direct bulk`. The `syscalls` scenario (system calls per
-//! connection under `strace -c -f`) runs only when named. See BENCHMARKS.md.
+//! connection under `strace -c -f`) and the `profile` scenario (where the CPU goes, call by
+//! call, under `perf record -g`) run only when named. See BENCHMARKS.md.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -14,6 +15,8 @@
 mod contender;
 #[path = "peers/load.rs"]
 mod load;
+#[path = "peers/profile.rs"]
+mod profile;
 #[path = "peers/report.rs"]
 mod report;
 #[path = "peers/syscalls.rs"]
@@ -32,12 +35,13 @@ const NAME: &str = "pq.example.test";
 /// Same length as NAME, so the hello's length fields stay valid when the name is swapped.
 const RELOAD_NAME: &str = "rl.example.test";
 
-const SCENARIOS: [&str; 7] = [
-    "bulk1", "bulk64", "latency", "connrate", "idle", "reload", "syscalls",
+const SCENARIOS: [&str; 8] = [
+    "bulk1", "bulk64", "latency", "connrate", "idle", "reload", "syscalls", "profile",
 ];
 /// Scenarios run only when a filter names them: `syscalls` runs `connrate` under ptrace,
-/// which takes minutes' worth of the others' CPU and measures no speed.
-const OPT_IN: [&str; 1] = ["syscalls"];
+/// which takes minutes' worth of the others' CPU, and `profile` under `perf record`; neither
+/// measures speed.
+const OPT_IN: [&str; 2] = ["syscalls", "profile"];
 
 #[derive(Debug)]
 struct Opts {
@@ -263,6 +267,9 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     if let Some(t) = res.syscall_table() {
         println!("System calls per proxied connection (connrate under strace -c -f, median over rounds):\n{t}");
     }
+    if let Some(t) = res.profile_table() {
+        println!("Where the CPU goes (connrate under perf record -g, share of samples, all rounds):\n{t}");
+    }
     let meta = serde_json::json!({
         "rounds": opts.rounds, "quick": opts.quick, "threads_per_proxy": opts.threads,
         "latency_conns": opts.latency_conns, "busy_poll": opts.busy_poll,
@@ -397,6 +404,22 @@ async fn scenario(
             if ok > 0 {
                 res.push_syscalls(k, &counts, ok);
             }
+        }
+        "profile" if k != Kind::Direct => {
+            let out = r.dir().join("perf-connrate.data");
+            let rec = profile::Record::attach(&r.pids(), &out).await?;
+            let (_, _, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
+            if failed > 0 {
+                eprintln!(
+                    "{} under perf: {failed} connection attempts failed",
+                    k.name()
+                );
+            }
+            all_closed(upstream_open).await;
+            let samples = rec.finish().await?;
+            // The file is tens of megabytes per round.
+            let _ = std::fs::remove_file(&out);
+            res.push_profile(k, &samples);
         }
         "idle" if k != Kind::Direct => {
             settle().await;

@@ -106,6 +106,8 @@ pub struct Results {
     /// The `syscalls` scenario's breakdown: per contender, per round, calls and failed calls
     /// per connection by system call.
     pub syscalls: BTreeMap<&'static str, Vec<PerCall>>,
+    /// The `profile` scenario's samples by call, per contender, summed over rounds.
+    pub profiles: BTreeMap<&'static str, crate::profile::Samples>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -207,6 +209,81 @@ impl Results {
         let total: u64 = counts.values().map(|c| c.calls).sum();
         self.push("syscalls_per_conn", who, per(total));
         self.syscalls.entry(who.name()).or_default().push(round);
+    }
+
+    /// Adds one round of the `profile` scenario.
+    pub fn push_profile(&mut self, who: Kind, samples: &crate::profile::Samples) {
+        let sum = self.profiles.entry(who.name()).or_default();
+        for (k, n) in samples {
+            *sum.entry(k.clone()).or_default() += n;
+        }
+    }
+
+    /// Share of each contender's samples by call, and what of it is not the connections' own
+    /// TCP work.
+    pub fn profile_table(&self) -> Option<String> {
+        use crate::profile::{BUCKETS, MACHINERY, USER};
+        if self.profiles.is_empty() {
+            return None;
+        }
+        let who: Vec<&'static str> = Kind::ALL
+            .into_iter()
+            .map(Kind::name)
+            .filter(|n| self.profiles.contains_key(n))
+            .collect();
+        let share = |w: &str, keys: &[&str]| -> f64 {
+            let s = &self.profiles[w];
+            let total: u64 = s.values().sum();
+            let part: u64 = keys.iter().filter_map(|k| s.get(*k)).sum();
+            if total == 0 {
+                0.0
+            } else {
+                100.0 * part as f64 / total as f64
+            }
+        };
+        let mut names: Vec<&String> = self
+            .profiles
+            .values()
+            .flat_map(|s| s.keys())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let top = |n: &str| who.iter().map(|w| share(w, &[n])).fold(0.0f64, f64::max);
+        names.sort_by(|a, b| top(b).total_cmp(&top(a)).then(a.cmp(b)));
+        let mut out = format!("{:<34}", "% of samples");
+        for w in &who {
+            out += &format!(" {w:>10}");
+        }
+        out += "\n";
+        let mut row = |label: &str, keys: &[&str]| {
+            out += &format!("{label:<34}");
+            for w in &who {
+                out += &format!(" {:>9.1}%", share(w, keys));
+            }
+            out += "\n";
+        };
+        for n in names {
+            // Below half a per cent: housekeeping and the profile's noise.
+            if top(n) >= 0.5 {
+                row(n, &[n]);
+            }
+        }
+        let epoll: Vec<&str> = ["epoll_wait", "epoll_pwait", "epoll_pwait2", "epoll_ctl"].into();
+        let mut saveable = epoll.clone();
+        saveable.push(MACHINERY);
+        row("= io_uring's ceiling (calls+epoll)", &saveable);
+        saveable.push(USER);
+        row("= not TCP work (+ user space)", &saveable);
+        let samples: Vec<String> = who
+            .iter()
+            .map(|w| format!("{w} {}", self.profiles[w].values().sum::<u64>()))
+            .collect();
+        out += &format!(
+            "samples: {} (buckets: {})\n",
+            samples.join(", "),
+            BUCKETS.join(", ")
+        );
+        Some(out)
     }
 
     /// Median over rounds of calls (and failed calls) per connection, by contender and call.
@@ -350,7 +427,10 @@ impl Results {
                 (name, per)
             })
             .collect();
-        serde_json::json!({ "meta": meta, "figures": figures, "syscalls_per_conn": syscalls })
+        serde_json::json!({
+            "meta": meta, "figures": figures, "syscalls_per_conn": syscalls,
+            "profile_samples": self.profiles,
+        })
     }
 }
 
