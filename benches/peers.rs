@@ -2,7 +2,7 @@
 //! direct path, all driven by the same load generator against the same upstream, interleaved.
 //!
 //! `cargo bench --bench peers [-- [--quick] [--rounds N] [--threads N] [--latency-conns N]
-//! [--busy-poll DURATION] [FILTER…]]`; FILTERs
+//! [--busy-poll auto|off|DURATION] [FILTER…]]`; FILTERs
 //! (also `PEERS_FILTER`, comma-separated) select contenders and/or scenarios by name, e.g.
 //! `-- --quick isthmus nginx direct bulk`. The `syscalls` scenario (system calls per
 //! connection under `strace -c -f`) and the `profile` scenario (where the CPU goes, call by

@@ -97,8 +97,9 @@ pub struct Running {
 pub struct Tuning {
     /// Worker threads (isthmus `--threads`, nginx `worker_processes`, HAProxy `nbthread`).
     pub threads: usize,
-    /// Busy polling: isthmus `--busy-poll <this>`, HAProxy `busy-polling`; nginx and sniproxy
-    /// have no such setting and run as always.
+    /// Busy polling: isthmus `--busy-poll <this>`; HAProxy `busy-polling` for a duration (it
+    /// has no adaptive mode, and `off` and `auto` leave it at its default, off); nginx and
+    /// sniproxy have no such setting and run as always.
     pub busy_poll: Option<String>,
 }
 
@@ -284,11 +285,12 @@ impl Running {
     }
 
     fn haproxy_cfg(&self) -> String {
-        let busy = if self.tuning.busy_poll.is_some() {
-            "    busy-polling\n"
-        } else {
-            ""
-        };
+        let polls = self
+            .tuning
+            .busy_poll
+            .as_deref()
+            .is_some_and(|b| b != "off" && b != "auto");
+        let busy = if polls { "    busy-polling\n" } else { "" };
         format!(
             "global\n    nbthread {threads}\n    maxconn 9000\n    pidfile {d}/haproxy.pid\n{busy}\
              defaults\n    mode tcp\n    timeout connect 5s\n    timeout client 1h\n    timeout server 1h\n\
