@@ -90,6 +90,8 @@ pub struct Running {
     upstream: SocketAddr,
     tuning: Tuning,
     admin: u16,
+    /// Each thread's CPU time as last read, in nanoseconds, kept after the thread exits.
+    cpu_seen: std::sync::Mutex<std::collections::BTreeMap<u32, u64>>,
 }
 
 /// Settings every contender gets alike.
@@ -125,6 +127,7 @@ impl Running {
                 upstream,
                 tuning: tuning.clone(),
                 admin: 0,
+                cpu_seen: Default::default(),
             });
         }
         let mut last = io::Error::other("not started");
@@ -137,6 +140,7 @@ impl Running {
                 upstream,
                 tuning: tuning.clone(),
                 admin: free_port()?,
+                cpu_seen: Default::default(),
             };
             std::fs::create_dir_all(&r.dir)?;
             r.write_config(routes)?;
@@ -346,12 +350,24 @@ impl Running {
         pids.iter().map(|p| vm_rss(*p)).sum()
     }
 
-    /// CPU seconds (user + system) used so far by the main process and its children.
+    /// CPU seconds used so far by every thread of the main process and its children, in
+    /// nanoseconds (`schedstat`). The clock ticks of `/proc/PID/stat` were 10 ms: over the
+    /// latency scenario's 1,500 round trips a step of 6.7 µs per round trip, as large as the
+    /// differences measured. A thread's last reading is kept when it exits (isthmus's blocking
+    /// pool lets idle threads go), so the total does not fall when one exits; what it ran since
+    /// the previous reading is not counted.
     pub fn cpu_seconds(&self) -> f64 {
         let Some(pid) = self.pid() else { return 0.0 };
         let mut pids = vec![pid];
         pids.extend(children(pid));
-        pids.iter().map(|p| cpu_ns(*p)).sum::<u64>() as f64 / 1e9
+        let mut seen = self
+            .cpu_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        for p in pids {
+            seen.extend(thread_cpu_ns(p));
+        }
+        seen.values().sum::<u64>() as f64 / 1e9
     }
 
     /// Asks the contender to re-read its configuration, the way an operator would.
@@ -451,18 +467,18 @@ fn vm_rss(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// utime + stime of a process in clock ticks (USER_HZ, 100 on Linux).
-/// CPU time of every live thread of `pid` in nanoseconds (`schedstat`'s first field). The
-/// clock ticks of `stat` were 10 ms: over the latency scenario's 1,500 round trips a step of
-/// 6.7 µs per round trip, as large as the differences measured. A thread that exited between
-/// two readings takes its time with it; the proxies' threads live as long as they do.
-fn cpu_ns(pid: u32) -> u64 {
+/// Each live thread of `pid` (thread ids are unique across processes) and its CPU time in
+/// nanoseconds, `schedstat`'s first field.
+fn thread_cpu_ns(pid: u32) -> Vec<(u32, u64)> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return 0;
+        return Vec::new();
     };
     tasks
         .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum()
+        .filter_map(|t| {
+            let tid = t.file_name().to_str()?.parse::<u32>().ok()?;
+            let stat = std::fs::read_to_string(t.path().join("schedstat")).ok()?;
+            Some((tid, stat.split_whitespace().next()?.parse::<u64>().ok()?))
+        })
+        .collect()
 }

@@ -35,7 +35,7 @@ const VPN_SHOOT: Ipv4Addr = Ipv4Addr::new(10, 8, 171, 2);
 pub const KONNECTIVITY_VERSION: &str = "v0.34.0";
 
 /// A process killed on drop.
-pub struct Proc(pub Child);
+pub struct Proc(pub Child, PathBuf);
 
 impl Drop for Proc {
     fn drop(&mut self) {
@@ -45,13 +45,24 @@ impl Drop for Proc {
 }
 
 fn spawn(cmd: &mut Command, log: &Path) -> Proc {
-    let log = std::fs::File::create(log).unwrap();
+    let file = std::fs::File::create(log).unwrap();
     Proc(
-        cmd.stdout(log.try_clone().unwrap())
-            .stderr(log)
+        cmd.stdout(file.try_clone().unwrap())
+            .stderr(file)
             .spawn()
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}")),
+        log.into(),
     )
+}
+
+impl Proc {
+    /// The last lines of its log, for a failure's message.
+    fn tail(&self) -> String {
+        let log = std::fs::read_to_string(&self.1).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        let from = lines.len().saturating_sub(15);
+        format!("--- {}:\n{}", self.1.display(), lines[from..].join("\n"))
+    }
 }
 
 fn sh(args: &[&str]) {
@@ -152,7 +163,7 @@ impl World {
         assert_eq!(line.trim(), "ready", "targets did not start");
         let caller_tls = pki.client_config(None, &[]);
         World {
-            _targets: Proc(child),
+            _targets: Proc(child, PathBuf::from("(stderr)")),
             dir,
             pki,
             caller_tls,
@@ -256,7 +267,19 @@ impl Peer {
         loop {
             match tokio::time::timeout(Duration::from_secs(3), self.dialer.call()).await {
                 Ok(Ok(_)) => return,
-                _ if Instant::now() > deadline => panic!("{} never carried a call", self.name),
+                r if Instant::now() > deadline => {
+                    let last = match r {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "timed out".into(),
+                    };
+                    let logs: Vec<String> = self._procs.iter().map(Proc::tail).collect();
+                    panic!(
+                        "{} never carried a call (last attempt: {last}); \
+                         ISTHMUS_KEEP_SCRATCH=1 keeps every log\n{}",
+                        self.name,
+                        logs.join("\n")
+                    )
+                }
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }
