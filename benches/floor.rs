@@ -1,10 +1,11 @@
-//! The machine's floor under the peer comparison: what one system call, one wake-up of a
-//! parked thread and one 1 KiB loopback TCP hop cost here. Every proxy pays these per
-//! connection and per message whatever its code does, so they bound what any change to
-//! isthmus (an io_uring path included) could gain. See BENCHMARKS.md, "The floor (issue 28)".
+//! The machine's floor under the peer comparison: what one system call, parking a thread and
+//! one 1 KiB loopback TCP round trip cost here. Every proxy pays these per connection and per
+//! message whatever its code does, so they bound what any change to isthmus (an io_uring path
+//! included) could gain. See BENCHMARKS.md, "Issue 28, round 3".
 //!
-//! `cargo bench --bench floor [-- --samples N] [--gap-us MICROSECONDS]`; prints one table, no files. Run it on a quiet
-//! machine (it takes one of the two cores per thread it starts).
+//! `cargo bench --bench floor [-- --samples N] [--gap-us MICROSECONDS]` (default 2000 samples,
+//! 2000 µs apart); prints one table, writes no files. Run it on a quiet machine: the polling
+//! rows keep one core busy for their whole run.
 
 #![forbid(unsafe_code)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
