@@ -310,6 +310,27 @@ struct Inputs<'a> {
 }
 
 /// Waits (up to 10 s) until the upstream has no connection open: every close passed on.
+/// `connrate` while a tracer (`tool`) watches the contender: the connections made. The closes
+/// are part of each connection's cost, so it returns once the upstream has seen them all.
+async fn traced_conn_rate(
+    k: Kind,
+    tool: &str,
+    addr: std::net::SocketAddr,
+    hello: &Arc<[u8]>,
+    plan: &Plan,
+    upstream_open: &upstream::Open,
+) -> std::io::Result<u64> {
+    let (_, ok, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
+    if failed > 0 {
+        eprintln!(
+            "{} under {tool}: {failed} connection attempts failed",
+            k.name()
+        );
+    }
+    all_closed(upstream_open).await;
+    Ok(ok)
+}
+
 async fn all_closed(open: &upstream::Open) -> bool {
     let deadline = Instant::now() + Duration::from_secs(10);
     while open.get() > 0 && Instant::now() < deadline {
@@ -391,15 +412,7 @@ async fn scenario(
         "syscalls" if k != Kind::Direct => {
             let out = r.dir().join("strace-connrate.txt");
             let trace = syscalls::Trace::attach(&r.pids(), &out).await?;
-            let (_, ok, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
-            if failed > 0 {
-                eprintln!(
-                    "{} under strace: {failed} connection attempts failed",
-                    k.name()
-                );
-            }
-            // The closes are part of each connection's cost.
-            all_closed(upstream_open).await;
+            let ok = traced_conn_rate(k, "strace", addr, hello, plan, upstream_open).await?;
             let counts = trace.finish().await?;
             if ok > 0 {
                 res.push_syscalls(k, &counts, ok);
@@ -408,14 +421,7 @@ async fn scenario(
         "profile" if k != Kind::Direct => {
             let out = r.dir().join("perf-connrate.data");
             let rec = profile::Record::attach(&r.pids(), &out).await?;
-            let (_, _, failed) = load::conn_rate(addr, hello.clone(), 32, plan.conn_rate).await?;
-            if failed > 0 {
-                eprintln!(
-                    "{} under perf: {failed} connection attempts failed",
-                    k.name()
-                );
-            }
-            all_closed(upstream_open).await;
+            traced_conn_rate(k, "perf", addr, hello, plan, upstream_open).await?;
             let samples = rec.finish().await?;
             // The file is tens of megabytes per round.
             let _ = std::fs::remove_file(&out);

@@ -91,19 +91,7 @@ impl Record {
 
     /// Stops sampling (SIGINT makes perf finish its file) and returns the samples by call.
     pub async fn finish(mut self) -> io::Result<Samples> {
-        let _ = Command::new("kill")
-            .arg("-INT")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(io::Error::other("perf record did not exit within 30 s"));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        crate::syscalls::interrupt(&mut self.child, "perf record", Duration::from_secs(30)).await?;
         let script = Command::new("perf")
             .args(["script", "-F", "comm,ip,sym", "-i"])
             .arg(&self.out)

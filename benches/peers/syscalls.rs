@@ -62,24 +62,30 @@ impl Trace {
 
     /// Detaches (SIGINT makes strace write its summary) and returns the counts by call.
     pub async fn finish(mut self) -> io::Result<BTreeMap<String, Count>> {
-        let _ = Command::new("kill")
-            .arg("-INT")
-            .arg(self.child.id().to_string())
-            .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if self.child.try_wait()?.is_some() {
-                break;
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                return Err(io::Error::other("strace did not exit within 10 s"));
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        interrupt(&mut self.child, "strace", Duration::from_secs(10)).await?;
         Ok(parse(&std::fs::read_to_string(&self.out)?))
     }
+}
+
+/// Stops a tracer the way its summary gets written (SIGINT) and waits up to `within` for it to
+/// exit; one that does not is killed.
+pub async fn interrupt(child: &mut Child, what: &str, within: Duration) -> io::Result<()> {
+    let _ = Command::new("kill")
+        .arg("-INT")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + within;
+    while child.try_wait()?.is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::other(format!(
+                "{what} did not exit within {within:?}"
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
 }
 
 /// Whether every thread of every process has a tracer.
