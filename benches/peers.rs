@@ -13,6 +13,8 @@
 
 #[path = "peers/contender.rs"]
 mod contender;
+#[path = "peers/latency.rs"]
+mod latency;
 #[path = "peers/load.rs"]
 mod load;
 #[path = "peers/profile.rs"]
@@ -232,6 +234,21 @@ async fn run(opts: Opts) -> std::process::ExitCode {
             r.pause(true);
         }
         for s in &scenarios {
+            if *s == "latency" {
+                // Every contender at once, taking turns (see `latency`).
+                let latency = latency_round(&running, &plan, &hello, &mut res);
+                if let Err(e) = latency.await {
+                    failures += 1;
+                    eprintln!("round {round}: latency: {e}");
+                }
+                if !all_closed(&upstream_open).await {
+                    eprintln!("round {round}: latency: upstream connections still open");
+                }
+                for r in &running {
+                    r.pause(true);
+                }
+                continue;
+            }
             for r in &mut running {
                 r.pause(false);
                 let inputs = Inputs {
@@ -373,28 +390,6 @@ async fn scenario(
                 );
             }
         }
-        "latency" => {
-            let cpu = r.cpu_seconds();
-            let mut v =
-                load::latency(addr, hello.clone(), plan.latency_conns, 500, plan.latency).await?;
-            if k != Kind::Direct {
-                // CPU per round trip: what the proxy adds per message, independent of how busy
-                // the rest of the machine is.
-                res.push(
-                    "cpu_per_rtt",
-                    k,
-                    (r.cpu_seconds() - cpu) * 1e6 / v.len() as f64,
-                );
-            }
-            v.sort_unstable();
-            for (m, p) in [
-                ("latency_p50", 50.0),
-                ("latency_p99", 99.0),
-                ("latency_p999", 99.9),
-            ] {
-                res.push(m, k, percentile(&v, p) / 1e3);
-            }
-        }
         "connrate" => {
             let cpu = r.cpu_seconds();
             let (rate, ok, failed) =
@@ -459,6 +454,47 @@ async fn scenario(
             res.push("reload_survivors", k, alive as f64 * 100.0 / n as f64);
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// The `latency` scenario of one round: every running contender unpaused (the caller pauses
+/// them again once their closes have passed), its connections taking turns with the others'
+/// ([`latency::interleaved`]); the order rotates with the round's.
+async fn latency_round(
+    running: &[Running],
+    plan: &Plan,
+    hello: &Arc<[u8]>,
+    res: &mut Results,
+) -> std::io::Result<()> {
+    for r in running {
+        r.pause(false);
+    }
+    let cpu: Vec<f64> = running.iter().map(Running::cpu_seconds).collect();
+    let measured = latency::interleaved(
+        running.iter().map(|r| r.addr).collect(),
+        hello.clone(),
+        plan.latency_conns,
+        500,
+        plan.latency,
+    )
+    .await;
+    for ((r, m), cpu) in running.iter().zip(measured?).zip(cpu) {
+        if r.kind != Kind::Direct && m.pings > 0 {
+            // CPU per round trip: what the proxy adds per message, independent of how busy
+            // the rest of the machine is (a parked contender spends nothing in others' turns).
+            let per = (r.cpu_seconds() - cpu) * 1e6 / m.pings as f64;
+            res.push("cpu_per_rtt", r.kind, per);
+        }
+        let mut v = m.samples;
+        v.sort_unstable();
+        for (key, p) in [
+            ("latency_p50", 50.0),
+            ("latency_p99", 99.0),
+            ("latency_p999", 99.9),
+        ] {
+            res.push(key, r.kind, percentile(&v, p) / 1e3);
+        }
     }
     Ok(())
 }

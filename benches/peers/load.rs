@@ -1,6 +1,6 @@
 //! The one load generator every contender (and the direct path) is driven with.
 
-use crate::upstream::{DOWNLOAD, ECHO, LATENCY_ECHO};
+use crate::upstream::{DOWNLOAD, ECHO};
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -74,84 +74,6 @@ pub async fn bulk(
         total += r.map_err(io::Error::other)??;
     }
     Ok((total, total as f64 / start.elapsed().as_secs_f64()))
-}
-
-/// 1 KiB ping-pong on `conns` connections, each paced at `rate` round trips per second (well
-/// below saturation): every round-trip time, in nanoseconds.
-///
-/// Each connection is driven by its own thread with blocking I/O, and the upstream echoes from
-/// its own blocking thread too: an async runtime on either end added more (and more variable)
-/// delay than the proxies themselves (the direct path measured 80-100 us through tokio, about
-/// 35 us this way). Timed from the actual send, so a late wake-up of the pacing sleep does not
-/// count.
-pub async fn latency(
-    addr: SocketAddr,
-    hello: Arc<[u8]>,
-    conns: usize,
-    rate: u32,
-    dur: Duration,
-) -> io::Result<Vec<u64>> {
-    tokio::task::spawn_blocking(move || {
-        let threads: Vec<_> = (0..conns)
-            .map(|_| {
-                let hello = hello.clone();
-                std::thread::spawn(move || blocking_pings(addr, &hello, rate, dur))
-            })
-            .collect();
-        let mut all = Vec::new();
-        for t in threads {
-            all.extend(
-                t.join()
-                    .map_err(|_| io::Error::other("latency thread panicked"))??,
-            );
-        }
-        Ok(all)
-    })
-    .await
-    .map_err(io::Error::other)?
-}
-
-fn blocking_pings(
-    addr: SocketAddr,
-    hello: &[u8],
-    rate: u32,
-    dur: Duration,
-) -> io::Result<Vec<u64>> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_nodelay(true)?;
-    s.set_read_timeout(Some(Duration::from_secs(5)))?;
-    let mut first = hello.to_vec();
-    first.push(LATENCY_ECHO);
-    s.write_all(&first)?;
-    let out = [0x5au8; 1024];
-    let mut back = [0u8; 1024];
-    let mut ping = |s: &mut std::net::TcpStream| -> io::Result<()> {
-        s.write_all(&out)?;
-        s.read_exact(&mut back)?;
-        if back != out {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "not an echo"));
-        }
-        Ok(())
-    };
-    // Warm-up: the first exchanges pay for lazily allocated buffers everywhere.
-    for _ in 0..10 {
-        ping(&mut s)?;
-    }
-    let period = Duration::from_secs(1) / rate;
-    let mut samples = Vec::new();
-    let start = Instant::now();
-    let mut next = start;
-    while start.elapsed() < dur {
-        next += period;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        let t = Instant::now();
-        ping(&mut s)?;
-        samples.push(u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX));
-    }
-    Ok(samples)
 }
 
 /// New connections per second: `concurrency` closed loops of connect, ClientHello, 16-byte
