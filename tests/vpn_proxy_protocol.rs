@@ -11,7 +11,7 @@ use isthmus_controller::crd::{EtcdMigrationSpec, ProxyProtocol};
 use isthmus_controller::plan::routes;
 use isthmus_controller::proxy_config::{render_with, Layout};
 use isthmus_proxy::Proxy;
-use isthmus_testkit::{free_port, http_get, wait_until, Logged, Scratch, TestPki};
+use isthmus_testkit::{wait_until, Logged, Scratch, TestPki};
 use prometheus_client::registry::Registry;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::Command;
@@ -89,40 +89,39 @@ async fn server(dir: &Scratch, pki: &TestPki, name: &str, trusted: bool) -> Serv
     pki.server_cert(&[VPN]).write(dir.path(), name);
     let p = |n: &str| dir.join(n).display().to_string();
     let trusted = if trusted { "127.0.0.1/32" } else { "" };
-    for attempt in 1..=5 {
-        let (agents, connect, admin) = (free_port(), free_port(), free_port());
-        let config = dir.join(&format!("{name}.yaml"));
-        std::fs::write(
-            &config,
-            format!(
-                "agents: {{ address: \"127.0.0.1:{agents}\", trusted_proxies: [{trusted}], \
-                 tls: {{ cert: {}, key: {}, client_ca: {}, allowed_client_names: [agent.example] }} }}\n\
-                 connect: {{ address: \"127.0.0.1:{connect}\" }}\n\
-                 admin: {{ address: \"127.0.0.1:{admin}\" }}\n",
-                p(&format!("{name}.crt")),
-                p(&format!("{name}.key")),
-                ca.display()
-            ),
-        )
-        .unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
-        cmd.args(["--log-format", "json", "tunnel-server", "--config"])
-            .arg(&config);
-        let mut process = Logged::spawn(cmd);
-        let admin = SocketAddr::from(([127, 0, 0, 1], admin));
-        let agents = SocketAddr::from(([127, 0, 0, 1], agents));
-        let deadline = std::time::Instant::now() + WAIT;
-        while std::time::Instant::now() < deadline && !process.exited() {
-            if matches!(http_get(admin, "/healthz").await, Ok((200, _))) {
-                return Server { process, agents };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+    let config = dir.join(&format!("{name}.yaml"));
+    // Every port 0: the server logs the address its agents' listener was given.
+    std::fs::write(
+        &config,
+        format!(
+            "agents: {{ address: \"127.0.0.1:0\", trusted_proxies: [{trusted}], \
+             tls: {{ cert: {}, key: {}, client_ca: {}, allowed_client_names: [agent.example] }} }}\n\
+             connect: {{ address: \"127.0.0.1:0\" }}\n\
+             admin: {{ address: \"127.0.0.1:0\" }}\n",
+            p(&format!("{name}.crt")),
+            p(&format!("{name}.key")),
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_isthmus"));
+    cmd.args(["--log-format", "json", "tunnel-server", "--config"])
+        .arg(&config);
+    let mut process = Logged::spawn(cmd);
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline && !process.exited() {
+        let running = process.lines().iter().find_map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).ok()?;
+            (v["fields"]["message"] == "tunnel server running")
+                .then(|| v["fields"]["agents"].as_str()?.parse::<SocketAddr>().ok())?
+        });
+        if let Some(agents) = running {
+            assert_ne!(agents.port(), 0, "the bound port, not the file's");
+            return Server { process, agents };
         }
-        let log = process.lines().join("\n");
-        drop(process);
-        assert!(log.contains("in use") && attempt < 5, "no server:\n{log}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    unreachable!()
+    panic!("no server:\n{}", process.lines().join("\n"));
 }
 
 /// An agent's TLS handshake from `source` through `ingress` (mutual TLS, the VPN's name, h2),

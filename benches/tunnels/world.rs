@@ -192,6 +192,27 @@ impl Drop for World {
     }
 }
 
+/// Waits (up to 30 s) until `proc` has logged `prefix` followed by an address, and returns it.
+async fn logged_address(proc: &Proc, prefix: &str) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let log = std::fs::read_to_string(&proc.1).unwrap_or_default();
+        let found = log.lines().find_map(|l| {
+            let rest = &l[l.find(prefix)? + prefix.len()..];
+            rest.split_whitespace().next()?.parse().ok()
+        });
+        if let Some(addr) = found {
+            return addr;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never logged {prefix}…\n{}",
+            proc.tail()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Waits (up to 30 s) until `addr` accepts connections: a peer's ports are picked free before
 /// its process binds them, and the next peer must not pick the same one meanwhile.
 async fn listening(addr: SocketAddr, what: &str) {
@@ -202,13 +223,10 @@ async fn listening(addr: SocketAddr, what: &str) {
     }
 }
 
-/// A relay of `link` on a free port of `ip` to `target`; returns where it listens.
+/// A relay of `link` on a free port of `ip` to `target` (bound on port 0, so no other process
+/// can take the port between choosing and binding it); returns where it listens.
 async fn relay(link: &Link, ip: Ipv4Addr, target: SocketAddr) -> SocketAddr {
-    let l = std::net::TcpListener::bind((ip, 0)).unwrap();
-    let addr = l.local_addr().unwrap();
-    drop(l);
-    link.relay(addr, target).await.unwrap();
-    addr
+    link.relay(SocketAddr::from((ip, 0)), target).await.unwrap()
 }
 
 /// The seed's ingress as Gardener's VPN reaches it: an HTTP CONNECT proxy that routes every
@@ -360,20 +378,18 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
         .client_cert("vpn-shoot")
         .write(d, &format!("isthmus-agent-{tag}"));
     let sock = w.dir.join(&format!("isthmus-{tag}.sock"));
-    let agents = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let p = |x: &Path| x.display().to_string();
     let server_yaml = w.dir.join(&format!("isthmus-server-{tag}.yaml"));
     std::fs::write(
         &server_yaml,
         format!(
-            "agents: {{ address: \"{agents}\", tls: {{ cert: \"{}\", key: \"{}\", client_ca: \"{}\" }} }}\n\
+            "agents: {{ address: \"127.0.0.1:0\", tls: {{ cert: \"{}\", key: \"{}\", client_ca: \"{}\" }} }}\n\
              connect: {{ unix: \"{}\" }}\n\
-             admin: {{ address: \"127.0.0.1:{}\" }}\n",
+             admin: {{ address: \"127.0.0.1:0\" }}\n",
             p(&scrt),
             p(&skey),
             p(&ca),
             p(&sock),
-            free_port()
         ),
     )
     .unwrap();
@@ -385,7 +401,8 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
             .arg(&server_yaml),
         &w.dir.join(&format!("isthmus-server-{tag}.log")),
     );
-    listening(agents, "isthmus tunnel-server").await;
+    // Every port on 0: the server logs the one its agents' listener got.
+    let agents = logged_address(&server, "tunnel server running agents=").await;
     let link = Link::new(rtt);
     let proxy = connect_proxy(agents).await;
     let front = relay(&link, Ipv4Addr::LOCALHOST, proxy).await;
@@ -396,11 +413,10 @@ pub async fn isthmus(w: &World, rtt: Duration, tag: &str) -> Peer {
             "servers:\n  - {{ address: \"{front}\", server_name: vpn.test, http_connect_header: \"X-Gardener-Destination: vpn\" }}\n\
              tls: {{ ca: \"{}\", cert: \"{}\", key: \"{}\" }}\n\
              allow: [\"10.213.172.0/24\"]\n\
-             admin: {{ address: \"127.0.0.1:{}\" }}\n",
+             admin: {{ address: \"127.0.0.1:0\" }}\n",
             p(&ca),
             p(&acrt),
             p(&akey),
-            free_port()
         ),
     )
     .unwrap();

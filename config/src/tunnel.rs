@@ -323,7 +323,8 @@ impl Schema for TunnelServerConfig {
                 format!("{per_source} must be 1 to max_handshakes"),
             ));
         }
-        if self.connect.address.is_some() && self.connect.address == Some(self.agents.address) {
+        // Port 0 is a fresh port for each listener, never a clash.
+        if self.agents.address.port() != 0 && self.connect.address == Some(self.agents.address) {
             p.push((
                 "connect.address".into(),
                 "is the same as agents.address".into(),
@@ -552,6 +553,23 @@ admin: { address: "0.0.0.0:9903" }
         );
         let e = parse::<TunnelServerConfig>("s.yaml", "agents: { address: \"0.0.0.0:1\", tls: { cert: a, key: b, client_ca: c } }\nconnect: {}\n").unwrap_err();
         assert!(e.to_string().contains("connect: set exactly one"), "{e}");
+    }
+
+    #[test]
+    fn connect_and_agents_share_an_address_only_on_port_0() {
+        let same = SERVER.replace("0.0.0.0:9444", "0.0.0.0:9443");
+        let e = parse::<TunnelServerConfig>("s.yaml", &same)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("connect.address: is the same as agents.address"),
+            "{e}"
+        );
+        // Port 0 gives each listener a port of its own (tests, benches).
+        let any = SERVER
+            .replace("0.0.0.0:9443", "127.0.0.1:0")
+            .replace("0.0.0.0:9444", "127.0.0.1:0");
+        parse::<TunnelServerConfig>("s.yaml", &any).unwrap();
     }
 
     #[test]

@@ -64,7 +64,9 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
             ready_server.live_sessions() > 0
         })
         .await?;
-        tracing::info!(agents = %config.agents.address, "tunnel server running");
+        // The bound address, not the file's: with port 0 this is how a caller finds it.
+        let bound = agents.local_addr().unwrap_or(config.agents.address);
+        tracing::info!(agents = %bound, "tunnel server running");
         server.run(agents, connect, shutdown).await;
         Ok(ExitCode::SUCCESS)
     })
