@@ -4,7 +4,7 @@
 // its upstream connection join a two-slot BPF sockmap whose sk_skb verdict program redirects
 // whatever arrives on one socket to the other's egress. No routing (one upstream), no limits,
 // sockets never closed; the first bytes pass through user space like a ClientHello would.
-// Run through sockmap-relay.sh (needs root for bpf(2)).
+// Run through run.sh (needs root for bpf(2)).
 #include <arpa/inet.h>
 #include <linux/bpf.h>
 #include <netinet/in.h>
