@@ -96,8 +96,7 @@ mod tests {
         let ctx = Ctx {
             metrics,
             sources: Arc::default(),
-            splicer: Splicer::start(&tokio::runtime::Handle::current(), Default::default())
-                .unwrap(),
+            splicer: Splicer::start("splice-test".into(), Default::default()).unwrap(),
             tracker: TaskTracker::new(),
         };
         let task = handle(stream, addr, spec, ctx, false);

@@ -1,20 +1,26 @@
-//! The splicer: one per worker runtime, it owns every established connection of that worker and
-//! moves their bytes both ways, with correct half-close, from one `epoll` instance (mio) nested
-//! in the runtime's own (tokio's `AsyncFd`).
+//! The splicer: one per worker, it owns every established connection of that worker and moves
+//! their bytes both ways, with correct half-close, from one `epoll` instance (mio) that its own
+//! thread blocks in.
 //!
 //! Why not a task per connection: an open connection is then a table entry of about a hundred
 //! bytes instead of a task (its future, header and trailer, aligned to 128 bytes) plus two
 //! 128-byte-aligned I/O registrations — tens of thousands of etcd peer streams and watches sit
 //! idle most of the time. The intake (PROXY header, ClientHello, routing, connecting) stays in
-//! ordinary tasks; the finished pair of sockets is handed over with [`Splicer::adopt`].
+//! ordinary tasks on the worker's runtime; the finished pair of sockets is handed over with
+//! [`Splicer::adopt`], which wakes the splicer's thread only if it is parked.
 //!
+//! Why a thread of its own rather than a task whose epoll is nested in the runtime's: through
+//! a nested epoll every readable socket wakes the runtime's thread second-hand, by way of the
+//! outer epoll's callback, and then costs a second `epoll_wait`. On the 2-vCPU VM measured,
+//! nesting alone added 9–13 µs to every proxied round trip of a minimal C relay, and moving
+//! the splicer to its own thread took 5–10 µs off isthmus's (BENCHMARKS.md, issue 28, round 5).
+
 //! Busy polling ([`BusyPoll`]): after handling events the splicer may keep polling for a
-//! bounded time instead of parking. On virtual machines waking a parked thread costs tens of
+//! bounded time instead of parking. On virtual machines waking a parked thread costs
 //! microseconds; the answer to a request just forwarded often comes back within that window.
-//! Each idle round yields to the runtime (which polls its own driver, so new connections are
-//! served too) and to the kernel scheduler. By default adaptive: only for the answer to a
-//! message whose direction is usually answered that fast (`pace`), so idle workers, bulk
-//! streams and one-exchange connections never spin.
+//! Each idle round yields to the kernel scheduler (the answer's sender often shares the CPU).
+//! By default adaptive: only for the answer to a message whose direction is usually answered
+//! that fast (`pace`), so idle workers, bulk streams and one-exchange connections never spin.
 
 mod flow;
 mod limits;
@@ -24,7 +30,6 @@ mod spares;
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
 use crate::sources::ActiveGuard;
-use crate::sys::NestedPoll;
 use flow::Flow;
 pub use limits::{End, Limits};
 use limits::{Extra, Timer};
@@ -41,15 +46,11 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::runtime::Handle;
-use tokio::sync::Notify;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, warn};
 
 /// Events taken from the kernel per poll.
 const EVENTS: usize = 256;
-/// Polls handled before the splicer lets other tasks of its runtime run.
-const POLLS_PER_TURN: usize = 16;
 /// Room for pairs kept by the inbox between turns; a burst beyond it is freed once taken in,
 /// so thousands of connections opened at once do not leave their hand-over buffer behind.
 const INBOX_KEEP: usize = 64;
@@ -95,16 +96,34 @@ pub struct Pair {
 #[derive(Debug, Clone)]
 pub struct Splicer {
     inner: Arc<Inner>,
+    /// Dropped with the last handle, which ends the loop.
+    _owner: Arc<Owner>,
+}
+
+/// Ends the loop when the last [`Splicer`] handle goes.
+#[derive(Debug)]
+struct Owner(Arc<Inner>);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.0.quit.store(true, Ordering::SeqCst);
+        // Cannot fail short of a broken eventfd; the loop would then end at its next event.
+        let _ = self.0.waker.wake();
+    }
 }
 
 /// What the splicer's handles share with its loop. The connection table itself belongs to the
 /// loop alone, so no lock is held while it does I/O.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// Pairs handed over and not yet taken in by the loop; locked only to push or swap.
     inbox: Mutex<Vec<Pair>>,
-    /// Woken when a pair arrives.
-    wake: Notify,
+    /// Wakes the loop's thread from `epoll_wait`: a pair arrived, or the last handle went.
+    waker: mio::Waker,
+    /// The loop is in, or about to enter, a blocking `epoll_wait`: a new pair must wake it.
+    parked: AtomicBool,
+    /// Every handle is gone: the loop ends, closing its connections.
+    quit: AtomicBool,
     /// Set when the loop has ended: nothing would move a new pair's bytes.
     stopped: AtomicBool,
     /// Open connections, for tests waiting for every connection to close.
@@ -139,26 +158,46 @@ struct Conn {
     extra: Option<Box<Extra>>,
 }
 
+/// The token of the loop's waker; connections' tokens (`key << 1 | side`) stay far below it.
+const WAKE: Token = Token(usize::MAX);
+
 impl Splicer {
-    /// Creates a splicer whose loop runs as a task on `runtime`.
-    pub fn start(runtime: &Handle, busy_poll: BusyPoll) -> io::Result<Splicer> {
+    /// Creates a splicer whose loop runs on a thread of its own, named `name`, blocked in its
+    /// own `epoll_wait` (see the module docs for why). The loop ends, closing its
+    /// connections, when the last handle is dropped.
+    pub fn start(name: String, busy_poll: BusyPoll) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
-        let inner = Arc::new(Inner::default());
-        let task = inner.clone();
-        // A panic here aborts the process (see `supervise`): connections nobody serves must
-        // not stay open.
-        crate::supervise::spawn_critical(runtime, "splicer", async move {
-            let mut st = State::new(busy_poll);
-            if let Err(e) = task.run(poll, &mut st).await {
-                // Never seen: epoll_wait fails only on invalid arguments. Closing beats
-                // holding connections nobody serves.
-                task.stopped.store(true, Ordering::Release);
-                let queued = std::mem::take(&mut *lock(&task.inbox)).len();
-                warn!(error = %e, open = st.conns.len() + queued,
-                    "splicer stopped; its connections are closed");
-            }
+        let waker = mio::Waker::new(poll.registry(), WAKE)?;
+        let inner = Arc::new(Inner {
+            inbox: Mutex::default(),
+            waker,
+            parked: AtomicBool::new(false),
+            quit: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+            #[cfg(test)]
+            open: Default::default(),
         });
-        Ok(Splicer { inner })
+        let task = inner.clone();
+        std::thread::Builder::new().name(name).spawn(move || {
+            // A panic here aborts the process (see `supervise`): connections nobody serves
+            // must not stay open.
+            crate::supervise::abort_on_panic("splicer", || {
+                let mut st = State::new(busy_poll);
+                if let Err(e) = task.run(poll, &mut st) {
+                    // Never seen: epoll_wait fails only on invalid arguments. Closing beats
+                    // holding connections nobody serves.
+                    task.stopped.store(true, Ordering::Release);
+                    let queued = std::mem::take(&mut *lock(&task.inbox)).len();
+                    warn!(error = %e, open = st.conns.len() + queued,
+                        "splicer stopped; its connections are closed");
+                }
+            });
+        })?;
+        let owner = Arc::new(Owner(inner.clone()));
+        Ok(Splicer {
+            inner,
+            _owner: owner,
+        })
     }
 
     /// Takes over a connected pair: its loop registers both sockets and moves their bytes. On
@@ -168,7 +207,12 @@ impl Splicer {
             return Err(io::Error::other("the worker's splicer has stopped"));
         }
         lock(&self.inner.inbox).push(pair);
-        self.inner.wake.notify_one();
+        // Both sides use SeqCst: either the loop's last look at the inbox before it blocks
+        // sees this pair, or this sees the loop parked and wakes it. A loop that is awake
+        // takes the pair in at its next turn without a system call from here.
+        if self.inner.parked.swap(false, Ordering::SeqCst) {
+            self.inner.waker.wake()?;
+        }
         Ok(())
     }
 
@@ -180,42 +224,35 @@ impl Splicer {
 }
 
 impl Inner {
-    async fn run(&self, poll: mio::Poll, st: &mut State) -> io::Result<()> {
-        let mut poll = NestedPoll::register(poll)?;
+    fn run(&self, mut poll: mio::Poll, st: &mut State) -> io::Result<()> {
         st.registry = Some(poll.registry().try_clone()?);
         let mut events = Events::with_capacity(EVENTS);
-        let mut deadline = None;
+        let mut deadline: Option<Instant> = None;
         loop {
-            let sleep = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
+            self.parked.store(true, Ordering::SeqCst);
+            let timeout = if self.quit.load(Ordering::SeqCst) || !lock(&self.inbox).is_empty() {
+                Some(Duration::ZERO)
+            } else {
+                deadline.map(|at| at.saturating_duration_since(Instant::now()))
             };
-            let mut busy = false;
-            tokio::select! {
-                biased;
-                more = poll.wait_and_poll(&mut events, POLLS_PER_TURN, |ev| st.dispatch(ev)) => {
-                    busy = more?;
-                }
-                () = self.wake.notified() => {}
-                () = sleep => {}
+            let polled = poll_once(&mut poll, &mut events, timeout);
+            self.parked.store(false, Ordering::SeqCst);
+            polled?;
+            if self.quit.load(Ordering::SeqCst) {
+                return Ok(());
             }
+            st.dispatch(&events);
+            let full = events.iter().count() >= events.capacity();
             self.take_in(st, poll.registry());
             deadline = st.expire(Instant::now());
-            if busy {
-                // More events are waiting: let the runtime's other tasks have a turn first.
-                tokio::task::yield_now().await;
-            } else {
+            if !full {
                 let spun = match st.pacer.mode() {
                     BusyPoll::Off => false,
                     BusyPoll::Fixed(window) => {
-                        self.spin(&mut poll, &mut events, window, st).await?;
+                        self.spin(&mut poll, &mut events, window, st)?;
                         true
                     }
-                    BusyPoll::Adaptive(_) => {
-                        self.spin_for_answers(&mut poll, &mut events, st).await?
-                    }
+                    BusyPoll::Adaptive(_) => self.spin_for_answers(&mut poll, &mut events, st)?,
                 };
                 if spun {
                     deadline = st.expire(Instant::now());
@@ -227,9 +264,9 @@ impl Inner {
     }
 
     /// Keeps polling without parking for up to `window` after the last event.
-    async fn spin(
+    fn spin(
         &self,
-        poll: &mut NestedPoll,
+        poll: &mut mio::Poll,
         events: &mut Events,
         window: Duration,
         st: &mut State,
@@ -237,28 +274,27 @@ impl Inner {
         let mut until = Instant::now() + window;
         loop {
             self.take_in(st, poll.registry());
-            if poll.poll_now(events)? > 0 {
+            poll_once(poll, events, Some(Duration::ZERO))?;
+            if !events.is_empty() {
                 st.dispatch(events);
                 until = Instant::now() + window;
                 continue;
             }
             let now = Instant::now();
             st.expire(now);
-            if now >= until {
+            if now >= until || self.quit.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            // The runtime polls its own driver before running us again (new connections,
-            // timers); the kernel may run another thread of this core.
-            tokio::task::yield_now().await;
+            // The kernel may run another thread of this core: often the answer's sender.
             std::thread::yield_now();
         }
     }
 
     /// Keeps polling while answers worth waiting for are due (see `pace`); returns whether
     /// it polled at all.
-    async fn spin_for_answers(
+    fn spin_for_answers(
         &self,
-        poll: &mut NestedPoll,
+        poll: &mut mio::Poll,
         events: &mut Events,
         st: &mut State,
     ) -> io::Result<bool> {
@@ -267,15 +303,15 @@ impl Inner {
         }
         loop {
             self.take_in(st, poll.registry());
-            if poll.poll_now(events)? > 0 {
+            poll_once(poll, events, Some(Duration::ZERO))?;
+            if !events.is_empty() {
                 st.dispatch(events);
             } else {
-                // As in `spin`: the runtime's driver and the kernel's other threads get a turn.
-                tokio::task::yield_now().await;
+                // As in `spin`: the kernel's other threads get a turn.
                 std::thread::yield_now();
             }
             let now = Instant::now();
-            if !st.pacer.spinning(now) {
+            if !st.pacer.spinning(now) || self.quit.load(Ordering::SeqCst) {
                 st.expire(now);
                 return Ok(true);
             }
@@ -420,7 +456,7 @@ impl State {
 
     /// Closes connections whose limit passed and re-arms the others; returns the next
     /// deadline.
-    fn expire(&mut self, now: Instant) -> Option<tokio::time::Instant> {
+    fn expire(&mut self, now: Instant) -> Option<Instant> {
         while let Some(Reverse(t)) = self.timers.peek() {
             if t.at > now {
                 break;
@@ -452,7 +488,7 @@ impl State {
                 }
             }
         }
-        self.timers.peek().map(|Reverse(t)| t.at.into())
+        self.timers.peek().map(|Reverse(t)| t.at)
     }
 }
 
@@ -541,6 +577,21 @@ fn pace(d2u: &mut Flow, u2d: &mut Flow, to_up: u64, to_down: u64, pacer: &mut Pa
 
 fn token(key: usize, side: usize) -> Token {
     Token(key << 1 | side)
+}
+
+/// One `epoll_wait`; a signal's interruption counts as a wait that found nothing.
+fn poll_once(
+    poll: &mut mio::Poll,
+    events: &mut Events,
+    timeout: Option<Duration>,
+) -> io::Result<()> {
+    match poll.poll(events, timeout) {
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+            events.clear();
+            Ok(())
+        }
+        r => r,
+    }
 }
 
 /// The inbox stays usable after a panic elsewhere: every push and swap is complete before

@@ -1,5 +1,5 @@
-//! What a panic does: a task the proxy cannot run without (an accept loop, a splicer, the
-//! admin endpoint) that panics **aborts the process**. Left alone, a dead splicer would keep
+//! What a panic does: a task or thread the proxy cannot run without (an accept loop, a
+//! splicer, the admin endpoint) that panics **aborts the process**. Left alone, a dead splicer would keep
 //! its connections open and unserved while its accept loop kept handing it new ones, and a
 //! dead accept loop would leave the kernel accepting into a backlog nobody reads. Aborting
 //! closes every socket at once: clients see resets and reconnect, the load balancer's health
@@ -28,6 +28,18 @@ where
             }
         }
     });
+}
+
+/// Runs `body` (a thread the proxy cannot run without); if it panics, logs `what` and aborts
+/// the process.
+pub fn abort_on_panic(what: &'static str, body: impl FnOnce()) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+        tracing::error!(
+            thread = what,
+            "a critical thread panicked: aborting the process"
+        );
+        std::process::abort();
+    }
 }
 
 #[cfg(test)]

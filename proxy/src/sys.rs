@@ -1,6 +1,6 @@
 //! The system calls nothing safe wraps, and the only `unsafe` code of the workspace: pipes and
-//! `splice(2)` for the splicer's zero-copy path, registering the splicer's epoll and the
-//! listening sockets with the runtime's, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
+//! `splice(2)` for the splicer's zero-copy path, registering the listening sockets with the
+//! runtime's epoll, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
 //! safe function or type whose descriptors are borrowed from, or owned by, live values, so they
 //! are open for the whole call; every block says why it is sound.
 //!
@@ -115,73 +115,6 @@ fn splice(from: libc::c_int, to: libc::c_int, len: usize) -> io::Result<usize> {
         )
     };
     usize::try_from(n).map_err(|_| io::Error::last_os_error())
-}
-
-/// A splicer's epoll instance (mio), registered for readability with the runtime's own: one
-/// readable edge of it means "events are waiting". The `mio::Poll` is never handed out by
-/// `&mut`, so its descriptor cannot be swapped while registered.
-#[derive(Debug)]
-pub struct NestedPoll {
-    fd: AsyncFd<mio::Poll>,
-}
-
-impl NestedPoll {
-    /// Registers `poll` with the current runtime (must be called inside it).
-    pub fn register(poll: mio::Poll) -> io::Result<NestedPoll> {
-        // SAFETY: `mio::Poll` owns its epoll descriptor from creation to drop and `as_raw_fd`
-        // always returns that one; the `AsyncFd` owns the `Poll` and this type never lends it
-        // out mutably (only `poll`, which does not change the descriptor), so the descriptor
-        // stays open and the same for as long as it is registered.
-        let fd = unsafe {
-            AsyncFd::register_with_interest(poll, tokio::io::Interest::READABLE)
-                .map_err(|e| e.into_parts().1)?
-        };
-        Ok(NestedPoll { fd })
-    }
-
-    /// The registry sockets are added to.
-    pub fn registry(&self) -> &mio::Registry {
-        self.fd.get_ref().registry()
-    }
-
-    /// Waits for a readable edge, then polls without blocking up to `rounds` times, handing
-    /// each batch to `each`; a short batch means the ready list was empty at that instant
-    /// (every later event raises a new edge: a nested epoll wakes its poller on each event),
-    /// so readiness is cleared and the poll that would only confirm "nothing" is skipped.
-    /// Returns whether events may still be waiting. Cancel-safe: it only awaits before polling.
-    pub async fn wait_and_poll(
-        &mut self,
-        events: &mut mio::Events,
-        rounds: usize,
-        mut each: impl FnMut(&mio::Events),
-    ) -> io::Result<bool> {
-        let mut guard = self.fd.readable_mut().await?;
-        for _ in 0..rounds {
-            let n = poll_now(guard.get_inner_mut(), events)?;
-            each(events);
-            if n < events.capacity() {
-                guard.clear_ready();
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// Polls without blocking; returns how many events came back.
-    pub fn poll_now(&mut self, events: &mut mio::Events) -> io::Result<usize> {
-        poll_now(self.fd.get_mut(), events)
-    }
-}
-
-fn poll_now(poll: &mut mio::Poll, events: &mut mio::Events) -> io::Result<usize> {
-    loop {
-        match poll.poll(events, Some(Duration::ZERO)) {
-            Ok(()) => return Ok(events.iter().count()),
-            // Reporting "nothing" here would clear the edge while events wait: ask again.
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
 }
 
 /// A listening socket registered with the runtime (readable: connections are waiting) whose

@@ -21,13 +21,15 @@ pub struct Args {
     /// The proxy configuration file (YAML). See the README's configuration reference.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: PathBuf,
-    /// Worker threads serving connections (default: one per CPU).
+    /// Workers serving connections (default: one per CPU). Each is two threads: one accepts
+    /// and routes connections (`isthmus-worker-N`), one moves the bytes of the connections it
+    /// routed (`isthmus-splice-N`).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
     /// How the worker threads share connections. `per-core`: each thread runs its own
     /// runtime with its own SO_REUSEPORT socket per listener; the kernel spreads connections
-    /// over them and a connection stays on the thread that accepted it (no cross-thread
-    /// wake-ups; the reload, admin endpoint and DNS run on the main thread). `shared`: one
+    /// over them and a connection stays with the worker that accepted it (the reload, admin
+    /// endpoint and DNS run on the main thread). `shared`: one
     /// work-stealing runtime accepts on one socket per listener and moves tasks between
     /// threads (better when a few connections carry most of the load).
     #[arg(long, value_enum, default_value_t = Runtime::PerCore)]
@@ -79,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .enable_all()
             .build()
             .context("cannot start the async runtime")?;
-        // One splicer (and listening socket) per thread, all on the shared runtime.
+        // One splicer thread (and listening socket) per worker thread of the shared runtime.
         let runtimes = vec![rt.handle().clone(); threads];
         return rt.block_on(serve(args, runtimes));
     }

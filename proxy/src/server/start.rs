@@ -139,8 +139,9 @@ impl Proxy {
         }
         let workers = runtimes
             .into_iter()
-            .map(|runtime| {
-                let splicer = Splicer::start(&runtime, workers.busy_poll)?;
+            .enumerate()
+            .map(|(i, runtime)| {
+                let splicer = Splicer::start(format!("isthmus-splice-{i}"), workers.busy_poll)?;
                 Ok(Worker { runtime, splicer })
             })
             .collect::<Result<Vec<_>, std::io::Error>>()
