@@ -23,11 +23,11 @@
 //!    its allow-list checked (`admits.rs`).
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
 //!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
-//! 5. `splice.rs` (`splice/`): the worker's splicer moves the bytes both ways until both
-//!    directions are over.
+//! 5. `splice.rs` (`splice/`): the worker's splicer, on a thread of its own, moves the bytes
+//!    both ways until both directions are over.
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
-//! pipes, splice(2), epoll registration of the splicer and the listening sockets,
+//! pipes, splice(2), epoll registration of the listening sockets,
 //! `TCP_DEFER_ACCEPT`), `snapshot.rs` (one compiled
 //! configuration), `server.rs` (the running proxy; `server/start.rs` start and drain,
 //! `server/reload.rs` reload as parse/guard/bind/compile/swap and the file watch; the guard
@@ -35,7 +35,7 @@
 //! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
-// wraps: pipes, splice(2), the splicer's and the listeners' epoll registration,
+// wraps: pipes, splice(2), the listeners' epoll registration,
 // TCP_DEFER_ACCEPT).
 #![deny(unsafe_code)]
 
