@@ -14,7 +14,7 @@
 //! outer epoll's callback, and then costs a second `epoll_wait`. On the 2-vCPU VM measured,
 //! nesting alone added 9–13 µs to every proxied round trip of a minimal C relay, and moving
 //! the splicer to its own thread took 5–10 µs off isthmus's (BENCHMARKS.md, issue 28, round 5).
-
+//!
 //! Busy polling ([`BusyPoll`]): after handling events the splicer may keep polling for a
 //! bounded time instead of parking. On virtual machines waking a parked thread costs
 //! microseconds; the answer to a request just forwarded often comes back within that window.

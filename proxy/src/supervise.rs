@@ -47,11 +47,28 @@ mod tests {
     use super::*;
     use std::os::unix::process::ExitStatusExt;
 
-    /// Re-runs this test in a child process whose critical task panics: the child must die
-    /// of SIGABRT instead of living on.
+    /// Re-runs the test `name` in a child process with `ISTHMUS_TEST_PANIC_CHILD` set and
+    /// returns the signal that ended it.
+    fn child_signal(name: &str) -> Option<i32> {
+        let exe = std::env::current_exe().unwrap();
+        let status = std::process::Command::new(exe)
+            .args(["--exact", name, "--test-threads=1"])
+            .env("ISTHMUS_TEST_PANIC_CHILD", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        status.signal()
+    }
+
+    fn in_child() -> bool {
+        std::env::var_os("ISTHMUS_TEST_PANIC_CHILD").is_some()
+    }
+
+    /// A child process whose critical task panics must die of SIGABRT instead of living on.
     #[test]
     fn a_panicking_critical_task_aborts_the_process() {
-        if std::env::var_os("ISTHMUS_TEST_PANIC_CHILD").is_some() {
+        if in_child() {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -63,18 +80,22 @@ mod tests {
             });
             return;
         }
-        let exe = std::env::current_exe().unwrap();
-        let status = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "supervise::tests::a_panicking_critical_task_aborts_the_process",
-                "--test-threads=1",
-            ])
-            .env("ISTHMUS_TEST_PANIC_CHILD", "1")
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}");
+        let signal = child_signal("supervise::tests::a_panicking_critical_task_aborts_the_process");
+        assert_eq!(signal, Some(libc::SIGABRT));
+    }
+
+    /// The same for a critical thread (a splicer's): the panic on that thread ends the whole
+    /// process, while the main thread would otherwise wait forever.
+    #[test]
+    fn a_panicking_critical_thread_aborts_the_process() {
+        if in_child() {
+            let worker = std::thread::spawn(|| abort_on_panic("test", || panic!("boom")));
+            // Without the abort the join returns and the child exits 0: the parent sees that.
+            let _ = worker.join();
+            return;
+        }
+        let signal =
+            child_signal("supervise::tests::a_panicking_critical_thread_aborts_the_process");
+        assert_eq!(signal, Some(libc::SIGABRT));
     }
 }
