@@ -96,7 +96,8 @@ mod tests {
         let ctx = Ctx {
             metrics,
             sources: Arc::default(),
-            splicer: Splicer::start("splice-test".into(), Default::default()).unwrap(),
+            splicer: Splicer::start("splice-test".into(), Default::default(), Default::default())
+                .unwrap(),
             tracker: TaskTracker::new(),
         };
         let task = handle(stream, addr, spec, ctx, false);

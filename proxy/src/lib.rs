@@ -58,6 +58,7 @@ mod pool;
 pub use isthmus_proxy_protocol as proxy_protocol;
 mod ratelog;
 pub mod routes;
+pub mod sched;
 mod server;
 mod snapshot;
 mod socket;

@@ -110,6 +110,8 @@ pub struct Metrics {
     pub dns_resolutions: Family<DnsResultLabels, Counter>,
     pub dns_addresses: Family<DnsLabels, Gauge>,
     pub closed_by_limit: Family<LimitLabels, Counter>,
+    /// Busy-polling pauses for a contended CPU (see `splice::pace`).
+    pub busy_poll_contended: Counter,
     /// The soft `RLIMIT_NOFILE` in effect.
     pub fd_limit: Gauge,
     /// The global connection cap in effect: `max_connections`, or less when that many
@@ -148,6 +150,7 @@ impl Metrics {
             dns_resolutions: Family::default(),
             dns_addresses: Family::default(),
             closed_by_limit: Family::default(),
+            busy_poll_contended: Counter::default(),
             fd_limit: Gauge::default(),
             max_connections_effective: Gauge::default(),
             warnings: Default::default(),
@@ -242,6 +245,13 @@ impl Metrics {
             "proxy_closed_by_limit",
             "Spliced connections closed by idle_timeout or max_connection_duration",
             m.closed_by_limit.clone(),
+        );
+        r.register(
+            "proxy_busy_poll_contended",
+            "Times a splicer found its CPU contended (a yield of busy polling came back after \
+             another thread's time slice): busy polling then pauses for 1 s, with the thread \
+             under SCHED_OTHER instead of SCHED_BATCH meanwhile",
+            m.busy_poll_contended.clone(),
         );
         r.register(
             "proxy_fd_limit",

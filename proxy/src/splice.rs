@@ -29,6 +29,7 @@ mod spares;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
+use crate::sched::Demotion;
 use crate::sources::ActiveGuard;
 use flow::Flow;
 pub use limits::{End, Limits};
@@ -144,6 +145,10 @@ struct State {
     /// events are dispatched.
     registry: Option<mio::Registry>,
     pacer: Pacer,
+    /// Out of `SCHED_BATCH` while busy polling is paused for contention (see `sched`).
+    policy: Demotion,
+    /// `isthmus_proxy_busy_poll_contended_total`.
+    contended: Counter,
 }
 
 /// One open connection: two sockets, two directions.
@@ -163,9 +168,10 @@ const WAKE: Token = Token(usize::MAX);
 
 impl Splicer {
     /// Creates a splicer whose loop runs on a thread of its own, named `name`, blocked in its
-    /// own `epoll_wait` (see the module docs for why). The loop ends, closing its
-    /// connections, when the last handle is dropped.
-    pub fn start(name: String, busy_poll: BusyPoll) -> io::Result<Splicer> {
+    /// own `epoll_wait` (see the module docs for why); `contended` counts its busy-polling
+    /// pauses for a contended CPU. The loop ends, closing its connections, when the last
+    /// handle is dropped.
+    pub fn start(name: String, busy_poll: BusyPoll, contended: Counter) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
         let inner = Arc::new(Inner {
@@ -182,7 +188,7 @@ impl Splicer {
             // A panic here aborts the process (see `supervise`): connections nobody serves
             // must not stay open.
             crate::supervise::abort_on_panic("splicer", || {
-                let mut st = State::new(busy_poll);
+                let mut st = State::new(busy_poll, contended);
                 if let Err(e) = task.run(poll, &mut st) {
                     // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                     // holding connections nobody serves.
@@ -248,15 +254,19 @@ impl Inner {
             if !full {
                 let spun = match st.pacer.mode() {
                     BusyPoll::Off => false,
-                    BusyPoll::Fixed(window) => {
+                    BusyPoll::Fixed(window) if !st.pacer.paused(Instant::now()) => {
                         self.spin(&mut poll, &mut events, window, st)?;
                         true
                     }
+                    BusyPoll::Fixed(_) => false,
                     BusyPoll::Adaptive(_) => self.spin_for_answers(&mut poll, &mut events, st)?,
                 };
                 if spun {
                     deadline = st.expire(Instant::now());
                 }
+            }
+            if st.policy.demoted() && !st.pacer.paused(Instant::now()) {
+                st.policy.settled();
             }
             #[cfg(test)]
             self.open.store(st.conns.len(), Ordering::Release);
@@ -285,8 +295,9 @@ impl Inner {
             if now >= until || self.quit.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            // The kernel may run another thread of this core: often the answer's sender.
-            std::thread::yield_now();
+            if yield_cpu(st) {
+                return Ok(());
+            }
         }
     }
 
@@ -307,8 +318,7 @@ impl Inner {
             if !events.is_empty() {
                 st.dispatch(events);
             } else {
-                // As in `spin`: the kernel's other threads get a turn.
-                std::thread::yield_now();
+                yield_cpu(st);
             }
             let now = Instant::now();
             if !st.pacer.spinning(now) || self.quit.load(Ordering::SeqCst) {
@@ -342,7 +352,7 @@ impl Inner {
 }
 
 impl State {
-    fn new(busy_poll: BusyPoll) -> State {
+    fn new(busy_poll: BusyPoll, contended: Counter) -> State {
         State {
             conns: Slab::new(),
             timers: BinaryHeap::new(),
@@ -351,6 +361,8 @@ impl State {
             arrived: Vec::new(),
             registry: None,
             pacer: Pacer::new(busy_poll),
+            policy: Demotion::of_this_thread(),
+            contended,
         }
     }
 
@@ -573,6 +585,20 @@ fn pace(d2u: &mut Flow, u2d: &mut Flow, to_up: u64, to_down: u64, pacer: &mut Pa
             pacer.expect();
         }
     }
+}
+
+/// Lets the kernel run another thread of this CPU (often the answer's sender); returns whether
+/// that took so long that busy polling paused (see `pace`), in which case the thread also
+/// leaves `SCHED_BATCH` for the pause (see `sched`).
+fn yield_cpu(st: &mut State) -> bool {
+    let before = Instant::now();
+    std::thread::yield_now();
+    let contended = st.pacer.yielded(before, Instant::now());
+    if contended {
+        st.policy.contended();
+        st.contended.inc();
+    }
+    contended
 }
 
 fn token(key: usize, side: usize) -> Token {

@@ -1,6 +1,7 @@
 //! The system calls nothing safe wraps, and the only `unsafe` code of the workspace: pipes and
 //! `splice(2)` for the splicer's zero-copy path, registering the listening sockets with the
-//! runtime's epoll, and `TCP_DEFER_ACCEPT` (which socket2 does not offer). Each call is wrapped in a
+//! runtime's epoll, `TCP_DEFER_ACCEPT` (which socket2 does not offer) and the scheduling policy
+//! of the proxy's threads (`sched.rs`). Each call is wrapped in a
 //! safe function or type whose descriptors are borrowed from, or owned by, live values, so they
 //! are open for the whole call; every block says why it is sound.
 //!
@@ -179,4 +180,28 @@ pub fn set_defer_accept(socket: &impl AsFd, defer: Duration) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// Puts the calling thread under `policy` (`SCHED_BATCH` or `SCHED_OTHER`) at nice level
+/// unchanged; threads it starts afterwards inherit it. On Linux the policy is per thread,
+/// pid 0 meaning the caller.
+pub fn set_scheduling_policy(policy: libc::c_int) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid, initialised sched_param that outlives the call, which only
+    // reads it.
+    let rc = unsafe { libc::sched_setscheduler(0, policy, &param) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The calling thread's scheduling policy.
+pub fn scheduling_policy() -> io::Result<libc::c_int> {
+    // SAFETY: no pointers; pid 0 is the calling thread.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(policy)
 }

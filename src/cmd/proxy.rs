@@ -1,6 +1,7 @@
 //! `isthmus proxy --config FILE`: run the SNI router until SIGTERM/SIGINT.
 
 use anyhow::Context;
+use isthmus_proxy::sched::{self, Scheduling};
 use isthmus_proxy::{BusyPoll, Proxy, Workers};
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
@@ -43,6 +44,22 @@ pub struct Args {
     /// BENCHMARKS.md for the trade-off measured.
     #[arg(long, value_name = "auto|off|DURATION", default_value = "auto", value_parser = parse_busy_poll)]
     pub busy_poll: BusyPoll,
+    /// How the kernel schedules the proxy's threads. `batch` (default): SCHED_BATCH, under
+    /// which a thread woken by a packet waits for the thread that sent it to block instead of
+    /// preempting it (on one CPU a proxied round trip then costs one context switch per hop,
+    /// not two); the same nice level and fair share of the CPU, no privilege needed.
+    /// `normal`: the kernel's default (SCHED_OTHER). See BENCHMARKS.md, issue 28, round 6.
+    #[arg(long, value_enum, default_value_t = Policy::Batch)]
+    pub scheduling: Policy,
+}
+
+/// The `--scheduling` choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Policy {
+    /// SCHED_BATCH: no preemption on wake-up.
+    Batch,
+    /// SCHED_OTHER: the kernel's default.
+    Normal,
 }
 
 fn parse_busy_poll(s: &str) -> Result<BusyPoll, String> {
@@ -71,6 +88,14 @@ pub enum Runtime {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policy = match args.scheduling {
+        Policy::Batch => Scheduling::Batch,
+        Policy::Normal => Scheduling::Normal,
+    };
+    // Before any runtime or splicer thread starts: they inherit the policy.
+    if let Err(e) = sched::apply(policy) {
+        warn!(error = %e, ?policy, "cannot set the threads' scheduling policy; keeping the kernel's default");
+    }
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

@@ -91,6 +91,58 @@ pub fn proxy_ready_through_probes(node: &Node) {
     }
 }
 
+/// The proxy in its pod (RuntimeDefault seccomp, every capability dropped) runs all its
+/// threads under `SCHED_BATCH`, the default of `isthmus proxy --scheduling`: the container
+/// runtime's profile lets the call through. Read from the host's `/proc`.
+pub fn proxy_threads_run_as_batch() {
+    let mut threads = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let dir = entry.path();
+        let Ok(cmdline) = std::fs::read(dir.join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_proxy = argv.first().is_some_and(|a| a.ends_with(b"isthmus"))
+            && argv.get(1) == Some(&&b"proxy"[..]);
+        let in_pod =
+            std::fs::read_to_string(dir.join("cgroup")).is_ok_and(|c| c.contains("kubepods"));
+        if !(is_proxy && in_pod) {
+            continue;
+        }
+        let Ok(tasks) = std::fs::read_dir(dir.join("task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+                continue;
+            };
+            let (name, rest) = (
+                &stat[stat.find('(').unwrap() + 1..stat.rfind(')').unwrap()],
+                &stat[stat.rfind(')').unwrap() + 2..],
+            );
+            // The 41st field, counting from the state (the 3rd).
+            let policy: i32 = rest.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+            threads.push((name.to_string(), policy));
+        }
+    }
+    assert!(
+        threads
+            .iter()
+            .any(|(name, _)| name.starts_with("isthmus-splice")),
+        "no splicer thread of a proxy pod found: {threads:?}"
+    );
+    const SCHED_BATCH: i32 = 3; // <linux/sched.h>
+    let not_batch: Vec<_> = threads.iter().filter(|(_, p)| *p != SCHED_BATCH).collect();
+    assert!(
+        not_batch.is_empty(),
+        "threads not under SCHED_BATCH: {not_batch:?}"
+    );
+    println!(
+        "figure: proxy threads under SCHED_BATCH in the pod: {}",
+        threads.len()
+    );
+}
+
 /// The proxy pods' metrics, read from the node (kubelet's side of the policies).
 pub fn proxy_metric(node: &Node, series: &str) -> f64 {
     let ips = node.pods_jsonpath(

@@ -141,7 +141,11 @@ impl Proxy {
             .into_iter()
             .enumerate()
             .map(|(i, runtime)| {
-                let splicer = Splicer::start(format!("isthmus-splice-{i}"), workers.busy_poll)?;
+                let splicer = Splicer::start(
+                    format!("isthmus-splice-{i}"),
+                    workers.busy_poll,
+                    metrics.busy_poll_contended.clone(),
+                )?;
                 Ok(Worker { runtime, splicer })
             })
             .collect::<Result<Vec<_>, std::io::Error>>()

@@ -10,6 +10,13 @@
 //! nothing when idle, nothing for bulk streams (their bursts fill the buffer, and a stream's
 //! messages go unanswered, so its score falls to zero), nothing for connections that carry
 //! one exchange (the score needs [`SPIN_SCORE`] answered messages first).
+//!
+//! Spinning pays only while the CPU is otherwise free or shared with the answer's sender.
+//! When other busy threads share it, each yield of the spin hands one of them a whole time
+//! slice (milliseconds), and the CPU time the spin burns leaves the splicer behind in the
+//! kernel's fair share when its next event comes: under two CPU-bound processes on the VM
+//! measured, `auto` had a p99 three times `off`'s. So a yield that kept the splicer off the CPU
+//! for longer than [`CONTENDED_YIELD`] pauses busy polling for [`CONTENDED_PAUSE`].
 
 use std::time::{Duration, Instant};
 
@@ -29,6 +36,14 @@ const SCORE: u8 = 0x0f;
 const SPUN: u8 = 1 << 6;
 /// This direction's last message awaits an answer from the other side.
 const AWAIT: u8 = 1 << 7;
+/// A yield that kept the splicer off the CPU this long means another thread ran for a time
+/// slice (0.75 ms and up): the threads a request/response exchange hands the CPU to (its
+/// client or server, another worker) give it back within tens of microseconds.
+pub const CONTENDED_YIELD: Duration = Duration::from_micros(500);
+/// How long busy polling pauses after a yield that showed the CPU contended: long enough that
+/// the slow yields that detect it are rare (one per second and worker), short enough to spin
+/// again soon after the contention ends.
+pub const CONTENDED_PAUSE: Duration = Duration::from_secs(1);
 /// The clock's unit, in microseconds: 16-bit stamps in 4 µs units wrap after 262 ms, far
 /// beyond any judge threshold (a wrapped stamp at worst scores one slow answer as quick).
 const TICK_US: u128 = 4;
@@ -116,6 +131,8 @@ pub struct Pacer {
     /// `until` bounds.
     awaiting: u32,
     until: Option<Instant>,
+    /// No spinning before this: a yield showed the CPU contended.
+    paused_until: Option<Instant>,
 }
 
 impl Pacer {
@@ -135,6 +152,7 @@ impl Pacer {
             judge,
             awaiting: 0,
             until: None,
+            paused_until: None,
         }
     }
 
@@ -164,6 +182,23 @@ impl Pacer {
         }
     }
 
+    /// Whether busy polling is paused at `now` (see [`Pacer::yielded`]).
+    pub fn paused(&self, now: Instant) -> bool {
+        self.paused_until.is_some_and(|at| now < at)
+    }
+
+    /// A spin's yield kept this thread off the CPU from `before` to `after`. Longer than
+    /// [`CONTENDED_YIELD`] means another thread ran for a time slice: busy polling pauses for
+    /// [`CONTENDED_PAUSE`] (see the module docs). Returns whether it paused.
+    pub fn yielded(&mut self, before: Instant, after: Instant) -> bool {
+        if self.mode == BusyPoll::Off || after.saturating_duration_since(before) <= CONTENDED_YIELD
+        {
+            return false;
+        }
+        self.paused_until = Some(after + CONTENDED_PAUSE);
+        true
+    }
+
     /// An answer a spin waited for came in.
     pub fn arrived(&mut self) {
         self.awaiting = self.awaiting.saturating_sub(1);
@@ -171,8 +206,9 @@ impl Pacer {
 
     /// Whether an adaptive spin goes on at `now`; clears the state when it ends.
     pub fn spinning(&mut self, now: Instant) -> bool {
+        let paused = self.paused(now);
         match self.until {
-            Some(until) if self.awaiting > 0 && now < until => true,
+            Some(until) if self.awaiting > 0 && now < until && !paused => true,
             _ => {
                 self.awaiting = 0;
                 self.until = None;
@@ -225,5 +261,24 @@ mod tests {
         pacer.expect();
         assert!(!pacer.spinning(Instant::now() + Duration::from_secs(1)));
         assert!(!pacer.spinning(Instant::now()));
+    }
+
+    #[test]
+    fn a_slow_yield_pauses_spinning() {
+        let mut pacer = Pacer::new(BusyPoll::Adaptive(Duration::from_millis(50)));
+        let t0 = Instant::now();
+        // A short yield: the CPU was shared, not taken.
+        assert!(!pacer.yielded(t0, t0 + CONTENDED_YIELD));
+        pacer.expect();
+        assert!(pacer.spinning(Instant::now()));
+        // One that took longer: another thread ran a whole slice.
+        let back = Instant::now();
+        assert!(pacer.yielded(back - CONTENDED_YIELD * 2, back));
+        assert!(!pacer.spinning(Instant::now()));
+        pacer.expect();
+        assert!(!pacer.spinning(Instant::now()));
+        assert!(pacer.paused(back + CONTENDED_PAUSE - Duration::from_millis(1)));
+        // Then spinning may resume.
+        assert!(!pacer.paused(back + CONTENDED_PAUSE));
     }
 }

@@ -42,7 +42,7 @@ impl Rig {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let pool = Arc::new(Pool::new("u", Vec::new(), None, &metrics));
         Rig {
-            splicer: Splicer::start("splice-test".into(), busy_poll).unwrap(),
+            splicer: Splicer::start("splice-test".into(), busy_poll, Default::default()).unwrap(),
             metrics,
             pool,
             active: Gauge::default(),
