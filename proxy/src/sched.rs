@@ -3,9 +3,9 @@
 //! Why `SCHED_BATCH` by default: a proxied round trip is a chain of threads handing bytes to
 //! each other (client, proxy, server, proxy, client), and on the machine measured 99.6 % of
 //! those wake-ups land on the waker's own CPU. Under the default policy a proxy thread woken
-//! by a write preempts the writer at once, so the writer is switched out before it reaches its
-//! own blocking read and must be switched back in later: two context switches per hop instead
-//! of one. A `SCHED_BATCH` thread does not preempt on wake-up; it runs when the writer blocks,
+//! by a write may preempt the writer as the writer's system call returns, so the writer is
+//! switched out before it reaches its own blocking read and must be switched back in later:
+//! two context switches per hop instead of one. A `SCHED_BATCH` thread does not preempt on wake-up; it runs when the writer blocks,
 //! a moment later. It is otherwise an ordinary fair-share thread (same nice level, same share
 //! of the CPU), and needs no privilege or capability.
 //!

@@ -40,14 +40,16 @@ pub struct Args {
     /// messages were recently answered that fast (request/response traffic; idle workers,
     /// bulk streams and short-lived connections never spin). A duration (e.g. `100us`):
     /// after every event, for that long. `0` or `off`: never. Waking a sleeping thread takes
-    /// tens of microseconds on virtual machines; polling spends CPU instead. See
-    /// BENCHMARKS.md for the trade-off measured.
+    /// tens of microseconds on virtual machines; polling spends CPU instead. A poll's yield
+    /// that keeps the worker off the CPU for over 500us (another busy thread's time slice)
+    /// pauses polling for 1s. See BENCHMARKS.md for the trade-off measured.
     #[arg(long, value_name = "auto|off|DURATION", default_value = "auto", value_parser = parse_busy_poll)]
     pub busy_poll: BusyPoll,
     /// How the kernel schedules the proxy's threads. `batch` (default): SCHED_BATCH, under
     /// which a thread woken by a packet waits for the thread that sent it to block instead of
     /// preempting it (on one CPU a proxied round trip then costs one context switch per hop,
-    /// not two); the same nice level and fair share of the CPU, no privilege needed.
+    /// not two); the same nice level and fair share of the CPU, no privilege needed. While
+    /// busy polling is paused for a contended CPU the splicer thread runs as `normal`.
     /// `normal`: the kernel's default (SCHED_OTHER). See BENCHMARKS.md, issue 28, round 6.
     #[arg(long, value_enum, default_value_t = Policy::Batch)]
     pub scheduling: Policy,
