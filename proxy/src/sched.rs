@@ -79,14 +79,7 @@ impl Demotion {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The policy field of `/proc/thread-self/stat` (the 41st).
-    fn policy_of_this_thread() -> i32 {
-        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-        // The command name may hold spaces; the fields after it do not.
-        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
-        after_name.split(' ').nth(41 - 3).unwrap().parse().unwrap()
-    }
+    use isthmus_testkit::sched::policy_of_this_thread;
 
     #[test]
     fn a_thread_and_the_threads_it_starts_run_under_the_chosen_policy() {

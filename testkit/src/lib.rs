@@ -37,6 +37,9 @@ pub use netns::Netns;
 mod process;
 pub use process::{free_port, Logged};
 
+/// A thread's scheduling policy (`/proc`).
+pub mod sched;
+
 /// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
 pub mod link;
 

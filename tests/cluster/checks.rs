@@ -116,12 +116,7 @@ pub fn proxy_threads_run_as_batch() {
             let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
                 continue;
             };
-            let (name, rest) = (
-                &stat[stat.find('(').unwrap() + 1..stat.rfind(')').unwrap()],
-                &stat[stat.rfind(')').unwrap() + 2..],
-            );
-            // The 41st field, counting from the state (the 3rd).
-            let policy: i32 = rest.split(' ').nth(41 - 3).unwrap().parse().unwrap();
+            let (name, policy) = isthmus_testkit::sched::name_and_policy(&stat).unwrap();
             threads.push((name.to_string(), policy));
         }
     }
