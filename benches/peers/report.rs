@@ -1,4 +1,5 @@
-//! Medians, min–max, ratios to the best peer and to direct; the printed table and the JSON.
+//! Medians, min–max, ratios to the best peer and to direct (of the medians, and paired round by
+//! round); the printed table and the JSON.
 
 use crate::contender::Kind;
 use std::collections::BTreeMap;
@@ -194,6 +195,24 @@ impl Results {
             })
     }
 
+    /// The median over rounds of `who`'s figure divided by `peer`'s in the same round. Rounds
+    /// swing together (the host, the kernel's TIME_WAIT table: in one `connrate` run every
+    /// contender's slowest round was the same), and a ratio of medians taken from different
+    /// rounds carries that swing; the contenders of a round run minutes apart at most.
+    /// `None` unless both have a figure in every round (and there are two rounds or more).
+    fn paired(&self, metric: &str, who: &str, peer: &str) -> Option<f64> {
+        let by = self.samples.get(metric)?;
+        let (a, b) = (by.get(who)?, by.get(peer)?);
+        if a.len() != b.len() || a.len() < 2 {
+            return None;
+        }
+        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
+        if r.iter().any(|x| !x.is_finite()) {
+            return None;
+        }
+        summarize(&r).map(|s| s.median)
+    }
+
     /// Records one round of the `syscalls` scenario: `counts` over `conns` connections.
     pub fn push_syscalls(
         &mut self,
@@ -360,8 +379,8 @@ impl Results {
     /// The table: one row per figure and contender.
     pub fn table(&self) -> String {
         let mut out = format!(
-            "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9}\n",
-            "figure", "who", "median", "min–max", "/best peer", "/direct"
+            "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9} {:>8}\n",
+            "figure", "who", "median", "min–max", "/best peer", "/direct", "paired"
         );
         for m in &METRICS {
             let best = self.best_peer(m);
@@ -374,14 +393,18 @@ impl Results {
                     Some(d) if d != 0.0 => format!("{:.2}x", s.median / d),
                     _ => "-".into(),
                 };
+                let paired = best
+                    .and_then(|b| self.paired(m.key, k.name(), b.0))
+                    .map_or_else(|| "-".into(), |r| format!("{r:.2}x"));
                 out += &format!(
-                    "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9}\n",
+                    "{:<18} {:<9} {:>10} {:>21} {:>10} {:>9} {:>8}\n",
                     format!("{} ({})", m.key, m.unit),
                     k.name(),
                     fmt(s.median),
                     format!("{}–{}", fmt(s.min), fmt(s.max)),
                     ratio(best.map(|b| b.1)),
                     ratio(direct.map(|d| d.median)),
+                    paired,
                 );
             }
         }
@@ -404,6 +427,8 @@ impl Results {
                         "median": s.median, "min": s.min, "max": s.max,
                         "samples": self.samples[m.key][k.name()],
                         "ratio_to_best_peer": best.map(|b| s.median / b.1),
+                        "paired_ratio_to_best_peer":
+                            best.and_then(|b| self.paired(m.key, k.name(), b.0)),
                         "ratio_to_direct": direct.map(|d| s.median / d.median),
                     }),
                 );
