@@ -139,6 +139,10 @@ impl Driver for Controllers {
             let status = m.status.unwrap_or_default();
             let current = status.observed_generation == generation && status.step == Some(step);
             if (current && status.step_ready) || stop(&lab.world) {
+                // `pass` recorded the conditions before it read this status: the ones the
+                // controller wrote with readiness (`LiveMigrationAborted True`) would go
+                // unrecorded if nothing reads them again (seen once in CI, under load).
+                self.conditions(lab, side).await?;
                 return Ok(());
             }
             deadline.check(side, step, &status.conditions)?;

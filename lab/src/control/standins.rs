@@ -185,7 +185,7 @@ impl Controllers {
     }
 
     /// Records every condition of `side`'s migration whose status or reason changed.
-    async fn conditions(&mut self, lab: &mut Lab, side: Side) -> Result<()> {
+    pub(super) async fn conditions(&mut self, lab: &mut Lab, side: Side) -> Result<()> {
         let api: Api<EtcdMigration> = Api::namespaced(self.plane.admin(side), NAMESPACE);
         let Some(m) = api
             .get_opt(MIGRATION)
