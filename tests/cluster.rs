@@ -44,7 +44,7 @@ fn isthmus_in_a_real_node() {
     println!("figure: scripts/cluster.sh up (node, image loaded, chart installed, proxy Ready): {up:.1?}");
     checks::first_pod_ready(&node, wall0);
     checks::proxy_ready_through_probes(&node);
-    checks::proxy_threads_run_as_batch();
+    checks::proxy_threads_run_as_batch(&node);
     let shoot = shoot::Shoot::deploy(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);

@@ -200,14 +200,27 @@ impl Results {
     /// contender's slowest round was the same), and a ratio of medians taken from different
     /// rounds carries that swing; the contenders of a round run minutes apart at most.
     /// `None` unless both have a figure in every round (and there are two rounds or more).
+    /// Added latency is paired from the latency percentiles: round by round, what the
+    /// contender adds to that round's direct path over what the peer adds.
     fn paired(&self, metric: &str, who: &str, peer: &str) -> Option<f64> {
+        let (metric, added) = match metric {
+            "added_p50" => ("latency_p50", true),
+            "added_p99" => ("latency_p99", true),
+            m => (m, false),
+        };
         let by = self.samples.get(metric)?;
+        let less = if added { Some(by.get("direct")?) } else { None };
         let (a, b) = (by.get(who)?, by.get(peer)?);
-        if a.len() != b.len() || a.len() < 2 {
+        if a.len() != b.len() || a.len() < 2 || less.is_some_and(|d| d.len() != a.len()) {
             return None;
         }
-        let r: Vec<f64> = a.iter().zip(b).map(|(x, y)| x / y).collect();
-        if r.iter().any(|x| !x.is_finite()) {
+        let r: Vec<f64> = (0..a.len())
+            .map(|i| {
+                let d = less.map_or(0.0, |d| d[i]);
+                (a[i] - d) / (b[i] - d)
+            })
+            .collect();
+        if r.iter().any(|x| !x.is_finite() || *x < 0.0) {
             return None;
         }
         summarize(&r).map(|s| s.median)

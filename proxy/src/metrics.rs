@@ -112,6 +112,8 @@ pub struct Metrics {
     pub closed_by_limit: Family<LimitLabels, Counter>,
     /// Busy-polling pauses for a contended CPU (see `splice::pace`).
     pub busy_poll_contended: Counter,
+    /// Splicer threads leaving `SCHED_BATCH` for a contended CPU (see `sched`).
+    pub sched_demoted: Counter,
     /// The soft `RLIMIT_NOFILE` in effect.
     pub fd_limit: Gauge,
     /// The global connection cap in effect: `max_connections`, or less when that many
@@ -151,6 +153,7 @@ impl Metrics {
             dns_addresses: Family::default(),
             closed_by_limit: Family::default(),
             busy_poll_contended: Counter::default(),
+            sched_demoted: Counter::default(),
             fd_limit: Gauge::default(),
             max_connections_effective: Gauge::default(),
             warnings: Default::default(),
@@ -249,9 +252,16 @@ impl Metrics {
         r.register(
             "proxy_busy_poll_contended",
             "Times a splicer found its CPU contended (a yield of busy polling came back after \
-             another thread's time slice): busy polling then pauses for 1 s, with the thread \
-             under SCHED_OTHER instead of SCHED_BATCH meanwhile",
+             another thread's time slice): busy polling then pauses for 1 s",
             m.busy_poll_contended.clone(),
+        );
+        r.register(
+            "proxy_sched_demoted",
+            "Times a splicer thread left SCHED_BATCH for SCHED_OTHER because its CPU was \
+             contended (its wake-ups waited more than 30 us on average, or busy polling found \
+             it contended); it returns after a pause of 4 s, doubled up to 64 s while the \
+             contention lasts",
+            m.sched_demoted.clone(),
         );
         r.register(
             "proxy_fd_limit",

@@ -11,12 +11,38 @@
 //!
 //! The price is paid when other busy threads share the CPU: a batch thread woken by a packet
 //! then waits for the running thread's time slice to end (milliseconds). So a splicer thread
-//! whose busy polling finds the CPU contended (`splice::pace`) goes back to `SCHED_OTHER` for
-//! as long as busy polling pauses ([`Demotion`]), and returns to batch afterwards.
+//! watches how long its wake-ups wait ([`Demotion`]): every [`CHECK`] it reads its own
+//! run-queue figures (`/proc/thread-self/schedstat`: nanoseconds spent runnable but waiting,
+//! and slices run), and when its slices waited more than [`CONTENDED_WAIT`] on average it goes
+//! back to `SCHED_OTHER` for a pause. Busy polling that finds the CPU contended
+//! (`splice::pace`) does the same. Under `SCHED_OTHER` its wake-ups preempt again, so its waits
+//! no longer show whether the contention lasts: it returns to batch after the pause and looks
+//! again, and a contention found right after a return doubles the next pause (up to
+//! [`MAX_PAUSE`]), so a CPU that stays busy costs one [`CHECK`] of batch waits per pause.
 //!
-//! Figures from the 2-vCPU VM are in BENCHMARKS.md, issue 28, round 6.
+//! Figures from the 2-vCPU VM are in BENCHMARKS.md, issue 28, rounds 6 and 7.
 
+use std::fs::File;
 use std::io;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+/// How often a batch thread looks at its run-queue waits: short, since until it looks a busy
+/// CPU costs its wake-ups milliseconds each; one `pread` of a /proc file per look.
+const CHECK: Duration = Duration::from_millis(20);
+/// Slices that waited this long on average mean other threads' time slices ran first: the
+/// threads of an exchange (client, server, another worker) give the CPU up within a few
+/// microseconds. An average, so low: a few waits of a whole time slice (milliseconds) among
+/// many short ones are the tail this is for. A false alarm only costs batch's gain for a
+/// pause; a missed contention costs milliseconds per wake-up.
+const CONTENDED_WAIT: Duration = Duration::from_micros(30);
+/// Slices a check needs for its average to count.
+const MIN_SLICES: u64 = 8;
+/// The first pause out of batch: each return costs up to a [`CHECK`] of batch waits on a CPU
+/// that is still busy.
+const PAUSE: Duration = Duration::from_secs(4);
+/// The longest pause out of batch.
+const MAX_PAUSE: Duration = Duration::from_secs(64);
 
 /// The policy of the proxy's threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,7 +68,14 @@ pub fn apply(policy: Scheduling) -> io::Result<()> {
 pub(crate) struct Demotion {
     /// The thread started under `SCHED_BATCH`; a thread under any other policy is left alone.
     batch: bool,
-    demoted: bool,
+    /// Out of batch until then.
+    until: Option<Instant>,
+    pause: Duration,
+    /// Back in batch, and no check since has found the CPU free: another contention doubles
+    /// the pause.
+    just_back: bool,
+    waits: Option<RunQueue>,
+    next_check: Option<Instant>,
 }
 
 impl Demotion {
@@ -51,29 +84,137 @@ impl Demotion {
         let batch = crate::sys::scheduling_policy().is_ok_and(|p| p == libc::SCHED_BATCH);
         Demotion {
             batch,
-            demoted: false,
+            until: None,
+            pause: PAUSE,
+            just_back: false,
+            // Unreadable (no /proc): only busy polling's yields can find contention.
+            waits: batch.then(RunQueue::of_this_thread).flatten(),
+            next_check: None,
         }
     }
 
     /// Whether the thread is out of `SCHED_BATCH` for now.
-    pub(crate) fn demoted(&self) -> bool {
-        self.demoted
+    #[cfg(test)]
+    fn demoted(&self) -> bool {
+        self.until.is_some()
     }
 
-    /// The CPU is contended: the thread's wake-ups may preempt again (`SCHED_OTHER`).
-    pub(crate) fn contended(&mut self) {
-        if self.batch && !self.demoted {
-            // A refusal leaves the thread as it was, which still works.
-            self.demoted = apply(Scheduling::Normal).is_ok();
+    /// The CPU is contended: the thread's wake-ups may preempt again (`SCHED_OTHER`) until the
+    /// pause is over. Returns whether this demoted the thread.
+    pub(crate) fn contended(&mut self, now: Instant) -> bool {
+        if !self.batch || self.until.is_some() {
+            return false;
+        }
+        if self.just_back {
+            self.pause = (self.pause * 2).min(MAX_PAUSE);
+        }
+        // A refusal leaves the thread as it was, which still works.
+        if apply(Scheduling::Normal).is_err() {
+            return false;
+        }
+        self.until = Some(now + self.pause);
+        true
+    }
+
+    /// Once per turn of the thread's loop: back to batch when the pause is over, and every
+    /// [`CHECK`] a look at how long the thread's wake-ups waited. Returns whether this demoted
+    /// the thread.
+    pub(crate) fn tick(&mut self, now: Instant) -> bool {
+        if !self.batch {
+            return false;
+        }
+        if let Some(until) = self.until {
+            if now >= until && apply(Scheduling::Batch).is_ok() {
+                self.until = None;
+                self.just_back = true;
+                self.next_check = Some(now + CHECK);
+                // Waits under `SCHED_OTHER` say nothing about batch's.
+                if let Some(w) = self.waits.as_mut() {
+                    w.sample(0);
+                }
+            }
+            return false;
+        }
+        if self.next_check.is_some_and(|at| now < at) {
+            return false;
+        }
+        self.next_check = Some(now + CHECK);
+        match self
+            .waits
+            .as_mut()
+            .and_then(|w| w.sample(MIN_SLICES))
+            .map(contended)
+        {
+            Some(true) => self.contended(now),
+            Some(false) => {
+                self.just_back = false;
+                self.pause = PAUSE;
+                false
+            }
+            None => false,
         }
     }
 
-    /// The contention is over: back to `SCHED_BATCH`.
-    pub(crate) fn settled(&mut self) {
-        if self.demoted {
-            self.demoted = apply(Scheduling::Batch).is_err();
-        }
+    /// The current pause, for tests.
+    #[cfg(test)]
+    fn until(&self) -> Option<Instant> {
+        self.until
     }
+}
+
+/// Whether `(waited ns, slices)` show a contended CPU.
+fn contended((waited_ns, slices): (u64, u64)) -> bool {
+    waited_ns / slices.max(1) > CONTENDED_WAIT.as_nanos() as u64
+}
+
+/// The calling thread's run-queue figures, from `/proc/thread-self/schedstat` (time on the CPU,
+/// time runnable but waiting, slices run), kept open and read again at offset 0.
+#[derive(Debug)]
+struct RunQueue {
+    file: File,
+    last: (u64, u64),
+}
+
+impl RunQueue {
+    fn of_this_thread() -> Option<RunQueue> {
+        let file = File::open("/proc/thread-self/schedstat").ok()?;
+        let mut rq = RunQueue { file, last: (0, 0) };
+        rq.last = rq.read()?;
+        Some(rq)
+    }
+
+    /// Waited nanoseconds and slices since the last sample taken, once at least `min_slices`
+    /// have run: a thread that seldom wakes is judged over a longer time, and only the time
+    /// it was runnable adds to its waits.
+    fn sample(&mut self, min_slices: u64) -> Option<(u64, u64)> {
+        let now = self.read()?;
+        let d = (
+            now.0.saturating_sub(self.last.0),
+            now.1.saturating_sub(self.last.1),
+        );
+        if d.1 < min_slices {
+            return None;
+        }
+        self.last = now;
+        Some(d)
+    }
+
+    fn read(&self) -> Option<(u64, u64)> {
+        let mut buf = [0u8; 96];
+        let n = self.file.read_at(&mut buf, 0).ok()?;
+        parse(buf.get(..n)?)
+    }
+}
+
+/// `(waited ns, slices)` of a schedstat line.
+fn parse(line: &[u8]) -> Option<(u64, u64)> {
+    let mut f = std::str::from_utf8(line)
+        .ok()?
+        .split_ascii_whitespace()
+        .skip(1);
+    let waited = f.next()?.parse().ok()?;
+    let slices = f.next()?.parse().ok()?;
+    Some((waited, slices))
 }
 
 #[cfg(test)]
@@ -101,18 +242,73 @@ mod tests {
         std::thread::spawn(|| {
             apply(Scheduling::Batch).unwrap();
             let mut d = Demotion::of_this_thread();
-            d.contended();
+            let t0 = Instant::now();
+            assert!(d.contended(t0));
             assert!(d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_OTHER);
-            d.settled();
+            // Not before the pause is over.
+            d.tick(t0 + PAUSE / 2);
+            assert!(d.demoted());
+            d.tick(t0 + PAUSE);
             assert!(!d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_BATCH);
             // Started under the default policy (`--scheduling normal`): never touched.
             apply(Scheduling::Normal).unwrap();
             let mut d = Demotion::of_this_thread();
-            d.contended();
+            assert!(!d.contended(t0));
             assert!(!d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_OTHER);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn contention_right_after_a_return_doubles_the_pause_up_to_the_cap() {
+        std::thread::spawn(|| {
+            apply(Scheduling::Batch).unwrap();
+            let mut d = Demotion::of_this_thread();
+            let mut now = Instant::now();
+            let mut pauses = vec![];
+            for _ in 0..9 {
+                assert!(d.contended(now));
+                let until = d.until().unwrap();
+                pauses.push((until - now).as_secs());
+                now = until;
+                d.tick(now);
+                assert!(!d.demoted());
+            }
+            assert_eq!(pauses, [4, 8, 16, 32, 64, 64, 64, 64, 64]);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn waits_of_a_time_slice_are_contention_waits_of_an_exchange_are_not() {
+        // One wait of a 2 ms time slice among 9 of 5 µs.
+        assert!(contended((2_045_000, 10)));
+        assert!(!contended((100_000, 10)));
+        assert!(!contended((0, 0)));
+        assert_eq!(parse(b"39310054 14537580 28\n"), Some((14537580, 28)));
+        assert_eq!(parse(b"39310054\n"), None);
+    }
+
+    #[test]
+    fn a_thread_reads_its_own_run_queue_figures() {
+        std::thread::spawn(|| {
+            let mut rq = RunQueue::of_this_thread().unwrap();
+            // Each sleep blocks the thread and ends in a wake-up and a new slice (the sleeps
+            // synchronise with nothing: they are the events counted).
+            for _ in 0..3 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let (_, slices) = rq.sample(3).unwrap();
+            assert!(slices >= 3, "{slices} slices");
+            // Figures are since the last sample, taken once enough slices have run.
+            assert_eq!(rq.sample(slices + 1000), None);
+            let (_, again) = rq.sample(0).unwrap();
+            assert!(again < slices, "{again} after {slices}");
         })
         .join()
         .unwrap();

@@ -145,10 +145,18 @@ struct State {
     /// events are dispatched.
     registry: Option<mio::Registry>,
     pacer: Pacer,
-    /// Out of `SCHED_BATCH` while busy polling is paused for contention (see `sched`).
+    /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
     policy: Demotion,
+    counters: Contention,
+}
+
+/// What a splicer counts of a contended CPU.
+#[derive(Debug, Clone, Default)]
+pub struct Contention {
     /// `isthmus_proxy_busy_poll_contended_total`.
-    contended: Counter,
+    pub busy_poll: Counter,
+    /// `isthmus_proxy_sched_demoted_total`.
+    pub demoted: Counter,
 }
 
 /// One open connection: two sockets, two directions.
@@ -168,10 +176,9 @@ const WAKE: Token = Token(usize::MAX);
 
 impl Splicer {
     /// Creates a splicer whose loop runs on a thread of its own, named `name`, blocked in its
-    /// own `epoll_wait` (see the module docs for why); `contended` counts its busy-polling
-    /// pauses for a contended CPU. The loop ends, closing its connections, when the last
-    /// handle is dropped.
-    pub fn start(name: String, busy_poll: BusyPoll, contended: Counter) -> io::Result<Splicer> {
+    /// own `epoll_wait` (see the module docs for why); `counters` count what a contended CPU
+    /// made it do. The loop ends, closing its connections, when the last handle is dropped.
+    pub fn start(name: String, busy_poll: BusyPoll, counters: Contention) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
         let inner = Arc::new(Inner {
@@ -188,7 +195,7 @@ impl Splicer {
             // A panic here aborts the process (see `supervise`): connections nobody serves
             // must not stay open.
             crate::supervise::abort_on_panic("splicer", || {
-                let mut st = State::new(busy_poll, contended);
+                let mut st = State::new(busy_poll, counters);
                 if let Err(e) = task.run(poll, &mut st) {
                     // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                     // holding connections nobody serves.
@@ -265,8 +272,8 @@ impl Inner {
                     deadline = st.expire(Instant::now());
                 }
             }
-            if st.policy.demoted() && !st.pacer.paused(Instant::now()) {
-                st.policy.settled();
+            if st.policy.tick(Instant::now()) {
+                st.counters.demoted.inc();
             }
             #[cfg(test)]
             self.open.store(st.conns.len(), Ordering::Release);
@@ -352,7 +359,7 @@ impl Inner {
 }
 
 impl State {
-    fn new(busy_poll: BusyPoll, contended: Counter) -> State {
+    fn new(busy_poll: BusyPoll, counters: Contention) -> State {
         State {
             conns: Slab::new(),
             timers: BinaryHeap::new(),
@@ -362,7 +369,7 @@ impl State {
             registry: None,
             pacer: Pacer::new(busy_poll),
             policy: Demotion::of_this_thread(),
-            contended,
+            counters,
         }
     }
 
@@ -589,14 +596,17 @@ fn pace(d2u: &mut Flow, u2d: &mut Flow, to_up: u64, to_down: u64, pacer: &mut Pa
 
 /// Lets the kernel run another thread of this CPU (often the answer's sender); returns whether
 /// that took so long that busy polling paused (see `pace`), in which case the thread also
-/// leaves `SCHED_BATCH` for the pause (see `sched`).
+/// leaves `SCHED_BATCH` for a while (see `sched`).
 fn yield_cpu(st: &mut State) -> bool {
     let before = Instant::now();
     std::thread::yield_now();
-    let contended = st.pacer.yielded(before, Instant::now());
+    let after = Instant::now();
+    let contended = st.pacer.yielded(before, after);
     if contended {
-        st.policy.contended();
-        st.contended.inc();
+        st.counters.busy_poll.inc();
+        if st.policy.contended(after) {
+            st.counters.demoted.inc();
+        }
     }
     contended
 }

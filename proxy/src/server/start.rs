@@ -10,7 +10,7 @@ use crate::listen::Shared;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::socket;
-use crate::splice::{BusyPoll, Splicer};
+use crate::splice::{BusyPoll, Contention, Splicer};
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
@@ -144,7 +144,10 @@ impl Proxy {
                 let splicer = Splicer::start(
                     format!("isthmus-splice-{i}"),
                     workers.busy_poll,
-                    metrics.busy_poll_contended.clone(),
+                    Contention {
+                        busy_poll: metrics.busy_poll_contended.clone(),
+                        demoted: metrics.sched_demoted.clone(),
+                    },
                 )?;
                 Ok(Worker { runtime, splicer })
             })
