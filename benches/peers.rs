@@ -45,6 +45,24 @@ const SCENARIOS: [&str; 8] = [
 /// measures speed.
 const OPT_IN: [&str; 2] = ["syscalls", "profile"];
 
+const USAGE: &str = "\
+usage: cargo bench --bench peers [-- [OPTION…] [FILTER…]]
+
+isthmus against nginx, HAProxy, sniproxy and the direct path, interleaved in rounds; prints
+medians, min–max, ratios to the best peer and paired ratios, and writes target/peers.json.
+
+options:
+  --quick               short scenarios, 1 round (a smoke run)
+  --rounds N            rounds (default 5; 1 with --quick)
+  --threads N           workers per proxy (default 2)
+  --latency-conns N     connections of the latency scenario (default 8)
+  --busy-poll MODE      isthmus --busy-poll auto|off|DURATION (HAProxy busy-polling for a DURATION)
+  -h, --help            this text
+
+FILTERs (also PEERS_FILTER, comma-separated) pick contenders (isthmus nginx haproxy sniproxy
+direct) and scenarios (bulk1 bulk64 latency connrate idle reload; syscalls and profile only when
+named). ISTHMUS_BIN runs another build of isthmus. See BENCHMARKS.md.";
+
 #[derive(Debug)]
 struct Opts {
     quick: bool,
@@ -77,7 +95,15 @@ impl Opts {
                 }
                 "--busy-poll" => o.busy_poll = args.next(),
                 // cargo bench passes --bench to every bench binary.
-                s if s.starts_with("--") => {}
+                "--bench" => {}
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
+                s if s.starts_with('-') => {
+                    eprintln!("peers: unknown option {s}\n\n{USAGE}");
+                    std::process::exit(2);
+                }
                 s => o.filters.extend(s.split(',').map(str::to_owned)),
             }
         }
@@ -236,8 +262,13 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         for s in &scenarios {
             if *s == "latency" {
                 // Every contender at once, taking turns (see `latency`).
-                let latency = latency_round(&running, &plan, &hello, &mut res);
-                if let Err(e) = latency.await {
+                for r in &running {
+                    r.pause(false);
+                }
+                let before = demotions(&running).await;
+                let latency = latency_round(&running, &plan, &hello, &mut res).await;
+                res.push_demotions(s, before, demotions(&running).await);
+                if let Err(e) = latency {
                     failures += 1;
                     eprintln!("round {round}: latency: {e}");
                 }
@@ -258,10 +289,12 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                     big: &big,
                     upstream_open: &upstream_open,
                 };
+                let before = r.demotions().await;
                 if let Err(e) = scenario(s, r, &inputs, &mut res).await {
                     failures += 1;
                     eprintln!("round {round}: {} {s}: {e}", r.kind.name());
                 }
+                res.push_demotions(s, before, r.demotions().await);
                 // The contender passes the scenario's closes on before it is paused, or the
                 // upstream would keep those sockets (the idle scenario's 8000) open.
                 if !all_closed(&upstream_open).await {
@@ -283,6 +316,9 @@ async fn run(opts: Opts) -> std::process::ExitCode {
     println!("\n{}", res.table());
     if let Some(t) = res.syscall_table() {
         println!("System calls per proxied connection (connrate under strace -c -f, median over rounds):\n{t}");
+    }
+    if let Some(t) = res.demotion_line() {
+        println!("isthmus leaving SCHED_BATCH (demotions per round, by scenario): {t}");
     }
     if let Some(t) = res.profile_table() {
         println!("Where the CPU goes (connrate under perf record -g, share of samples, all rounds):\n{t}");
@@ -458,8 +494,18 @@ async fn scenario(
     Ok(())
 }
 
-/// The `latency` scenario of one round: every running contender unpaused (the caller pauses
-/// them again once their closes have passed), its connections taking turns with the others'
+/// isthmus's demotions so far, when it is among `running`.
+async fn demotions(running: &[Running]) -> Option<f64> {
+    for r in running {
+        if let Some(n) = r.demotions().await {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// The `latency` scenario of one round: every running contender, unpaused by the caller (who
+/// pauses them again once their closes have passed), its connections taking turns with the others'
 /// ([`latency::interleaved`]); the order rotates with the round's.
 async fn latency_round(
     running: &[Running],
@@ -467,9 +513,6 @@ async fn latency_round(
     hello: &Arc<[u8]>,
     res: &mut Results,
 ) -> std::io::Result<()> {
-    for r in running {
-        r.pause(false);
-    }
     let cpu: Vec<f64> = running.iter().map(Running::cpu_seconds).collect();
     let measured = latency::interleaved(
         running.iter().map(|r| r.addr).collect(),

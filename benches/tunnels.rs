@@ -35,6 +35,23 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use world::{Peer, World};
 
+const USAGE: &str = "\
+usage: cargo bench --bench tunnels [-- [OPTION…] [PEER…]]   (root: namespaces, TUN)
+
+The isthmus tunnel against OpenVPN and konnectivity across the lab's emulated link, with the
+direct path and the bare relays as floors, in interleaved rounds.
+
+options:
+  --quick          short runs
+  --rounds N       rounds (default 3)
+  --rtts LIST      emulated round-trip times in ms, comma-separated (default 0,50,150)
+  --perf           one more pull and saturation run under perf stat
+                   (TUNNELS_PERF_RECORD=DIR: also perf record)
+  -h, --help       this text
+
+PEERs: isthmus konnectivity openvpn (direct and relays always run). ISTHMUS_BIN runs another
+build of isthmus. See BENCHMARKS.md.";
+
 struct Opts {
     quick: bool,
     perf: bool,
@@ -67,8 +84,15 @@ impl Opts {
                         .collect()
                 }
                 "--bench" => {}
+                "--help" | "-h" => {
+                    println!("{USAGE}");
+                    std::process::exit(0);
+                }
                 p if !p.starts_with('-') => o.peers.push(p.to_owned()),
-                _ => {}
+                p => {
+                    eprintln!("tunnels: unknown option {p}\n\n{USAGE}");
+                    std::process::exit(2);
+                }
             }
         }
         o

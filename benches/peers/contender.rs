@@ -395,6 +395,19 @@ impl Running {
         }
     }
 
+    /// isthmus's splicers' moves out of `SCHED_BATCH` so far
+    /// (`isthmus_proxy_sched_demoted_total`, from its admin endpoint); `None` for the peers or
+    /// when the endpoint does not answer. A scenario that demotes is measured partly under
+    /// `SCHED_OTHER`, and the pause (4 s or more) outlasts the scenario.
+    pub async fn demotions(&self) -> Option<f64> {
+        if self.kind != Kind::Isthmus {
+            return None;
+        }
+        let admin = SocketAddr::from(([127, 0, 0, 1], self.admin));
+        let (status, body) = isthmus_testkit::http_get(admin, "/metrics").await.ok()?;
+        (status == 200).then(|| isthmus_testkit::metric(&body, "isthmus_proxy_sched_demoted_total"))
+    }
+
     /// Graceful stop (resumed first if paused), then SIGKILL after three seconds.
     pub fn stop(&mut self) {
         self.pause(false);

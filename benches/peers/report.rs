@@ -109,6 +109,8 @@ pub struct Results {
     pub syscalls: BTreeMap<&'static str, Vec<PerCall>>,
     /// The `profile` scenario's samples by call, per contender, summed over rounds.
     pub profiles: BTreeMap<&'static str, crate::profile::Samples>,
+    /// isthmus's demotions out of `SCHED_BATCH` during each scenario, one count per round.
+    pub demotions: BTreeMap<String, Vec<f64>>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +148,30 @@ pub fn percentile(sorted: &[u64], p: f64) -> f64 {
 }
 
 impl Results {
+    /// isthmus's demotion counter before and after `scenario` (`None` when it did not run or
+    /// did not answer).
+    pub fn push_demotions(&mut self, scenario: &str, before: Option<f64>, after: Option<f64>) {
+        if let (Some(b), Some(a)) = (before, after) {
+            self.demotions
+                .entry(scenario.to_owned())
+                .or_default()
+                .push(a - b);
+        }
+    }
+
+    /// `bulk1 0/0/0, bulk64 2/1/2, …`: the demotions per round, by scenario.
+    pub fn demotion_line(&self) -> Option<String> {
+        let parts: Vec<String> = self
+            .demotions
+            .iter()
+            .map(|(s, v)| {
+                let rounds: Vec<String> = v.iter().map(|n| format!("{n:.0}")).collect();
+                format!("{s} {}", rounds.join("/"))
+            })
+            .collect();
+        (!parts.is_empty()).then(|| parts.join(", "))
+    }
+
     pub fn push(&mut self, metric: &'static str, who: Kind, value: f64) {
         self.samples
             .entry(metric)
@@ -467,7 +493,7 @@ impl Results {
             .collect();
         serde_json::json!({
             "meta": meta, "figures": figures, "syscalls_per_conn": syscalls,
-            "profile_samples": self.profiles,
+            "profile_samples": self.profiles, "isthmus_demotions": self.demotions,
         })
     }
 }
