@@ -258,9 +258,9 @@ impl Metrics {
         r.register(
             "proxy_sched_demoted",
             "Times a splicer thread left SCHED_BATCH for SCHED_OTHER because its CPU was \
-             contended (its wake-ups waited more than 30 us on average, or busy polling found \
-             it contended); it returns after a pause of 4 s, doubled up to 64 s while the \
-             contention lasts",
+             contended (its wake-ups waited more than 30 us on average while it moved mostly \
+             messages rather than bulk bursts, or busy polling found it contended); it returns \
+             after a pause of 4 s, doubled up to 64 s while the contention lasts",
             m.sched_demoted.clone(),
         );
         r.register(

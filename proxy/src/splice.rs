@@ -29,7 +29,7 @@ mod spares;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
-use crate::sched::Demotion;
+use crate::sched::{Demotion, Traffic};
 use crate::sources::ActiveGuard;
 use flow::Flow;
 pub use limits::{End, Limits};
@@ -257,22 +257,27 @@ impl Inner {
             st.dispatch(&events);
             let full = events.iter().count() >= events.capacity();
             self.take_in(st, poll.registry());
-            deadline = st.expire(Instant::now());
+            // One clock read serves the turn's timers, pacing and policy unless it spins.
+            let mut now = Instant::now();
+            deadline = st.expire(now);
             if !full {
                 let spun = match st.pacer.mode() {
                     BusyPoll::Off => false,
-                    BusyPoll::Fixed(window) if !st.pacer.paused(Instant::now()) => {
+                    BusyPoll::Fixed(window) if !st.pacer.paused(now) => {
                         self.spin(&mut poll, &mut events, window, st)?;
                         true
                     }
                     BusyPoll::Fixed(_) => false,
-                    BusyPoll::Adaptive(_) => self.spin_for_answers(&mut poll, &mut events, st)?,
+                    BusyPoll::Adaptive(_) => {
+                        self.spin_for_answers(&mut poll, &mut events, st, now)?
+                    }
                 };
                 if spun {
-                    deadline = st.expire(Instant::now());
+                    now = Instant::now();
+                    deadline = st.expire(now);
                 }
             }
-            if st.policy.tick(Instant::now()) {
+            if st.policy.tick(now) {
                 st.counters.demoted.inc();
             }
             #[cfg(test)]
@@ -315,8 +320,9 @@ impl Inner {
         poll: &mut mio::Poll,
         events: &mut Events,
         st: &mut State,
+        now: Instant,
     ) -> io::Result<bool> {
-        if !st.pacer.spinning(Instant::now()) {
+        if !st.pacer.spinning(now) {
             return Ok(false);
         }
         loop {
@@ -435,6 +441,7 @@ impl State {
             spares,
             registry,
             pacer,
+            policy,
             ..
         } = self;
         for ev in events.iter() {
@@ -454,12 +461,14 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let end = match conn.drive(spares, pacer).and_then(|done| {
-                if !done {
-                    conn.watch(key, registry.as_ref())?;
-                }
-                Ok(done)
-            }) {
+            let end = match conn
+                .drive(spares, pacer, policy.traffic())
+                .and_then(|done| {
+                    if !done {
+                        conn.watch(key, registry.as_ref())?;
+                    }
+                    Ok(done)
+                }) {
                 Ok(false) => continue,
                 Ok(true) => End::Closed,
                 Err(e) => {
@@ -513,12 +522,19 @@ impl State {
 
 impl Conn {
     /// Drives both directions; `Ok(true)` when both are over.
-    fn drive(&mut self, spares: &mut Spares, pacer: &mut Pacer) -> io::Result<bool> {
+    fn drive(
+        &mut self,
+        spares: &mut Spares,
+        pacer: &mut Pacer,
+        traffic: &mut Traffic,
+    ) -> io::Result<bool> {
         let up_done = self.u2d.finished();
         let to_up = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
         let down_done = self.d2u.finished();
         let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
         let moved = to_up + to_down;
+        traffic.moved(to_up, flow::BUF_SIZE as u64);
+        traffic.moved(to_down, flow::BUF_SIZE as u64);
         if moved > 0 && pacer.learns() {
             pace(&mut self.d2u, &mut self.u2d, to_up, to_down, pacer);
         }

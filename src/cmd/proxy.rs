@@ -49,11 +49,12 @@ pub struct Args {
     /// which a thread woken by a packet waits for the thread that sent it to block instead of
     /// preempting it (on one CPU a proxied round trip then costs one context switch per hop,
     /// not two); the same nice level and fair share of the CPU, no privilege needed. On a
-    /// CPU other busy threads share, a batch thread's wake-up waits for their time slice: a
-    /// splicer thread whose wake-ups waited over 30us on average (read from its
-    /// /proc/thread-self/schedstat every 20ms), or whose busy polling found the CPU
-    /// contended, runs as `normal` for 4s, doubled up to 64s while the contention lasts.
-    /// `normal`: the kernel's default (SCHED_OTHER). See BENCHMARKS.md, issue 28, rounds 6-7.
+    /// CPU other busy threads share, a batch thread's wake-up waits for their time slice, so
+    /// each splicer thread reads its /proc/thread-self/schedstat every 20ms of traffic: when
+    /// its wake-ups waited over 30us on average while it moved mostly messages rather than
+    /// bulk bursts (which lose nothing by waiting), or its busy polling found the CPU
+    /// contended, it runs as `normal` for 4s, doubled up to 64s while the contention lasts. `normal`: the kernel's default (SCHED_OTHER). See
+    /// BENCHMARKS.md, issue 28, rounds 6-8.
     #[arg(long, value_enum, default_value_t = Policy::Batch)]
     pub scheduling: Policy,
 }
