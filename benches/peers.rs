@@ -57,6 +57,8 @@ options:
   --threads N           workers per proxy (default 2)
   --latency-conns N     connections of the latency scenario (default 8)
   --busy-poll MODE      isthmus --busy-poll auto|off|DURATION (HAProxy busy-polling for a DURATION)
+  --turns               print each contender's p99 per 100 ms turn of the latency scenario, in
+                        order (when in a round its slow moments were)
   -h, --help            this text
 
 FILTERs (also PEERS_FILTER, comma-separated) pick contenders (isthmus nginx haproxy sniproxy
@@ -71,6 +73,8 @@ struct Opts {
     /// Connections of the latency scenario, each paced at 500 round trips per second.
     latency_conns: usize,
     busy_poll: Option<String>,
+    /// Print each contender's turns' p99, in order (`--turns`).
+    turns: bool,
     filters: Vec<String>,
 }
 
@@ -82,6 +86,7 @@ impl Opts {
             threads: 2,
             latency_conns: 8,
             busy_poll: None,
+            turns: false,
             filters: Vec::new(),
         };
         let mut args = std::env::args().skip(1);
@@ -94,6 +99,7 @@ impl Opts {
                     o.latency_conns = args.next().and_then(|v| v.parse().ok()).unwrap_or(8);
                 }
                 "--busy-poll" => o.busy_poll = args.next(),
+                "--turns" => o.turns = true,
                 // cargo bench passes --bench to every bench binary.
                 "--bench" => {}
                 "--help" | "-h" => {
@@ -136,6 +142,7 @@ struct Plan {
     bulk: Duration,
     latency: Duration,
     latency_conns: usize,
+    print_turns: bool,
     conn_rate: Duration,
     idle_conns: usize,
     reload_conns: usize,
@@ -168,6 +175,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
             bulk: Duration::from_millis(500),
             latency: Duration::from_secs(1),
             latency_conns: opts.latency_conns,
+            print_turns: opts.turns,
             conn_rate: Duration::from_millis(500),
             idle_conns: 2000,
             reload_conns: 200,
@@ -178,6 +186,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
             bulk: Duration::from_secs(2),
             latency: Duration::from_secs(3),
             latency_conns: opts.latency_conns,
+            print_turns: opts.turns,
             conn_rate: Duration::from_secs(2),
             idle_conns: 8000,
             reload_conns: 1000,
@@ -529,6 +538,14 @@ async fn latency_round(
             let per = (r.cpu_seconds() - cpu) * 1e6 / m.pings as f64;
             res.push("cpu_per_rtt", r.kind, per);
         }
+        let mut turns = m.turn_p99s();
+        if plan.print_turns {
+            let us: Vec<String> = turns.iter().map(|t| format!("{}", t / 1000)).collect();
+            println!("p99 per turn (us), {}: {}", r.kind.name(), us.join(" "));
+        }
+        turns.sort_unstable();
+        res.push("turn_p99_median", r.kind, percentile(&turns, 50.0) / 1e3);
+        res.push("turn_p99_worst", r.kind, percentile(&turns, 100.0) / 1e3);
         let mut v = m.samples;
         v.sort_unstable();
         for (key, p) in [

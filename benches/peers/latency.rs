@@ -18,7 +18,9 @@
 //! pacing sleep does not count; the first round trip of each turn is not counted (it follows
 //! the other contenders' turns, not a period of its own).
 
+use crate::report::percentile;
 use crate::upstream::LATENCY_ECHO;
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::mpsc;
@@ -34,12 +36,33 @@ pub const TURN: Duration = Duration::from_millis(100);
 pub struct Measured {
     /// Every counted round trip, in nanoseconds.
     pub samples: Vec<u64>,
+    /// The turn of each sample (0 = the contender's first), in the order of `samples`.
+    pub turns: Vec<u32>,
     /// Round trips made, counted or not (for CPU per round trip).
     pub pings: u64,
 }
 
+impl Measured {
+    /// Each turn's p99 in nanoseconds, in the order of the turns (the turns' median and worst
+    /// show whether the tail is spread over the run or comes from a few moments of it).
+    pub fn turn_p99s(&self) -> Vec<u64> {
+        let mut by_turn: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+        for (&s, &t) in self.samples.iter().zip(&self.turns) {
+            by_turn.entry(t).or_default().push(s);
+        }
+        by_turn
+            .into_values()
+            .map(|mut v| {
+                v.sort_unstable();
+                percentile(&v, 99.0) as u64
+            })
+            .collect()
+    }
+}
+
 /// One turn of a connection: ping from `start` until `end`, then say so on `done`.
 struct Turn {
+    index: u32,
     start: Instant,
     end: Instant,
     done: mpsc::Sender<()>,
@@ -94,6 +117,7 @@ pub async fn interleaved(
                     .map_err(|_| io::Error::other("latency thread panicked"))?
                     .map_err(|e| io::Error::new(e.kind(), format!("{addr}: {e}")))?;
                 m.samples.extend(one.samples);
+                m.turns.extend(one.turns);
                 m.pings += one.pings;
             }
             out.push(m);
@@ -107,12 +131,13 @@ pub async fn interleaved(
 /// Gives every contender's connections `turns` turns, one contender at a time.
 fn drive(pingers: &[Vec<Pinger>], addrs: &[SocketAddr], turns: u128) -> io::Result<()> {
     let (done, finished) = mpsc::channel();
-    for _ in 0..turns {
+    for index in 0..u32::try_from(turns).unwrap_or(u32::MAX) {
         for (ps, addr) in pingers.iter().zip(addrs) {
             let start = Instant::now();
             let end = start + TURN;
             for p in ps {
                 let turn = Turn {
+                    index,
                     start,
                     end,
                     done: done.clone(),
@@ -175,6 +200,7 @@ fn pings(
             m.pings += 1;
             if counted {
                 m.samples.push(took);
+                m.turns.push(turn.index);
             }
             counted = true;
             next += period;

@@ -12,7 +12,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 16] = [
+pub const METRICS: [Metric; 18] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -45,6 +45,18 @@ pub const METRICS: [Metric; 16] = [
     },
     Metric {
         key: "latency_p999",
+        unit: "us",
+        higher_is_better: false,
+    },
+    // Each turn's p99 (its ~400 round trips), the median and the worst turn: a tail spread over
+    // the whole run raises the median turn, a few bad moments (a contended onset) only the worst.
+    Metric {
+        key: "turn_p99_median",
+        unit: "us",
+        higher_is_better: false,
+    },
+    Metric {
+        key: "turn_p99_worst",
         unit: "us",
         higher_is_better: false,
     },

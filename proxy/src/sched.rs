@@ -81,6 +81,27 @@ pub(crate) struct Demotion {
     traffic: Traffic,
 }
 
+/// What one direction of a connection moved in one turn of the splicer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Moved {
+    Nothing,
+    /// Less than a bulk burst: a message, which likely awaits an answer.
+    Message,
+    /// A full buffer or more: part of a bulk transfer.
+    Burst,
+}
+
+impl Moved {
+    /// `bytes` moved in one turn, where a bulk turn moves at least `burst`.
+    pub(crate) fn of(bytes: u64, burst: u64) -> Moved {
+        match bytes {
+            0 => Moved::Nothing,
+            n if n < burst => Moved::Message,
+            _ => Moved::Burst,
+        }
+    }
+}
+
 /// What the splicer moved since its last look at its waits. Waiting costs messages latency;
 /// bulk bursts lose nothing by waiting (each wake-up moves more), and `SCHED_BATCH` saves them
 /// context switches: the CPU a bulk transfer saturates is no reason to leave batch.
@@ -91,12 +112,11 @@ pub(crate) struct Traffic {
 }
 
 impl Traffic {
-    /// A direction moved `bytes` in one turn; `burst` is what a bulk turn moves at least.
-    pub(crate) fn moved(&mut self, bytes: u64, burst: u64) {
-        match bytes {
-            0 => {}
-            n if n < burst => self.messages = self.messages.saturating_add(1),
-            _ => self.bursts = self.bursts.saturating_add(1),
+    pub(crate) fn add(&mut self, moved: Moved) {
+        match moved {
+            Moved::Nothing => {}
+            Moved::Message => self.messages = self.messages.saturating_add(1),
+            Moved::Burst => self.bursts = self.bursts.saturating_add(1),
         }
     }
 
@@ -123,9 +143,10 @@ impl Demotion {
         }
     }
 
-    /// Where the splicer tallies what it moves.
-    pub(crate) fn traffic(&mut self) -> &mut Traffic {
-        &mut self.traffic
+    /// Where the splicer tallies what it moves, while a look can use the tally: only in
+    /// batch (a thread never in batch, or out of it for a pause, looks at nothing).
+    pub(crate) fn traffic(&mut self) -> Option<&mut Traffic> {
+        (self.batch && self.until.is_none()).then_some(&mut self.traffic)
     }
 
     /// Whether the thread is out of `SCHED_BATCH` for now.
@@ -264,6 +285,17 @@ mod tests {
     use super::*;
     use isthmus_testkit::sched::policy_of_this_thread;
 
+    /// Runs `f` on a thread of its own under `SCHED_BATCH`, with that thread's [`Demotion`]
+    /// (the policy is per thread: the test's own thread is left as it was).
+    fn on_a_batch_thread(f: impl FnOnce(&mut Demotion) + Send + 'static) {
+        std::thread::spawn(|| {
+            apply(Scheduling::Batch).unwrap();
+            f(&mut Demotion::of_this_thread());
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn a_thread_and_the_threads_it_starts_run_under_the_chosen_policy() {
         std::thread::spawn(|| {
@@ -281,9 +313,7 @@ mod tests {
 
     #[test]
     fn a_batch_thread_leaves_batch_while_contended_and_others_are_left_alone() {
-        std::thread::spawn(|| {
-            apply(Scheduling::Batch).unwrap();
-            let mut d = Demotion::of_this_thread();
+        on_a_batch_thread(|d| {
             let t0 = Instant::now();
             assert!(d.contended(t0));
             assert!(d.demoted());
@@ -300,16 +330,14 @@ mod tests {
             assert!(!d.contended(t0));
             assert!(!d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_OTHER);
-        })
-        .join()
-        .unwrap();
+            // Nor does it tally traffic for looks it never takes.
+            assert!(d.traffic().is_none());
+        });
     }
 
     #[test]
     fn contention_right_after_a_return_doubles_the_pause_up_to_the_cap() {
-        std::thread::spawn(|| {
-            apply(Scheduling::Batch).unwrap();
-            let mut d = Demotion::of_this_thread();
+        on_a_batch_thread(|d| {
             let mut now = Instant::now();
             let mut pauses = vec![];
             for _ in 0..9 {
@@ -321,9 +349,7 @@ mod tests {
                 assert!(!d.demoted());
             }
             assert_eq!(pauses, [4, 8, 16, 32, 64, 64, 64, 64, 64]);
-        })
-        .join()
-        .unwrap();
+        });
     }
 
     /// A look's waits: `avg_us` per slice over 10 slices.
@@ -334,16 +360,14 @@ mod tests {
     fn messages(n: u32) -> Traffic {
         let mut t = Traffic::default();
         for _ in 0..n {
-            t.moved(1_000, 65_536);
+            t.add(Moved::of(1_000, 65_536));
         }
         t
     }
 
     #[test]
     fn a_cpu_busy_with_bulk_bursts_is_no_reason_to_leave_batch() {
-        std::thread::spawn(|| {
-            apply(Scheduling::Batch).unwrap();
-            let mut d = Demotion::of_this_thread();
+        on_a_batch_thread(|d| {
             let t0 = Instant::now();
             // Bulk bursts behind a busy CPU wait milliseconds (the bench's 64 streams: half
             // the looks above 1.8 ms).
@@ -351,10 +375,10 @@ mod tests {
             for _ in 0..5 {
                 let mut t = messages(3);
                 for _ in 0..40 {
-                    t.moved(65_536, 65_536);
-                    t.moved(0, 65_536);
+                    t.add(Moved::of(65_536, 65_536));
+                    t.add(Moved::of(0, 65_536));
                 }
-                *d.traffic() = t;
+                *d.traffic().unwrap() = t;
                 assert!(!d.look(t0, busy));
             }
             assert!(!d.demoted());
@@ -364,14 +388,14 @@ mod tests {
                 !d.look(t0, just_over),
                 "an empty tally is not latency-bound"
             );
-            *d.traffic() = messages(41);
+            *d.traffic().unwrap() = messages(41);
             assert!(!d.look(t0, waits(CONTENDED_WAIT.as_micros() as u64)));
-            *d.traffic() = messages(41);
+            *d.traffic().unwrap() = messages(41);
             assert!(d.look(t0, just_over));
             assert!(d.demoted());
-        })
-        .join()
-        .unwrap();
+            // Out of batch for the pause: nothing to tally for.
+            assert!(d.traffic().is_none());
+        });
     }
 
     #[test]

@@ -29,7 +29,7 @@ mod spares;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
-use crate::sched::{Demotion, Traffic};
+use crate::sched::{Demotion, Moved, Traffic};
 use crate::sources::ActiveGuard;
 use flow::Flow;
 pub use limits::{End, Limits};
@@ -526,17 +526,21 @@ impl Conn {
         &mut self,
         spares: &mut Spares,
         pacer: &mut Pacer,
-        traffic: &mut Traffic,
+        traffic: Option<&mut Traffic>,
     ) -> io::Result<bool> {
         let up_done = self.u2d.finished();
         let to_up = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
         let down_done = self.d2u.finished();
         let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
         let moved = to_up + to_down;
-        traffic.moved(to_up, flow::BUF_SIZE as u64);
-        traffic.moved(to_down, flow::BUF_SIZE as u64);
+        let burst = flow::BUF_SIZE as u64;
+        let (up, down) = (Moved::of(to_up, burst), Moved::of(to_down, burst));
+        if let Some(t) = traffic {
+            t.add(up);
+            t.add(down);
+        }
         if moved > 0 && pacer.learns() {
-            pace(&mut self.d2u, &mut self.u2d, to_up, to_down, pacer);
+            pace(&mut self.d2u, &mut self.u2d, up, down, pacer);
         }
         if moved > 0 {
             if let Some(x) = self.extra.as_deref_mut() {
@@ -594,17 +598,16 @@ impl Conn {
 /// Updates both directions' [`pace::Pace`] after a turn that moved bytes: what moved answers
 /// the other direction's last message, and a message (less than a bulk burst) that went out
 /// awaits its own answer.
-fn pace(d2u: &mut Flow, u2d: &mut Flow, to_up: u64, to_down: u64, pacer: &mut Pacer) {
+fn pace(d2u: &mut Flow, u2d: &mut Flow, up: Moved, down: Moved, pacer: &mut Pacer) {
     let (now, judge) = (pacer.now(), pacer.judge());
-    if to_down > 0 && d2u.pace.answered(now, judge) {
+    if down != Moved::Nothing && d2u.pace.answered(now, judge) {
         pacer.arrived();
     }
-    if to_up > 0 && u2d.pace.answered(now, judge) {
+    if up != Moved::Nothing && u2d.pace.answered(now, judge) {
         pacer.arrived();
     }
-    let burst = flow::BUF_SIZE as u64;
-    for (flow, n) in [(d2u, to_up), (u2d, to_down)] {
-        if n > 0 && n < burst && flow.pace.sent(now, judge) {
+    for (flow, m) in [(d2u, up), (u2d, down)] {
+        if m == Moved::Message && flow.pace.sent(now, judge) {
             pacer.expect();
         }
     }
