@@ -49,7 +49,8 @@ pub const METRICS: [Metric; 18] = [
         higher_is_better: false,
     },
     // Each turn's p99 (its ~400 round trips), the median and the worst turn: a tail spread over
-    // the whole run raises the median turn, a few bad moments (a contended onset) only the worst.
+    // the whole run raises the median turn, a few bad moments (a return to batch on a busy CPU)
+    // only the worst.
     Metric {
         key: "turn_p99_median",
         unit: "us",
