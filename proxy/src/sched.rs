@@ -169,6 +169,9 @@ impl Demotion {
             return false;
         }
         self.until = Some(now + self.pause);
+        // Bytes moved before the pause say nothing about the look after it (busy polling's
+        // slow yield demotes without a look, so its tally is still here).
+        self.traffic = Traffic::default();
         true
     }
 
@@ -183,7 +186,6 @@ impl Demotion {
             if now >= until && apply(Scheduling::Batch).is_ok() {
                 self.until = None;
                 self.just_back = true;
-                self.traffic = Traffic::default();
                 self.next_check = Some(now + CHECK);
                 // Waits under `SCHED_OTHER` say nothing about batch's.
                 if let Some(w) = self.waits.as_mut() {
