@@ -139,10 +139,11 @@ impl Opts {
 /// Sizes of each scenario; `--quick` keeps a smoke run under a minute.
 #[derive(Debug)]
 struct Plan {
+    /// A bulk transfer's first part, not counted in its rate (see `load::bulk`).
+    ramp: Duration,
     bulk: Duration,
     latency: Duration,
     latency_conns: usize,
-    print_turns: bool,
     conn_rate: Duration,
     idle_conns: usize,
     reload_conns: usize,
@@ -172,10 +173,10 @@ fn main() -> std::process::ExitCode {
 async fn run(opts: Opts) -> std::process::ExitCode {
     let plan = if opts.quick {
         Plan {
+            ramp: Duration::from_millis(250),
             bulk: Duration::from_millis(500),
             latency: Duration::from_secs(1),
             latency_conns: opts.latency_conns,
-            print_turns: opts.turns,
             conn_rate: Duration::from_millis(500),
             idle_conns: 2000,
             reload_conns: 200,
@@ -183,10 +184,10 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         }
     } else {
         Plan {
+            ramp: Duration::from_secs(1),
             bulk: Duration::from_secs(2),
             latency: Duration::from_secs(3),
             latency_conns: opts.latency_conns,
-            print_turns: opts.turns,
             conn_rate: Duration::from_secs(2),
             idle_conns: 8000,
             reload_conns: 1000,
@@ -275,7 +276,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                     r.pause(false);
                 }
                 let before = demotions(&running).await;
-                let latency = latency_round(&running, &plan, &hello, &mut res).await;
+                let latency = latency_round(&running, &plan, opts.turns, &hello, &mut res).await;
                 res.push_demotions(s, before, demotions(&running).await);
                 if let Err(e) = latency {
                     failures += 1;
@@ -423,15 +424,15 @@ async fn scenario(
                 (64, "bulk_64conn", "cpu_per_GB_64conn")
             };
             let cpu = r.cpu_seconds();
-            let (bytes, rate) = load::bulk(addr, hello.clone(), conns, plan.bulk).await?;
-            res.push(key, k, rate / 1e9);
-            // CPU the proxy spent per GB moved: far less sensitive to other load on a shared
-            // machine than the rate itself.
+            let b = load::bulk(addr, hello.clone(), conns, plan.ramp, plan.bulk).await?;
+            res.push(key, k, b.rate / 1e9);
+            // CPU the proxy spent per GB moved, over the whole transfer (ramp included): far
+            // less sensitive to other load on a shared machine than the rate itself.
             if k != Kind::Direct {
                 res.push(
                     cpu_key,
                     k,
-                    (r.cpu_seconds() - cpu) * 1e3 / (bytes as f64 / 1e9),
+                    (r.cpu_seconds() - cpu) * 1e3 / (b.bytes as f64 / 1e9),
                 );
             }
         }
@@ -515,10 +516,12 @@ async fn demotions(running: &[Running]) -> Option<f64> {
 
 /// The `latency` scenario of one round: every running contender, unpaused by the caller (who
 /// pauses them again once their closes have passed), its connections taking turns with the others'
-/// ([`latency::interleaved`]); the order rotates with the round's.
+/// ([`latency::interleaved`]); the order rotates with the round's. With `print_turns`
+/// (`--turns`) each contender's p99 per turn is printed in order.
 async fn latency_round(
     running: &[Running],
     plan: &Plan,
+    print_turns: bool,
     hello: &Arc<[u8]>,
     res: &mut Results,
 ) -> std::io::Result<()> {
@@ -539,7 +542,7 @@ async fn latency_round(
             res.push("cpu_per_rtt", r.kind, per);
         }
         let mut turns = m.turn_p99s();
-        if plan.print_turns {
+        if print_turns {
             let us: Vec<String> = turns.iter().map(|t| format!("{}", t / 1000)).collect();
             println!("p99 per turn (us), {}: {}", r.kind.name(), us.join(" "));
         }

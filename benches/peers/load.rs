@@ -42,38 +42,63 @@ async fn ping(s: &mut TcpStream, len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Bulk download over `conns` connections for `dur`: bytes per second that reached the client,
-/// from the first connect to the last end of stream.
+/// What a bulk download measured: the bytes of the whole transfer (for CPU per GB) and the
+/// rate of its steady part.
+pub struct Bulk {
+    pub bytes: u64,
+    pub rate: f64,
+}
+
+/// Bulk download over `conns` connections for `ramp` + `dur`. The rate counts only the bytes
+/// that reached the client after `ramp`, over the time from then to the last end of stream:
+/// the first moments are slow start, and on a VM whose host takes back the memory a guest
+/// leaves free (free page reporting), the host's refill of the socket buffers the transfer
+/// first fills (BENCHMARKS.md, "round 10"), which falls on whichever contender is measured
+/// first after a quiet spell.
 pub async fn bulk(
     addr: SocketAddr,
     hello: Arc<[u8]>,
     conns: usize,
+    ramp: Duration,
     dur: Duration,
-) -> io::Result<(u64, f64)> {
-    let start = Instant::now();
+) -> io::Result<Bulk> {
+    let measured_from = Instant::now() + ramp;
     let mut set = JoinSet::new();
     for _ in 0..conns {
         let hello = hello.clone();
         set.spawn(async move {
             let mut s = open(addr, &hello, DOWNLOAD).await?;
-            let ms = u64::try_from(dur.as_millis()).unwrap_or(u64::MAX);
+            let ms = u64::try_from((ramp + dur).as_millis()).unwrap_or(u64::MAX);
             s.write_all(&ms.to_le_bytes()).await?;
             let mut buf = vec![0u8; 256 * 1024];
-            let mut total = 0u64;
+            let (mut total, mut steady) = (0u64, 0u64);
             loop {
                 match s.read(&mut buf).await? {
                     0 => break,
-                    n => total += n as u64,
+                    n => {
+                        total += n as u64;
+                        if Instant::now() >= measured_from {
+                            steady += n as u64;
+                        }
+                    }
                 }
             }
-            io::Result::Ok(total)
+            io::Result::Ok((total, steady))
         });
     }
-    let mut total = 0u64;
+    let (mut bytes, mut steady) = (0u64, 0u64);
     while let Some(r) = set.join_next().await {
-        total += r.map_err(io::Error::other)??;
+        let (t, s) = r.map_err(io::Error::other)??;
+        bytes += t;
+        steady += s;
     }
-    Ok((total, total as f64 / start.elapsed().as_secs_f64()))
+    let secs = Instant::now()
+        .saturating_duration_since(measured_from)
+        .as_secs_f64();
+    Ok(Bulk {
+        bytes,
+        rate: steady as f64 / secs.max(1e-9),
+    })
 }
 
 /// New connections per second: `concurrency` closed loops of connect, ClientHello, 16-byte
