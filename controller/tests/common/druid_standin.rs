@@ -230,6 +230,7 @@ fn act(st: &mut State, etcd: &Mutex<TestEtcd>, spec: &Value, promote: bool) -> b
                     c.add_learner(name);
                     return (true, false);
                 }
+                // Refused until the learner has caught up: tried again next tick.
                 Some(m) if m.3 && promote && c.running().contains(name) => {
                     c.promote(name);
                     return (true, false);
