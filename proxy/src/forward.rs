@@ -109,6 +109,7 @@ pub async fn forward(
         metrics: metrics.clone(),
         upstream: up_spec.name.as_str().into(),
         span: tracing::Span::current(),
+        keepalive: policy.tcp_keepalive,
     };
     if let Err(e) = splicer.adopt(pair) {
         warn!(listener = %spec.name, error = %e, "cannot splice the connection, closing it");

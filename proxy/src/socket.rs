@@ -98,11 +98,9 @@ pub fn apply_keepalive(socket: &impl AsFd, k: Option<&KeepaliveConfig>) -> io::R
 }
 
 /// A non-blocking, close-on-exec socket for connecting to an upstream at `addr`, with
-/// TCP_NODELAY and, if given, keepalive.
-pub fn upstream(
-    addr: SocketAddr,
-    keepalive: Option<&KeepaliveConfig>,
-) -> io::Result<socket2::Socket> {
+/// TCP_NODELAY. Keepalive comes later, from the splicer, once the connection has lived a
+/// second (`splice/keepalive.rs`).
+pub fn upstream(addr: SocketAddr) -> io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(
         Domain::for_address(addr),
@@ -110,8 +108,5 @@ pub fn upstream(
         Some(Protocol::TCP),
     )?;
     socket.set_tcp_nodelay(true)?;
-    if let Some(k) = keepalive {
-        set_keepalive(&socket, k)?;
-    }
     Ok(socket)
 }

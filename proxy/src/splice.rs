@@ -23,6 +23,7 @@
 //! that fast (`pace`), so idle workers, bulk streams and one-exchange connections never spin.
 
 mod flow;
+mod keepalive;
 mod limits;
 mod pace;
 mod spares;
@@ -32,6 +33,8 @@ use crate::pool::Slot;
 use crate::sched::{Demotion, Moved, Traffic};
 use crate::sources::ActiveGuard;
 use flow::Flow;
+use isthmus_config::KeepaliveConfig;
+use keepalive::{Deferred, Plan, Tag};
 pub use limits::{End, Limits};
 use limits::{Extra, Timer};
 use mio::net::TcpStream;
@@ -91,6 +94,9 @@ pub struct Pair {
     pub metrics: Arc<Metrics>,
     pub upstream: Arc<str>,
     pub span: tracing::Span,
+    /// The upstream's keepalive, set on `up` once the connection has lived a second
+    /// (`keepalive`): short connections never pay its four system calls.
+    pub keepalive: Option<KeepaliveConfig>,
 }
 
 /// A worker's splicer. Cheap to clone; all clones feed the same loop.
@@ -148,6 +154,8 @@ struct State {
     /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
     policy: Demotion,
     counters: Contention,
+    /// Young connections whose upstream socket waits for its keepalive.
+    keepalive: Deferred,
 }
 
 /// What a splicer counts of a contended CPU.
@@ -259,7 +267,7 @@ impl Inner {
             self.take_in(st, poll.registry());
             // One clock read serves the turn's timers, pacing and policy unless it spins.
             let mut now = Instant::now();
-            deadline = st.expire(now);
+            deadline = st.due(now);
             if !full {
                 let spun = match st.pacer.mode() {
                     BusyPoll::Off => false,
@@ -274,7 +282,7 @@ impl Inner {
                 };
                 if spun {
                     now = Instant::now();
-                    deadline = st.expire(now);
+                    deadline = st.due(now);
                 }
             }
             if st.policy.tick(now) {
@@ -351,10 +359,13 @@ impl Inner {
             std::mem::swap(&mut *inbox, &mut st.arrived);
         }
         let mut arrived = std::mem::take(&mut st.arrived);
-        for pair in arrived.drain(..) {
-            let upstream = pair.upstream.clone();
-            if let Err(e) = st.insert(pair, registry) {
-                warn!(%upstream, error = %e, "cannot splice the connection, closing it");
+        if !arrived.is_empty() {
+            let now = Instant::now();
+            for pair in arrived.drain(..) {
+                let upstream = pair.upstream.clone();
+                if let Err(e) = st.insert(pair, registry, now) {
+                    warn!(%upstream, error = %e, "cannot splice the connection, closing it");
+                }
             }
         }
         arrived.shrink_to(INBOX_KEEP);
@@ -376,12 +387,13 @@ impl State {
             pacer: Pacer::new(busy_poll),
             policy: Demotion::of_this_thread(),
             counters,
+            keepalive: Deferred::default(),
         }
     }
 
-    /// Registers both sockets of `pair` and adds it to the table. On error (no room in the
-    /// kernel's epoll set) the pair is dropped, closing both sockets.
-    fn insert(&mut self, pair: Pair, registry: &mio::Registry) -> io::Result<()> {
+    /// Registers both sockets of `pair`, adopted at `now`, and adds it to the table. On error
+    /// (no room in the kernel's epoll set) the pair is dropped, closing both sockets.
+    fn insert(&mut self, pair: Pair, registry: &mio::Registry, now: Instant) -> io::Result<()> {
         let mut down = TcpStream::from_std(pair.down);
         let mut up = TcpStream::from_std(pair.up);
         let entry = self.conns.vacant_entry();
@@ -404,9 +416,13 @@ impl State {
             let _ = registry.deregister(&mut down);
             return Err(e);
         }
+        match self.keepalive.enlist(pair.keepalive, key, now) {
+            Plan::None => {}
+            Plan::Later(tag) => d2u.keepalive = tag,
+            Plan::Now(k) => set_keepalive(&up, &k),
+        }
         let limited = pair.limits != Limits::default();
         let extra = (limited || !pair.span.is_disabled()).then(|| {
-            let now = Instant::now();
             self.next_gen = self.next_gen.wrapping_add(1);
             Box::new(Extra {
                 limits: pair.limits,
@@ -479,6 +495,25 @@ impl State {
             if let Some(c) = conns.try_remove(key) {
                 c.close(end);
             }
+        }
+    }
+
+    /// Does what is due by `now`: closes connections whose limit passed, sets the keepalive
+    /// of those old enough; returns when the next thing is due.
+    fn due(&mut self, now: Instant) -> Option<Instant> {
+        let limits = self.expire(now);
+        while let Some((key, tag)) = self.keepalive.pop_due(now) {
+            let Some(conn) = self.conns.get_mut(key).filter(|c| c.d2u.keepalive == tag) else {
+                continue;
+            };
+            conn.d2u.keepalive = Tag::NONE;
+            if let Some(k) = self.keepalive.kind(tag) {
+                set_keepalive(&conn.up, k);
+            }
+        }
+        match (limits, self.keepalive.next_due()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 
@@ -610,6 +645,14 @@ fn pace(d2u: &mut Flow, u2d: &mut Flow, up: Moved, down: Moved, pacer: &mut Pace
         if m == Moved::Message && flow.pace.sent(now, judge) {
             pacer.expect();
         }
+    }
+}
+
+/// Sets keepalive on an upstream socket. A failure (the socket already broke) is left to the
+/// connection's next read or write to report.
+fn set_keepalive(up: &TcpStream, k: &KeepaliveConfig) {
+    if let Err(e) = crate::socket::set_keepalive(up, k) {
+        debug!(error = %e, "cannot set keepalive on the upstream socket");
     }
 }
 

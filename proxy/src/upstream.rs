@@ -1,6 +1,7 @@
 //! Connecting to an upstream under its policy: a connection slot (`max_connections`), the
 //! endpoint order of the balancing policy with ejected endpoints left out, every address of a
-//! name, `connect_timeout` per address, TCP keepalive, and outlier detection on failures.
+//! name, `connect_timeout` per address, and outlier detection on failures. (The policy's TCP
+//! keepalive is set by the splicer, on connections that live a second.)
 //!
 //! The connection's first flight (PROXY header and replayed ClientHello) is sent as soon as
 //! the socket is connected, which is often before `connect(2)` returns (a near upstream: the
@@ -10,7 +11,6 @@
 use crate::metrics::{Metrics, UpstreamErrorLabels};
 use crate::pool::{Slot, Target, FIRST_RESOLUTION_PATIENCE};
 use crate::snapshot::Upstream;
-use isthmus_config::UpstreamConfig;
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -64,7 +64,7 @@ pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<C
         for &addr in addrs.iter() {
             let started = Instant::now();
             let attempt =
-                tokio::time::timeout(policy.connect_timeout.get(), dial(addr, policy, first)).await;
+                tokio::time::timeout(policy.connect_timeout.get(), dial(addr, first)).await;
             match attempt {
                 Ok(Ok((stream, sent))) => {
                     up.connect_seconds.observe(started.elapsed().as_secs_f64());
@@ -97,14 +97,10 @@ pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<C
     })
 }
 
-/// One connection attempt: a non-blocking socket with TCP_NODELAY and the policy's keepalive,
-/// `connect`, then `first` sent as soon as the handshake is done. Returns the bytes sent.
-async fn dial(
-    addr: SocketAddr,
-    policy: &UpstreamConfig,
-    first: &[u8],
-) -> io::Result<(std::net::TcpStream, usize)> {
-    let socket = crate::socket::upstream(addr, policy.tcp_keepalive.as_ref())?;
+/// One connection attempt: a non-blocking socket with TCP_NODELAY, `connect`, then `first`
+/// sent as soon as the handshake is done. Returns the bytes sent.
+async fn dial(addr: SocketAddr, first: &[u8]) -> io::Result<(std::net::TcpStream, usize)> {
+    let socket = crate::socket::upstream(addr)?;
     match socket.connect(&addr.into()) {
         Ok(()) => {}
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {}

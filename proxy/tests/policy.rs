@@ -236,6 +236,22 @@ async fn load_balancing_policies_spread_connections() {
     assert!((9..=11).contains(&on_a), "a got {on_a} of 20");
 }
 
+/// `ss -tno state established`: each socket with its kernel timers.
+fn sockets() -> String {
+    let out = std::process::Command::new("ss")
+        .args(["-tno", "state", "established"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The line of `ss`'s output whose local address is `local` and that has a keepalive timer.
+fn keepalive_line(text: &str, local: &str) -> Option<String> {
+    text.lines()
+        .find(|l| l.contains(local) && l.contains("timer:(keepalive"))
+        .map(str::to_owned)
+}
+
 #[tokio::test]
 async fn tcp_keepalive_is_set_on_both_sockets() {
     let pki = TestPki::new();
@@ -248,27 +264,28 @@ async fn tcp_keepalive_is_set_on_both_sockets() {
     .await;
     let (_s, _) = open(&f, &capture_hello(&pki, SNI).await).await;
     let listener_port = f.addr("l").await.port();
-    // `ss -o` shows the kernel's keepalive timer of each socket.
-    let out = std::process::Command::new("ss")
-        .args(["-tno", "state", "established"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    let down = text
-        .lines()
-        .find(|l| {
-            l.contains(&format!("127.0.0.1:{listener_port} ")) && l.contains("timer:(keepalive")
-        })
+    // `ss -o` shows the kernel's keepalive timer of each socket. The accepted socket has it
+    // from the start: inherited from the listening socket.
+    let text = sockets();
+    let down = keepalive_line(&text, &format!("127.0.0.1:{listener_port} "))
         .unwrap_or_else(|| panic!("no keepalive on the accepted socket:\n{text}"));
     assert!(
         down.contains("timer:(keepalive,1min1"),
         "77 s expected: {down}"
     );
-    let upline = text
-        .lines()
-        .find(|l| {
-            l.contains(&format!(" 127.0.0.1:{} ", up.addr.port())) && l.contains("timer:(keepalive")
-        })
+    // The upstream socket gets it from the splicer once the connection has lived a second.
+    let upstream = format!(" 127.0.0.1:{} ", up.addr.port());
+    wait_until(
+        "keepalive on the upstream socket",
+        Duration::from_secs(10),
+        || {
+            let found = keepalive_line(&sockets(), &upstream).is_some();
+            async move { found }
+        },
+    )
+    .await;
+    let text = sockets();
+    let upline = keepalive_line(&text, &upstream)
         .unwrap_or_else(|| panic!("no keepalive on the upstream socket:\n{text}"));
     assert!(
         upline.contains("timer:(keepalive,1min2"),

@@ -11,6 +11,7 @@
 //! the peer's FIN or an error (`CLOSING`): then nothing new will come and reading goes on to
 //! the end.
 
+use super::keepalive::Tag;
 use super::pace::Pace;
 use super::Spares;
 #[cfg(target_os = "linux")]
@@ -54,6 +55,10 @@ pub struct Flow {
     flags: u8,
     /// Whether this direction's messages are answered quickly (adaptive busy polling).
     pub pace: Pace,
+    /// The keepalive this flow's destination still waits for (`keepalive`): set only in the
+    /// flow toward the upstream. Here, in the padding after `pace`, it costs the connection's
+    /// table entry nothing.
+    pub keepalive: Tag,
 }
 
 impl Flow {
@@ -73,6 +78,7 @@ impl Flow {
             counter,
             flags: 0,
             pace: Pace::default(),
+            keepalive: Tag::NONE,
         }
     }
 

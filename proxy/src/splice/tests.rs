@@ -69,6 +69,7 @@ impl Rig {
             metrics: self.metrics.clone(),
             upstream: "u".into(),
             span: tracing::Span::none(),
+            keepalive: None,
         };
         self.splicer.adopt(pair).unwrap();
     }
