@@ -387,7 +387,7 @@ impl State {
             pacer: Pacer::new(busy_poll),
             policy: Demotion::of_this_thread(),
             counters,
-            keepalive: Deferred::default(),
+            keepalive: Deferred::new(Instant::now()),
         }
     }
 
@@ -499,13 +499,21 @@ impl State {
     }
 
     /// Does what is due by `now`: closes connections whose limit passed, sets the keepalive
-    /// of those old enough; returns when the next thing is due.
+    /// of those old enough (a batch per turn); returns when the next thing is due, which is
+    /// at once if a batch was left for the next turn.
     fn due(&mut self, now: Instant) -> Option<Instant> {
         let limits = self.expire(now);
-        while let Some((key, tag)) = self.keepalive.pop_due(now) {
-            let Some(conn) = self.conns.get_mut(key).filter(|c| c.d2u.keepalive == tag) else {
+        for _ in 0..keepalive::BATCH {
+            let Some((key, tick)) = self.keepalive.pop_due(now) else {
+                break;
+            };
+            let Some(conn) = self.conns.get_mut(key) else {
                 continue;
             };
+            let tag = conn.d2u.keepalive;
+            if !tag.adopted_in(tick) {
+                continue;
+            }
             conn.d2u.keepalive = Tag::NONE;
             if let Some(k) = self.keepalive.kind(tag) {
                 set_keepalive(&conn.up, k);
