@@ -7,7 +7,11 @@
 //! 128-byte-aligned I/O registrations — tens of thousands of etcd peer streams and watches sit
 //! idle most of the time. The intake (PROXY header, ClientHello, routing, connecting) stays in
 //! ordinary tasks on the worker's runtime; the finished pair of sockets is handed over with
-//! [`Splicer::adopt`], which wakes the splicer's thread only if it is parked.
+//! [`Splicer::adopt`], which registers both sockets in the splicer's `epoll` itself. Their
+//! first events wake the splicer's thread, so the hand-over does not: a worker's two threads
+//! then wake each other once less per connection (BENCHMARKS.md, issue 28, round 12). Only a
+//! pair whose first timer (a limit, or its keepalive) would come before the splicer wakes by
+//! itself wakes a parked splicer at once.
 //!
 //! Why a thread of its own rather than a task whose epoll is nested in the runtime's: through
 //! a nested epoll every readable socket wakes the runtime's thread second-hand, by way of the
@@ -27,6 +31,7 @@ mod keepalive;
 mod limits;
 mod pace;
 mod spares;
+mod table;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
@@ -42,14 +47,14 @@ use mio::{Events, Interest, Token};
 pub use pace::BusyPoll;
 use pace::Pacer;
 use prometheus_client::metrics::counter::Counter;
-use slab::Slab;
 use spares::Spares;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+use table::{Keys, Table};
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, warn};
 
@@ -78,11 +83,11 @@ impl Keep {
     }
 }
 
-/// A connected pair, handed over for splicing.
+/// A connected pair, handed over for splicing (the splicer holds it with mio's sockets).
 #[derive(Debug)]
-pub struct Pair {
-    pub down: std::net::TcpStream,
-    pub up: std::net::TcpStream,
+pub struct Pair<S = std::net::TcpStream> {
+    pub down: S,
+    pub up: S,
     /// Bytes for the upstream before anything the client sends next (the part of the
     /// replayed ClientHello the connect did not get out).
     pub to_up: Vec<u8>,
@@ -97,6 +102,46 @@ pub struct Pair {
     /// The upstream's keepalive, set on `up` once the connection has lived a second
     /// (`keepalive`): short connections never pay its four system calls.
     pub keepalive: Option<KeepaliveConfig>,
+}
+
+impl<S> Pair<S> {
+    /// How long the pair may wait to be taken in: until its first timer (a limit, or the
+    /// upstream's keepalive); `None` if it has none and only its sockets' events matter.
+    fn may_wait(&self) -> Option<Duration> {
+        let keepalive = self.keepalive.as_ref().map(|k| {
+            if keepalive::deferred(k) {
+                keepalive::DEFER
+            } else {
+                Duration::ZERO
+            }
+        });
+        [
+            keepalive,
+            self.limits.idle_timeout,
+            self.limits.max_duration,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
+
+impl Pair {
+    fn into_mio(self) -> Pair<TcpStream> {
+        Pair {
+            down: TcpStream::from_std(self.down),
+            up: TcpStream::from_std(self.up),
+            to_up: self.to_up,
+            to_up_counter: self.to_up_counter,
+            to_down_counter: self.to_down_counter,
+            limits: self.limits,
+            keep: self.keep,
+            metrics: self.metrics,
+            upstream: self.upstream,
+            span: self.span,
+            keepalive: self.keepalive,
+        }
+    }
 }
 
 /// A worker's splicer. Cheap to clone; all clones feed the same loop.
@@ -123,12 +168,18 @@ impl Drop for Owner {
 /// loop alone, so no lock is held while it does I/O.
 #[derive(Debug)]
 struct Inner {
-    /// Pairs handed over and not yet taken in by the loop; locked only to push or swap.
-    inbox: Mutex<Vec<Pair>>,
-    /// Wakes the loop's thread from `epoll_wait`: a pair arrived, or the last handle went.
+    /// Pairs handed over and not yet taken in by the loop, and the keys they take.
+    inbox: Mutex<Inbox>,
+    /// The loop's `epoll` set, for [`Splicer::adopt`] to register a pair's sockets in.
+    registry: mio::Registry,
+    /// Wakes the loop's thread from `epoll_wait`: a pair needs it, or the last handle went.
     waker: mio::Waker,
-    /// The loop is in, or about to enter, a blocking `epoll_wait`: a new pair must wake it.
+    /// The loop is in, or about to enter, a blocking `epoll_wait`.
     parked: AtomicBool,
+    /// When the parked loop wakes by itself, in milliseconds after `epoch` (`u64::MAX`: only
+    /// for an event).
+    wakes_at: AtomicU64,
+    epoch: Instant,
     /// Every handle is gone: the loop ends, closing its connections.
     quit: AtomicBool,
     /// Set when the loop has ended: nothing would move a new pair's bytes.
@@ -136,17 +187,31 @@ struct Inner {
     /// Open connections, for tests waiting for every connection to close.
     #[cfg(test)]
     open: std::sync::atomic::AtomicUsize,
+    /// Hand-overs that woke the loop, for tests of when they do.
+    #[cfg(test)]
+    wakes: std::sync::atomic::AtomicUsize,
 }
+
+/// What handles leave for the loop: pairs under the keys their sockets are registered with.
+#[derive(Debug, Default)]
+struct Inbox {
+    pairs: Vec<Arrival>,
+    keys: Keys,
+}
+
+/// A pair handed over, its key, and when: its limits count from then, however late the loop
+/// takes it in.
+type Arrival = (usize, Instant, Pair<TcpStream>);
 
 /// The loop's own state.
 #[derive(Debug)]
 struct State {
-    conns: Slab<Conn>,
+    conns: Table<Conn>,
     timers: BinaryHeap<Reverse<Timer>>,
     next_gen: u32,
     spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
-    arrived: Vec<Pair>,
+    arrived: Vec<Arrival>,
     /// A handle on the registry (its own descriptor), for adding write interest while
     /// events are dispatched.
     registry: Option<mio::Registry>,
@@ -191,12 +256,17 @@ impl Splicer {
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
         let inner = Arc::new(Inner {
             inbox: Mutex::default(),
+            registry: poll.registry().try_clone()?,
             waker,
             parked: AtomicBool::new(false),
+            wakes_at: AtomicU64::new(u64::MAX),
+            epoch: Instant::now(),
             quit: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
             #[cfg(test)]
             open: Default::default(),
+            #[cfg(test)]
+            wakes: Default::default(),
         });
         let task = inner.clone();
         std::thread::Builder::new().name(name).spawn(move || {
@@ -208,7 +278,7 @@ impl Splicer {
                     // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                     // holding connections nobody serves.
                     task.stopped.store(true, Ordering::Release);
-                    let queued = std::mem::take(&mut *lock(&task.inbox)).len();
+                    let queued = std::mem::take(&mut lock(&task.inbox).pairs).len();
                     warn!(error = %e, open = st.conns.len() + queued,
                         "splicer stopped; its connections are closed");
                 }
@@ -221,17 +291,39 @@ impl Splicer {
         })
     }
 
-    /// Takes over a connected pair: its loop registers both sockets and moves their bytes. On
-    /// error (the loop has stopped) the pair is dropped, closing both sockets.
+    /// Takes over a connected pair: registers both sockets in the loop's `epoll` set, whose
+    /// loop then moves their bytes. On error (the loop has stopped, or the kernel's `epoll`
+    /// set has no room) the pair is dropped, closing both sockets.
     pub fn adopt(&self, pair: Pair) -> io::Result<()> {
         if self.inner.stopped.load(Ordering::Acquire) {
             return Err(io::Error::other("the worker's splicer has stopped"));
         }
-        lock(&self.inner.inbox).push(pair);
-        // Both sides use SeqCst: either the loop's last look at the inbox before it blocks
-        // sees this pair, or this sees the loop parked and wakes it. A loop that is awake
-        // takes the pair in at its next turn without a system call from here.
-        if self.inner.parked.swap(false, Ordering::SeqCst) {
+        let mut pair = pair.into_mio();
+        let may_wait = pair.may_wait();
+        let adopted = Instant::now();
+        {
+            let mut inbox = lock(&self.inner.inbox);
+            let key = inbox.keys.take();
+            // Registered under the lock: the loop takes the inbox in after every poll and
+            // before it handles the poll's events, so by then it holds the pair of any event
+            // it sees. (Registering outside the lock and keeping the events that came before
+            // their pair cost more: one connection in six then woke the loop a second time.)
+            if let Err(e) = register(&self.inner.registry, &mut pair, key) {
+                inbox.keys.put_back(key);
+                return Err(e);
+            }
+            inbox.pairs.push((key, adopted, pair));
+        }
+        // The sockets' events wake a parked loop, which takes the pair in then. What cannot
+        // wait for them is a timer of the pair's due before the loop wakes by itself. Both
+        // sides use SeqCst: either the loop's last look at the inbox before it blocks sees
+        // this pair, or this sees the loop parked.
+        if self.inner.parked.load(Ordering::SeqCst)
+            && may_wait.is_some_and(|w| self.inner.wakes_after(adopted + w))
+            && self.inner.parked.swap(false, Ordering::SeqCst)
+        {
+            #[cfg(test)]
+            self.inner.wakes.fetch_add(1, Ordering::SeqCst);
             self.inner.waker.wake()?;
         }
         Ok(())
@@ -240,18 +332,55 @@ impl Splicer {
     /// Connections this splicer holds.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.inner.open.load(Ordering::Acquire) + lock(&self.inner.inbox).len()
+        self.inner.open.load(Ordering::Acquire) + lock(&self.inner.inbox).pairs.len()
     }
 }
 
+/// Registers both sockets of `pair` under `key`. Read interest only: a writable socket would
+/// report an edge on registration, and another whenever a FIN is acknowledged, each a wake-up
+/// with nothing to do. Write interest is added when a write pushes back (`Conn::watch`), and
+/// from the start for the part of the hello the connect did not get out. The first edges
+/// report what is already there (the upstream's first flight), so nothing has to be driven
+/// when the loop takes the pair in.
+fn register(registry: &mio::Registry, pair: &mut Pair<TcpStream>, key: usize) -> io::Result<()> {
+    let up_interest = if pair.to_up.is_empty() {
+        Interest::READABLE
+    } else {
+        Interest::READABLE | Interest::WRITABLE
+    };
+    registry.register(&mut pair.down, token(key, 0), Interest::READABLE)?;
+    if let Err(e) = registry.register(&mut pair.up, token(key, 1), up_interest) {
+        let _ = registry.deregister(&mut pair.down);
+        return Err(e);
+    }
+    Ok(())
+}
+
 impl Inner {
+    /// Whether the parked loop would wake by itself only after `at`.
+    fn wakes_after(&self, at: Instant) -> bool {
+        let at = at.saturating_duration_since(self.epoch).as_millis();
+        u128::from(self.wakes_at.load(Ordering::SeqCst)) > at
+    }
+
+    /// Publishes when the loop, about to park, wakes by itself.
+    fn parks_until(&self, deadline: Option<Instant>) {
+        let at = deadline.map_or(u64::MAX, |at| {
+            let ms = at.saturating_duration_since(self.epoch).as_millis();
+            u64::try_from(ms).unwrap_or(u64::MAX)
+        });
+        self.wakes_at.store(at, Ordering::SeqCst);
+    }
+
     fn run(&self, mut poll: mio::Poll, st: &mut State) -> io::Result<()> {
         st.registry = Some(poll.registry().try_clone()?);
         let mut events = Events::with_capacity(EVENTS);
         let mut deadline: Option<Instant> = None;
         loop {
+            self.parks_until(deadline);
             self.parked.store(true, Ordering::SeqCst);
-            let timeout = if self.quit.load(Ordering::SeqCst) || !lock(&self.inbox).is_empty() {
+            let timeout = if self.quit.load(Ordering::SeqCst) || !lock(&self.inbox).pairs.is_empty()
+            {
                 Some(Duration::ZERO)
             } else {
                 deadline.map(|at| at.saturating_duration_since(Instant::now()))
@@ -262,9 +391,8 @@ impl Inner {
             if self.quit.load(Ordering::SeqCst) {
                 return Ok(());
             }
-            st.dispatch(&events);
+            self.handle(st, &events);
             let full = events.iter().count() >= events.capacity();
-            self.take_in(st, poll.registry());
             // One clock read serves the turn's timers, pacing and policy unless it spins.
             let mut now = Instant::now();
             deadline = st.due(now);
@@ -303,10 +431,9 @@ impl Inner {
     ) -> io::Result<()> {
         let mut until = Instant::now() + window;
         loop {
-            self.take_in(st, poll.registry());
             poll_once(poll, events, Some(Duration::ZERO))?;
+            self.handle(st, events);
             if !events.is_empty() {
-                st.dispatch(events);
                 until = Instant::now() + window;
                 continue;
             }
@@ -334,11 +461,9 @@ impl Inner {
             return Ok(false);
         }
         loop {
-            self.take_in(st, poll.registry());
             poll_once(poll, events, Some(Duration::ZERO))?;
-            if !events.is_empty() {
-                st.dispatch(events);
-            } else {
+            self.handle(st, events);
+            if events.is_empty() {
                 yield_cpu(st);
             }
             let now = Instant::now();
@@ -349,23 +474,31 @@ impl Inner {
         }
     }
 
-    /// Registers the pairs handed over since the last turn and adds them to the table.
-    fn take_in(&self, st: &mut State, registry: &mio::Registry) {
+    /// Handles a poll's events, after taking in the pairs handed over since the last poll:
+    /// an event can only be of a pair registered before the poll, so the table then holds it.
+    fn handle(&self, st: &mut State, events: &Events) {
+        self.take_in(st);
+        if !events.is_empty() {
+            st.dispatch(events);
+        }
+    }
+
+    /// Adds the pairs handed over since the last turn to the table, and gives the keys of
+    /// the connections closed since then back for new pairs.
+    fn take_in(&self, st: &mut State) {
         {
             let mut inbox = lock(&self.inbox);
             #[cfg(test)]
             self.open
-                .store(st.conns.len() + inbox.len(), Ordering::Release);
-            std::mem::swap(&mut *inbox, &mut st.arrived);
+                .store(st.conns.len() + inbox.pairs.len(), Ordering::Release);
+            std::mem::swap(&mut inbox.pairs, &mut st.arrived);
+            st.conns.give_back(&mut inbox.keys);
         }
         let mut arrived = std::mem::take(&mut st.arrived);
         if !arrived.is_empty() {
             let now = Instant::now();
-            for pair in arrived.drain(..) {
-                let upstream = pair.upstream.clone();
-                if let Err(e) = st.insert(pair, registry, now) {
-                    warn!(%upstream, error = %e, "cannot splice the connection, closing it");
-                }
+            for (key, adopted, pair) in arrived.drain(..) {
+                st.insert(key, pair, adopted, now);
             }
         }
         arrived.shrink_to(INBOX_KEEP);
@@ -378,7 +511,7 @@ impl Inner {
 impl State {
     fn new(busy_poll: BusyPoll, counters: Contention) -> State {
         State {
-            conns: Slab::new(),
+            conns: Table::default(),
             timers: BinaryHeap::new(),
             next_gen: 0,
             spares: Spares::default(),
@@ -391,35 +524,19 @@ impl State {
         }
     }
 
-    /// Registers both sockets of `pair`, adopted at `now`, and adds it to the table. On error
-    /// (no room in the kernel's epoll set) the pair is dropped, closing both sockets.
-    fn insert(&mut self, pair: Pair, registry: &mio::Registry, now: Instant) -> io::Result<()> {
-        let mut down = TcpStream::from_std(pair.down);
-        let mut up = TcpStream::from_std(pair.up);
-        let entry = self.conns.vacant_entry();
-        let key = entry.key();
-        // Read interest only: a writable socket would report an edge on registration, and
-        // another whenever a FIN is acknowledged, each a wake-up with nothing to do. Write
-        // interest is added when a write pushes back (`Conn::watch`), and from the start for
-        // the part of the hello the connect did not get out. The first edges report what is
-        // already there (the upstream's first flight), so nothing has to be driven here.
+    /// Adds `pair`, registered under `key` (see [`register`]) and handed over at `adopted`, to
+    /// the table at `now`.
+    fn insert(&mut self, key: usize, pair: Pair<TcpStream>, adopted: Instant, now: Instant) {
         let hello_left = !pair.to_up.is_empty();
         let mut d2u = Flow::new(pair.to_up_counter, pair.to_up);
-        let up_interest = if hello_left {
+        if hello_left {
+            // Registered with write interest for the rest of the hello.
             d2u.watched();
-            Interest::READABLE | Interest::WRITABLE
-        } else {
-            Interest::READABLE
-        };
-        registry.register(&mut down, token(key, 0), Interest::READABLE)?;
-        if let Err(e) = registry.register(&mut up, token(key, 1), up_interest) {
-            let _ = registry.deregister(&mut down);
-            return Err(e);
         }
         match self.keepalive.enlist(pair.keepalive, key, now) {
             Plan::None => {}
             Plan::Later(tag) => d2u.keepalive = tag,
-            Plan::Now(k) => set_keepalive(&up, &k),
+            Plan::Now(k) => set_keepalive(&pair.up, &k),
         }
         let limited = pair.limits != Limits::default();
         let extra = (limited || !pair.span.is_disabled()).then(|| {
@@ -427,8 +544,8 @@ impl State {
             Box::new(Extra {
                 limits: pair.limits,
                 gen: self.next_gen,
-                started: now,
-                last: now,
+                started: adopted,
+                last: adopted,
                 metrics: pair.metrics,
                 upstream: pair.upstream,
                 span: pair.span,
@@ -437,18 +554,20 @@ impl State {
         let deadline = extra
             .as_deref()
             .and_then(|x| x.deadline().map(|at| (at, x.gen)));
-        entry.insert(Conn {
-            down,
-            up,
-            d2u,
-            u2d: Flow::new(pair.to_down_counter, Vec::new()),
-            _keep: pair.keep,
-            extra,
-        });
+        self.conns.insert(
+            key,
+            Conn {
+                down: pair.down,
+                up: pair.up,
+                d2u,
+                u2d: Flow::new(pair.to_down_counter, Vec::new()),
+                _keep: pair.keep,
+                extra,
+            },
+        );
         if let Some((at, gen)) = deadline {
             self.timers.push(Reverse(Timer { at, key, gen }));
         }
-        Ok(())
     }
 
     fn dispatch(&mut self, events: &Events) {
@@ -462,6 +581,7 @@ impl State {
         } = self;
         for ev in events.iter() {
             let (key, side) = (ev.token().0 >> 1, ev.token().0 & 1);
+            // A connection closed earlier in this turn: it is gone, and so are its sockets.
             let Some(conn) = conns.get_mut(key) else {
                 continue;
             };
@@ -492,7 +612,7 @@ impl State {
                     End::Failed
                 }
             };
-            if let Some(c) = conns.try_remove(key) {
+            if let Some(c) = conns.remove(key) {
                 c.close(end);
             }
         }
@@ -543,7 +663,7 @@ impl State {
             };
             match x.expired(now) {
                 Some(end) => {
-                    if let Some(c) = self.conns.try_remove(t.key) {
+                    if let Some(c) = self.conns.remove(t.key) {
                         c.close(end);
                     }
                 }
@@ -702,7 +822,7 @@ fn poll_once(
 
 /// The inbox stays usable after a panic elsewhere: every push and swap is complete before
 /// the lock is released.
-fn lock(m: &Mutex<Vec<Pair>>) -> MutexGuard<'_, Vec<Pair>> {
+fn lock(m: &Mutex<Inbox>) -> MutexGuard<'_, Inbox> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -6,8 +6,10 @@
 //! close within milliseconds (health checks, short clients): 4 of isthmus's 22 system calls
 //! per proxied connection, where nginx makes 18 in all (BENCHMARKS.md, issue 28, round 11).
 //! Deferred, a connection that ends within [`DEFER`] never pays them, and one that lives on
-//! gets them then: its first probe comes at most [`DEFER`] plus one [`TICK`] later than the
-//! configured `time`, which is 60 s by default (a `time` under [`DEFER_FROM`] is set at once).
+//! gets them then. The splicer takes a connection in within [`DEFER`] of its hand-over
+//! (`Splicer::adopt`) and serves it [`DEFER`] later, give or take a [`TICK`]: its first probe
+//! comes at most twice [`DEFER`] plus one [`TICK`] later than the configured `time`, which is
+//! 60 s by default (a `time` under [`DEFER_FROM`] is set at once).
 //! Accepted sockets are not concerned: they inherit keepalive from their listening socket.
 //!
 //! Young connections wait in one queue of table keys (4 bytes a connection: 10,000 connections
@@ -30,6 +32,11 @@ const WAIT: u64 = (DEFER.as_millis() / TICK.as_millis()) as u64 + 1;
 /// A `time` under this is set at once: deferring would delay its first probe by too large a
 /// share of it.
 pub const DEFER_FROM: Duration = Duration::from_secs(10);
+
+/// Whether a connection with keepalive `k` gets it only once it has lived [`DEFER`].
+pub fn deferred(k: &KeepaliveConfig) -> bool {
+    k.time.get() >= DEFER_FROM
+}
 
 /// Connections served per turn at most: 10,000 connections opened at once come due at once,
 /// and their 40,000 system calls would otherwise hold up the splicer's other connections for
@@ -121,7 +128,7 @@ impl Deferred {
         let Ok(key) = u32::try_from(key) else {
             return Plan::Now(k);
         };
-        if k.time.get() < DEFER_FROM {
+        if !deferred(&k) {
             return Plan::Now(k);
         }
         let kind = match self.kinds.iter().position(|&seen| seen == k) {

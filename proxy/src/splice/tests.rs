@@ -54,6 +54,18 @@ impl Rig {
 
     /// Hands `down` (the proxy's accepted socket) and `up` (its upstream socket) over.
     fn adopt(&self, down: TokioStream, up: TokioStream, first: &[u8], limits: Limits) {
+        self.adopt_kept_alive(down, up, first, limits, None);
+    }
+
+    /// [`Rig::adopt`], with the upstream's keepalive.
+    fn adopt_kept_alive(
+        &self,
+        down: TokioStream,
+        up: TokioStream,
+        first: &[u8],
+        limits: Limits,
+        keepalive: Option<KeepaliveConfig>,
+    ) {
         let pair = Pair {
             down: down.into_std().unwrap(),
             up: up.into_std().unwrap(),
@@ -69,7 +81,7 @@ impl Rig {
             metrics: self.metrics.clone(),
             upstream: "u".into(),
             span: tracing::Span::none(),
-            keepalive: None,
+            keepalive,
         };
         self.splicer.adopt(pair).unwrap();
     }
@@ -81,6 +93,21 @@ impl Rig {
             async move { done }
         })
         .await;
+    }
+
+    /// Waits until the splicer's thread is parked in `epoll_wait` (or about to be).
+    async fn parked(&self) {
+        let inner = self.splicer.inner.clone();
+        isthmus_testkit::wait_until("the splicer parked", Duration::from_secs(10), || {
+            let parked = inner.parked.load(Ordering::SeqCst);
+            async move { parked }
+        })
+        .await;
+    }
+
+    /// Hand-overs that woke the splicer.
+    fn wakes(&self) -> usize {
+        self.splicer.inner.wakes.load(Ordering::SeqCst)
     }
 
     fn limit_closes(&self, limit: &'static str) -> u64 {
@@ -267,6 +294,62 @@ async fn limits_close_and_are_counted() {
     rig.closed().await;
     assert_eq!(rig.limit_closes("max_connection_duration"), 1);
     assert_eq!(rig.limit_closes("idle_timeout"), 1);
+}
+
+/// A pair handed over to a parked splicer wakes it through its own sockets' events, not through
+/// the hand-over; only a pair with a timer (a limit, or its keepalive) due before the splicer
+/// wakes by itself wakes it at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_pair_that_cannot_wait_wakes_a_parked_splicer() {
+    let rig = Rig::new();
+    let minute = Limits {
+        idle_timeout: Some(Duration::from_secs(60)),
+        max_duration: None,
+    };
+    rig.parked().await;
+    let (mut client, down) = pair().await;
+    let (up, mut server) = pair().await;
+    // Nothing to write at once: the sockets have no event until the client writes.
+    rig.adopt(down, up, b"", Limits::default());
+    client.write_all(b"ping").await.unwrap();
+    let mut got = [0u8; 4];
+    server.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"ping");
+    server.write_all(b"pong").await.unwrap();
+    client.read_exact(&mut got).await.unwrap();
+    assert_eq!(&got, b"pong");
+    assert_eq!(rig.wakes(), 0, "a pair without timers woke the splicer");
+
+    // Nothing is due: the parked splicer sleeps until an event, which a limit cannot wait for.
+    rig.parked().await;
+    let (_client2, down) = pair().await;
+    let (up, _server2) = pair().await;
+    rig.adopt(down, up, b"", minute);
+    assert_eq!(rig.wakes(), 1, "a limit due first did not wake the splicer");
+
+    // The limit above is due in a minute: later than a deferred keepalive.
+    rig.parked().await;
+    let (_client3, down) = pair().await;
+    let (up, _server3) = pair().await;
+    let keepalive = KeepaliveConfig::default();
+    assert!(keepalive::deferred(&keepalive));
+    rig.adopt_kept_alive(down, up, b"", Limits::default(), Some(keepalive));
+    assert_eq!(
+        rig.wakes(),
+        2,
+        "a keepalive due first did not wake the splicer"
+    );
+
+    // Now the keepalive is due within about a second: a minute's limit can wait for it.
+    rig.parked().await;
+    let (_client4, down) = pair().await;
+    let (up, _server4) = pair().await;
+    rig.adopt(down, up, b"", minute);
+    assert_eq!(
+        rig.wakes(),
+        2,
+        "a limit due after the splicer's own wake-up woke it"
+    );
 }
 
 /// An open connection costs its table entry: printed for the benchmarks' memory analysis; the
