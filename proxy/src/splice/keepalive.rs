@@ -153,11 +153,11 @@ impl Deferred {
     /// [`Tag::adopted_in`] that tick (the connection may have closed, and the key gone to a
     /// newer one).
     pub fn pop_due(&mut self, now: Instant) -> Option<(usize, u64)> {
-        let current = self.tick(now);
-        let &mut (tick, ref mut n) = self.cohorts.front_mut()?;
-        if current < tick + WAIT {
+        let &(tick, _) = self.cohorts.front()?;
+        if self.tick(now) < tick + WAIT {
             return None;
         }
+        let n = &mut self.cohorts.front_mut()?.1;
         *n -= 1;
         if *n == 0 {
             self.cohorts.pop_front();
