@@ -295,24 +295,23 @@ impl TestEtcd {
         self.start(name, &refs, "existing");
     }
 
-    /// One attempt to promote a learner; `false` when etcd refused it (a learner that has not
-    /// caught up with the leader yet, or a membership change right after members reconnected).
-    /// The caller tries again on its next turn, as etcd-backup-restore keeps trying: a 30 s
-    /// deadline here once failed CI under load with a learner not yet in sync.
-    pub fn promote(&mut self, name: &str) -> bool {
+    /// One attempt to promote a learner. etcd may refuse it (a learner that has not caught up
+    /// with the leader yet, or a membership change right after members reconnected); the
+    /// learner then stays one, and the caller tries again on its next turn, as
+    /// etcd-backup-restore keeps trying: a 30 s deadline here once failed CI under load with a
+    /// learner not yet in sync.
+    pub fn promote(&mut self, name: &str) {
         let id = self
             .id_of(name)
             .unwrap_or_else(|| panic!("{name} is not a member"));
         match self.etcdctl(&["member", "promote", &format!("{id:x}")]) {
             Ok(_) => {
                 self.learners.remove(name);
-                true
             }
             Err(e) => {
                 if self.refused_promotions.insert(name.to_string()) {
                     eprintln!("member promote {name} refused, tried again each turn: {e}");
                 }
-                false
             }
         }
     }
