@@ -1,12 +1,13 @@
 #define _GNU_SOURCE
 // A measurement, not a proxy: the least an L4 relay in user space can do, to see what the
-// `latency` scenario of `cargo bench --bench peers` gives for a proxy with no bookkeeping at all
-// (BENCHMARKS.md, issue 28, round 5). One thread per CPU (SO_REUSEPORT listeners), one epoll
-// each, level-triggered; every readable socket is read into a stack buffer and written to its
-// peer at once. No routing (one upstream), no limits, no partial-write handling (the
-// scenario's 1 KiB messages always fit the send buffer). Run through run.sh. With
-// EPOLL_NESTED=1 each thread's epoll is itself registered in an outer epoll, which is what the
-// thread blocks in (as isthmus's splicer's epoll sits in tokio's): the cost of the nesting alone.
+// `latency` and `connrate` scenarios of `cargo bench --bench peers` give for a proxy with no
+// bookkeeping at all (BENCHMARKS.md, issue 28, rounds 5 and 12). One thread per CPU
+// (SO_REUSEPORT listeners), one epoll each, level-triggered; every readable socket is read into
+// a stack buffer and written to its peer at once, and the first end of file closes both
+// sockets (no half-close). No routing (one upstream), no limits, no partial-write handling (the
+// scenarios' messages always fit the send buffer). Run through run.sh. With EPOLL_NESTED=1 each
+// thread's epoll is itself registered in an outer epoll, which is what the thread blocks in (as
+// isthmus's splicer's epoll sat in tokio's): the cost of the nesting alone.
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
