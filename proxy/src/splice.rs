@@ -170,7 +170,8 @@ impl Drop for Owner {
 struct Inner {
     /// Pairs handed over and not yet taken in by the loop, and the keys they take.
     inbox: Mutex<Inbox>,
-    /// The loop's `epoll` set, for [`Splicer::adopt`] to register a pair's sockets in.
+    /// The loop's `epoll` set, for [`Splicer::adopt`] to register a pair's sockets in and
+    /// for the loop to add write interest while it dispatches events.
     registry: mio::Registry,
     /// Wakes the loop's thread from `epoll_wait`: a pair needs it, or the last handle went.
     waker: mio::Waker,
@@ -212,9 +213,6 @@ struct State {
     spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
     arrived: Vec<Arrival>,
-    /// A handle on the registry (its own descriptor), for adding write interest while
-    /// events are dispatched.
-    registry: Option<mio::Registry>,
     pacer: Pacer,
     /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
     policy: Demotion,
@@ -373,7 +371,6 @@ impl Inner {
     }
 
     fn run(&self, mut poll: mio::Poll, st: &mut State) -> io::Result<()> {
-        st.registry = Some(poll.registry().try_clone()?);
         let mut events = Events::with_capacity(EVENTS);
         let mut deadline: Option<Instant> = None;
         loop {
@@ -479,7 +476,7 @@ impl Inner {
     fn handle(&self, st: &mut State, events: &Events) {
         self.take_in(st);
         if !events.is_empty() {
-            st.dispatch(events);
+            st.dispatch(events, &self.registry);
         }
     }
 
@@ -516,7 +513,6 @@ impl State {
             next_gen: 0,
             spares: Spares::default(),
             arrived: Vec::new(),
-            registry: None,
             pacer: Pacer::new(busy_poll),
             policy: Demotion::of_this_thread(),
             counters,
@@ -570,11 +566,10 @@ impl State {
         }
     }
 
-    fn dispatch(&mut self, events: &Events) {
+    fn dispatch(&mut self, events: &Events, registry: &mio::Registry) {
         let State {
             conns,
             spares,
-            registry,
             pacer,
             policy,
             ..
@@ -601,7 +596,7 @@ impl State {
                 .drive(spares, pacer, policy.traffic())
                 .and_then(|done| {
                     if !done {
-                        conn.watch(key, registry.as_ref())?;
+                        conn.watch(key, registry)?;
                     }
                     Ok(done)
                 }) {
@@ -716,11 +711,8 @@ impl Conn {
     /// Adds write interest for a destination that pushed back. `EPOLL_CTL_MOD` reports room
     /// that freed up in between as an edge, so none is missed; once added it stays (a
     /// connection that pushes back once likely carries bulk and does again).
-    fn watch(&mut self, key: usize, registry: Option<&mio::Registry>) -> io::Result<()> {
+    fn watch(&mut self, key: usize, registry: &mio::Registry) -> io::Result<()> {
         let both = Interest::READABLE | Interest::WRITABLE;
-        let Some(registry) = registry else {
-            return Err(io::Error::other("the splicer's registry is gone"));
-        };
         if self.d2u.needs_watch() {
             registry.reregister(&mut self.up, token(key, 1), both)?;
             self.d2u.watched();
