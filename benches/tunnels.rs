@@ -3,9 +3,10 @@
 //! TUN in network namespaces) and konnectivity (`proxy-server`/`proxy-agent` v0.34.0, built by
 //! `scripts/build-konnectivity.sh`, HTTP CONNECT front on a Unix socket), plus two floors: the
 //! direct path across the same emulated link, and the tunnel path's hops with nothing of a
-//! tunnel in them ([`floor`], `relays`). One load generator drives them all ([`load`]),
-//! against the same targets in the shoot's namespace ([`targets`]), every agent connection
-//! crossing the lab's userspace link emulator ([`isthmus_lab::link::Link`]).
+//! tunnel in them ([`floor`], `relays`; with TLS between them, `tls-relays`, when named). One
+//! load generator drives them all ([`load`]), against the same targets in the shoot's namespace
+//! ([`targets`]), every agent connection crossing the lab's userspace link emulator
+//! ([`isthmus_lab::link::Link`]).
 //!
 //! `cargo bench --bench tunnels [-- [--quick] [--rounds N] [--rtts 0,50,150] [--perf] [PEER…]]`
 //! (root: namespaces, TUN). Peers are measured in interleaved rounds (the order rotates every
@@ -49,8 +50,9 @@ options:
                    (TUNNELS_PERF_RECORD=DIR: also perf record)
   -h, --help       this text
 
-PEERs: isthmus konnectivity openvpn (direct and relays always run). ISTHMUS_BIN runs another
-build of isthmus. See BENCHMARKS.md.";
+PEERs: isthmus konnectivity openvpn (direct and relays always run), and tls-relays (the relays
+with TLS between them; only when named). ISTHMUS_BIN runs another build of isthmus. See
+BENCHMARKS.md.";
 
 struct Opts {
     quick: bool,
@@ -98,10 +100,11 @@ impl Opts {
         o
     }
 
-    /// The floors (`direct`, `relays`) always run: the others are read against them.
+    /// The floors (`direct`, `relays`) always run: the others are read against them. The
+    /// floor with TLS (`tls-relays`) runs only when named.
     fn wants(&self, peer: &str) -> bool {
         matches!(peer, "direct" | "relays")
-            || self.peers.is_empty()
+            || (self.peers.is_empty() && peer != "tls-relays")
             || self.peers.iter().any(|p| p == peer)
     }
 }
@@ -158,7 +161,10 @@ async fn run(opts: Opts) {
         let tag = format!("r{rtt_ms}");
         let mut peers: Vec<Peer> = vec![world::direct(&world, rtt).await];
         if opts.wants("relays") {
-            peers.push(world::relays(&world, rtt, &tag).await);
+            peers.push(world::relays(&world, rtt, &tag, false).await);
+        }
+        if opts.wants("tls-relays") {
+            peers.push(world::relays(&world, rtt, &tag, true).await);
         }
         if opts.wants("isthmus") {
             peers.push(world::isthmus(&world, rtt, &tag).await);
@@ -253,7 +259,7 @@ async fn run(opts: Opts) {
         for (k, p) in peers
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.name != "relays")
+            .filter(|(_, p)| !p.name.ends_with("relays"))
             .skip(1)
         {
             table.put(

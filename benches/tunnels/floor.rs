@@ -6,16 +6,38 @@
 //! multiplexing: what a tunnel costs beyond this is its own work; what this costs is the
 //! price of the hops (a Unix socket, three TCP connections, two more processes) on this
 //! machine, which no tunnel on this path can go below.
+//!
+//! `tls-relays` (run only when named) are the same relays with TLS 1.3 between front and back,
+//! as the tunnel's session has: rustls with the tunnel's provider (ring) and the tunnel's
+//! buffers (64 KiB read under the TLS layer, 256 KiB of TLS queued for writing), one TLS
+//! connection per stream, still no HTTP/2. What a tunnel that encrypts in user space with
+//! rustls cannot go below; what isthmus costs beyond it is HTTP/2 and its own bookkeeping.
+//! (A stream's TLS handshake makes its calls dearer than a tunnel's: read its throughput.)
 
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use std::net::SocketAddr;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-/// `front:<unix socket>:<back's address as reached through the link>` or `back:<address>`.
+/// `front:<unix socket> <back's address as reached through the link>` or `back:<address>`;
+/// with TLS between them, `tls-front:<unix socket> <back's address> <CA file>` and
+/// `tls-back:<address> <certificate file> <key file>`.
 pub const ROLE_ENV: &str = "TUNNELS_BENCH_RELAY";
 
 /// Bytes per read, as the link relay and the CONNECT proxy.
 const BUF: usize = 64 * 1024;
+
+/// As the tunnel's sessions (`tunnel/src/http2.rs`): bytes read from the socket under the TLS
+/// layer at once, and TLS bytes queued for writing.
+const TLS_READ_BUF: usize = 64 * 1024;
+const TLS_WRITE_BUF: usize = 256 * 1024;
+
+/// The name the back's certificate carries.
+pub const TLS_NAME: &str = "relay.test";
 
 /// The child's `main`: one of the two relays, until killed.
 pub fn child_main(role: &str) {
@@ -24,15 +46,52 @@ pub fn child_main(role: &str) {
         .build()
         .unwrap();
     rt.block_on(async move {
-        match role.split_once(':') {
-            Some(("front", rest)) => {
-                let (sock, back) = rest.rsplit_once(' ').unwrap();
-                front(sock, back.parse().unwrap()).await
+        let (kind, rest) = role.split_once(':').unwrap_or_default();
+        let args: Vec<&str> = rest.split(' ').collect();
+        match (kind, args.as_slice()) {
+            ("front", [sock, back]) => front(sock, back.parse().unwrap(), None).await,
+            ("back", [addr]) => back(addr.parse().unwrap(), None).await,
+            ("tls-front", [sock, back, ca]) => {
+                front(sock, back.parse().unwrap(), Some(connector(ca))).await
             }
-            Some(("back", addr)) => back(addr.parse().unwrap()).await,
+            ("tls-back", [addr, cert, key]) => {
+                back(addr.parse().unwrap(), Some(acceptor(cert, key))).await
+            }
             _ => panic!("{ROLE_ENV}={role}"),
         }
     });
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+fn connector(ca: &str) -> TlsConnector {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(Path::new(ca)).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    TlsConnector::from(Arc::new(config))
+}
+
+fn acceptor(cert: &str, key: &str) -> TlsAcceptor {
+    let certs = CertificateDer::pem_file_iter(Path::new(cert))
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_file(Path::new(key)).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    TlsAcceptor::from(Arc::new(config))
 }
 
 /// Reads a head up to its blank line (small, byte by byte: once per stream).
@@ -56,10 +115,11 @@ where
     let _ = tokio::io::copy_bidirectional_with_sizes(&mut a, &mut b, BUF, BUF).await;
 }
 
-async fn front(sock: &str, back: SocketAddr) {
+async fn front(sock: &str, back: SocketAddr, tls: Option<TlsConnector>) {
     let _ = std::fs::remove_file(sock);
     let l = UnixListener::bind(sock).unwrap();
     while let Ok((mut c, _)) = l.accept().await {
+        let tls = tls.clone();
         tokio::spawn(async move {
             let Ok(h) = head(&mut c).await else { return };
             let target = h.split_whitespace().nth(1).unwrap_or_default().to_owned();
@@ -68,32 +128,72 @@ async fn front(sock: &str, back: SocketAddr) {
             };
             let _ = u.set_nodelay(true);
             // Through the CONNECT proxy (which routes every CONNECT to the back), then the
-            // target for the back.
-            let req = format!("CONNECT back HTTP/1.1\r\n\r\n{target}\r\n\r\n");
-            if u.write_all(req.as_bytes()).await.is_err() || head(&mut u).await.is_err() {
+            // target for the back (inside TLS when there is TLS).
+            let target = format!("{target}\r\n\r\n");
+            let Some(tls) = tls else {
+                let req = format!("CONNECT back HTTP/1.1\r\n\r\n{target}");
+                if u.write_all(req.as_bytes()).await.is_err() || head(&mut u).await.is_err() {
+                    return;
+                }
+                if c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
+                    copy(c, u).await;
+                }
+                return;
+            };
+            if u.write_all(b"CONNECT back HTTP/1.1\r\n\r\n").await.is_err()
+                || head(&mut u).await.is_err()
+            {
+                return;
+            }
+            let name = ServerName::try_from(TLS_NAME).unwrap();
+            let Ok(mut s) = tls
+                .connect(name, BufReader::with_capacity(TLS_READ_BUF, u))
+                .await
+            else {
+                return;
+            };
+            s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
+            if s.write_all(target.as_bytes()).await.is_err() {
                 return;
             }
             if c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
-                copy(c, u).await;
+                copy(c, s).await;
             }
         });
     }
 }
 
-async fn back(addr: SocketAddr) {
+async fn back(addr: SocketAddr, tls: Option<TlsAcceptor>) {
     let l = TcpListener::bind(addr).await.unwrap();
-    while let Ok((mut c, _)) = l.accept().await {
+    while let Ok((c, _)) = l.accept().await {
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _ = c.set_nodelay(true);
-            let Ok(h) = head(&mut c).await else { return };
-            let Ok(target) = h.trim().parse::<SocketAddr>() else {
-                return;
-            };
-            let Ok(t) = TcpStream::connect(target).await else {
-                return;
-            };
-            let _ = t.set_nodelay(true);
-            copy(c, t).await;
+            match tls {
+                None => serve(c).await,
+                // (The bench's readiness probe connects and closes: its handshake fails.)
+                Some(tls) => {
+                    let Ok(mut s) = tls.accept(BufReader::with_capacity(TLS_READ_BUF, c)).await
+                    else {
+                        return;
+                    };
+                    s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
+                    serve(s).await
+                }
+            }
         });
     }
+}
+
+/// The back's stream: the target's head, then the target.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut c: S) {
+    let Ok(h) = head(&mut c).await else { return };
+    let Ok(target) = h.trim().parse::<SocketAddr>() else {
+        return;
+    };
+    let Ok(t) = TcpStream::connect(target).await else {
+        return;
+    };
+    let _ = t.set_nodelay(true);
+    copy(c, t).await;
 }

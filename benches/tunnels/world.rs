@@ -333,29 +333,46 @@ async fn listening_unix(path: &Path, what: &str) {
 }
 
 /// The tunnel path's floor ([`super::floor`]): two relay processes where the tunnel's server
-/// and agent stand, the same link and CONNECT proxy between them, nothing of a tunnel.
-pub async fn relays(w: &World, rtt: Duration, tag: &str) -> Peer {
+/// and agent stand, the same link and CONNECT proxy between them, nothing of a tunnel; with
+/// `tls`, TLS 1.3 between the two (`tls-relays`).
+pub async fn relays(w: &World, rtt: Duration, tag: &str, tls: bool) -> Peer {
     let exe = std::env::current_exe().unwrap();
     let back = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let (name, roles) = if tls {
+        let d = w.dir.path();
+        let ca = w.pki.write_ca(d);
+        let (crt, key) = w
+            .pki
+            .server_cert(&[super::floor::TLS_NAME])
+            .write(d, &format!("tls-relays-{tag}"));
+        let back_role = format!("tls-back:{back} {} {}", crt.display(), key.display());
+        ("tls-relays", Some((back_role, ca)))
+    } else {
+        ("relays", None)
+    };
+    let back_role = roles
+        .as_ref()
+        .map_or_else(|| format!("back:{back}"), |(r, _)| r.clone());
     let back_proc = spawn(
-        Command::new(&exe).env(super::floor::ROLE_ENV, format!("back:{back}")),
-        &w.dir.join(&format!("relays-back-{tag}.log")),
+        Command::new(&exe).env(super::floor::ROLE_ENV, back_role),
+        &w.dir.join(&format!("{name}-back-{tag}.log")),
     );
-    listening(back, "relays back").await;
+    listening(back, name).await;
     let link = Link::new(rtt);
     let proxy = connect_proxy(back).await;
     let front = relay(&link, Ipv4Addr::LOCALHOST, proxy).await;
-    let sock = w.dir.join(&format!("relays-{tag}.sock"));
+    let sock = w.dir.join(&format!("{name}-{tag}.sock"));
+    let front_role = match &roles {
+        None => format!("front:{} {front}", sock.display()),
+        Some((_, ca)) => format!("tls-front:{} {front} {}", sock.display(), ca.display()),
+    };
     let front_proc = spawn(
-        Command::new(&exe).env(
-            super::floor::ROLE_ENV,
-            format!("front:{} {front}", sock.display()),
-        ),
-        &w.dir.join(&format!("relays-front-{tag}.log")),
+        Command::new(&exe).env(super::floor::ROLE_ENV, front_role),
+        &w.dir.join(&format!("{name}-front-{tag}.log")),
     );
-    listening_unix(&sock, "relays front").await;
+    listening_unix(&sock, name).await;
     Peer {
-        name: "relays",
+        name,
         dialer: w.dialer(Entry::Connect(sock)),
         link,
         pids: vec![front_proc.0.id(), back_proc.0.id()],
