@@ -17,9 +17,9 @@ pub struct Args {
     #[arg(long, short = 'c')]
     pub config: PathBuf,
     /// Worker threads [default: one per CPU the process may use]. With 1, a tunnelled GB costs
-    /// ~20 % less CPU (no wake-ups across threads), but on 2 cores one stream was ~10 % and 32
-    /// streams ~25 % slower (measured; see tunnel/README.md): for nodes whose cores many
-    /// tunnels share, where CPU counts more than one stream's peak.
+    /// 13–20 % less CPU (no wake-ups across threads), but calls made beside a bulk stream wait
+    /// for it (on 2 cores ~6 ms more at p50), and on a busy node one stream was slower
+    /// (measured; see tunnel/README.md): for nodes whose cores many tunnels share.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub threads: Option<u16>,
 }
