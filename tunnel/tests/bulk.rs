@@ -4,6 +4,8 @@
 //! a pattern that no repeated, dropped or shifted read reproduces, through a target that echoes
 //! it, several streams at once on one session, and every byte is checked.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
