@@ -135,10 +135,7 @@ async fn front(sock: &str, back: SocketAddr, tls: Option<TlsConnector>) {
                 if u.write_all(req.as_bytes()).await.is_err() || head(&mut u).await.is_err() {
                     return;
                 }
-                if c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
-                    copy(c, u).await;
-                }
-                return;
+                return answer_and_copy(c, u).await;
             };
             if u.write_all(b"CONNECT back HTTP/1.1\r\n\r\n").await.is_err()
                 || head(&mut u).await.is_err()
@@ -156,10 +153,18 @@ async fn front(sock: &str, back: SocketAddr, tls: Option<TlsConnector>) {
             if s.write_all(target.as_bytes()).await.is_err() {
                 return;
             }
-            if c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
-                copy(c, s).await;
-            }
+            answer_and_copy(c, s).await;
         });
+    }
+}
+
+/// Tells the caller its CONNECT succeeded, then copies between it and the way to the back.
+async fn answer_and_copy<S>(mut c: tokio::net::UnixStream, s: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if c.write_all(b"HTTP/1.1 200 OK\r\n\r\n").await.is_ok() {
+        copy(c, s).await;
     }
 }
 

@@ -338,21 +338,17 @@ async fn listening_unix(path: &Path, what: &str) {
 pub async fn relays(w: &World, rtt: Duration, tag: &str, tls: bool) -> Peer {
     let exe = std::env::current_exe().unwrap();
     let back = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let (name, roles) = if tls {
+    let (name, back_role, ca) = if tls {
         let d = w.dir.path();
-        let ca = w.pki.write_ca(d);
         let (crt, key) = w
             .pki
             .server_cert(&[super::floor::TLS_NAME])
             .write(d, &format!("tls-relays-{tag}"));
-        let back_role = format!("tls-back:{back} {} {}", crt.display(), key.display());
-        ("tls-relays", Some((back_role, ca)))
+        let role = format!("tls-back:{back} {} {}", crt.display(), key.display());
+        ("tls-relays", role, Some(w.pki.write_ca(d)))
     } else {
-        ("relays", None)
+        ("relays", format!("back:{back}"), None)
     };
-    let back_role = roles
-        .as_ref()
-        .map_or_else(|| format!("back:{back}"), |(r, _)| r.clone());
     let back_proc = spawn(
         Command::new(&exe).env(super::floor::ROLE_ENV, back_role),
         &w.dir.join(&format!("{name}-back-{tag}.log")),
@@ -362,9 +358,9 @@ pub async fn relays(w: &World, rtt: Duration, tag: &str, tls: bool) -> Peer {
     let proxy = connect_proxy(back).await;
     let front = relay(&link, Ipv4Addr::LOCALHOST, proxy).await;
     let sock = w.dir.join(&format!("{name}-{tag}.sock"));
-    let front_role = match &roles {
+    let front_role = match &ca {
         None => format!("front:{} {front}", sock.display()),
-        Some((_, ca)) => format!("tls-front:{} {front} {}", sock.display(), ca.display()),
+        Some(ca) => format!("tls-front:{} {front} {}", sock.display(), ca.display()),
     };
     let front_proc = spawn(
         Command::new(&exe).env(super::floor::ROLE_ENV, front_role),
