@@ -1,12 +1,12 @@
 //! The tunnel against the tunnels it replaces, side by side (issue 17): the isthmus tunnel,
 //! OpenVPN (Debian's `openvpn`, TCP through an HTTP CONNECT proxy as Gardener's VPN runs it,
 //! TUN in network namespaces) and konnectivity (`proxy-server`/`proxy-agent` v0.34.0, built by
-//! `scripts/build-konnectivity.sh`, HTTP CONNECT front on a Unix socket), plus two floors: the
+//! `scripts/build-konnectivity.sh`, HTTP CONNECT front on a Unix socket), plus floors: the
 //! direct path across the same emulated link, and the tunnel path's hops with nothing of a
-//! tunnel in them ([`floor`], `relays`; with TLS between them, `tls-relays`, when named). One
-//! load generator drives them all ([`load`]), against the same targets in the shoot's namespace
-//! ([`targets`]), every agent connection crossing the lab's userspace link emulator
-//! ([`isthmus_lab::link::Link`]).
+//! tunnel in them ([`floor`], `relays`; when named, with TLS between them, `tls-relays`, and
+//! with HTTP/2 over TLS, `h2-relays`, [`h2floor`]). One load generator drives them all
+//! ([`load`]), against the same targets in the shoot's namespace ([`targets`]), every agent
+//! connection crossing the lab's userspace link emulator ([`isthmus_lab::link::Link`]).
 //!
 //! `cargo bench --bench tunnels [-- [--quick] [--rounds N] [--rtts 0,50,150] [--perf] [PEER…]]`
 //! (root: namespaces, TUN). Peers are measured in interleaved rounds (the order rotates every
@@ -22,6 +22,8 @@
 mod byte_source;
 #[path = "tunnels/floor.rs"]
 mod floor;
+#[path = "tunnels/h2floor.rs"]
+mod h2floor;
 #[path = "tunnels/load.rs"]
 mod load;
 #[path = "tunnels/perf.rs"]
@@ -34,7 +36,7 @@ mod world;
 use isthmus_testkit::percentile;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use world::{Peer, World};
+use world::{Between, Peer, World};
 
 const USAGE: &str = "\
 usage: cargo bench --bench tunnels [-- [OPTION…] [PEER…]]   (root: namespaces, TUN)
@@ -50,9 +52,9 @@ options:
                    (TUNNELS_PERF_RECORD=DIR: also perf record)
   -h, --help       this text
 
-PEERs: isthmus konnectivity openvpn (direct and relays always run), and tls-relays (the relays
-with TLS between them; only when named). ISTHMUS_BIN runs another build of isthmus. See
-BENCHMARKS.md.";
+PEERs: isthmus konnectivity openvpn (direct and relays always run), and, only when named,
+tls-relays (the relays with TLS between them) and h2-relays (HTTP/2 over TLS between them, one
+session). ISTHMUS_BIN runs another build of isthmus. See BENCHMARKS.md.";
 
 struct Opts {
     quick: bool,
@@ -101,10 +103,10 @@ impl Opts {
     }
 
     /// The floors (`direct`, `relays`) always run: the others are read against them. The
-    /// floor with TLS (`tls-relays`) runs only when named.
+    /// floors with TLS (`tls-relays`, `h2-relays`) run only when named.
     fn wants(&self, peer: &str) -> bool {
         matches!(peer, "direct" | "relays")
-            || (self.peers.is_empty() && peer != "tls-relays")
+            || (self.peers.is_empty() && !matches!(peer, "tls-relays" | "h2-relays"))
             || self.peers.iter().any(|p| p == peer)
     }
 }
@@ -161,10 +163,13 @@ async fn run(opts: Opts) {
         let tag = format!("r{rtt_ms}");
         let mut peers: Vec<Peer> = vec![world::direct(&world, rtt).await];
         if opts.wants("relays") {
-            peers.push(world::relays(&world, rtt, &tag, false).await);
+            peers.push(world::relays(&world, rtt, &tag, Between::Tcp).await);
         }
         if opts.wants("tls-relays") {
-            peers.push(world::relays(&world, rtt, &tag, true).await);
+            peers.push(world::relays(&world, rtt, &tag, Between::Tls).await);
+        }
+        if opts.wants("h2-relays") {
+            peers.push(world::relays(&world, rtt, &tag, Between::H2).await);
         }
         if opts.wants("isthmus") {
             peers.push(world::isthmus(&world, rtt, &tag).await);

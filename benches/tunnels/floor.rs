@@ -13,6 +13,7 @@
 //! connection per stream, still no HTTP/2. What a tunnel that encrypts in user space with
 //! rustls cannot go below; what isthmus costs beyond it is HTTP/2 and its own bookkeeping.
 //! (A stream's TLS handshake makes its calls dearer than a tunnel's: read its throughput.)
+//! `h2-relays` add HTTP/2 on one session ([`super::h2floor`]).
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -25,7 +26,8 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// `front:<unix socket> <back's address as reached through the link>` or `back:<address>`;
 /// with TLS between them, `tls-front:<unix socket> <back's address> <CA file>` and
-/// `tls-back:<address> <certificate file> <key file>`.
+/// `tls-back:<address> <certificate file> <key file>`; with HTTP/2 over TLS ([`super::h2floor`]),
+/// `h2-front:` and `h2-back:` with the same arguments.
 pub const ROLE_ENV: &str = "TUNNELS_BENCH_RELAY";
 
 /// Bytes per read, as the link relay and the CONNECT proxy.
@@ -33,8 +35,8 @@ const BUF: usize = 64 * 1024;
 
 /// As the tunnel's sessions (`tunnel/src/http2.rs`): bytes read from the socket under the TLS
 /// layer at once, and TLS bytes queued for writing.
-const TLS_READ_BUF: usize = 64 * 1024;
-const TLS_WRITE_BUF: usize = 256 * 1024;
+pub const TLS_READ_BUF: usize = 64 * 1024;
+pub const TLS_WRITE_BUF: usize = 256 * 1024;
 
 /// The name the back's certificate carries.
 pub const TLS_NAME: &str = "relay.test";
@@ -57,6 +59,12 @@ pub fn child_main(role: &str) {
             ("tls-back", [addr, cert, key]) => {
                 back(addr.parse().unwrap(), Some(acceptor(cert, key))).await
             }
+            ("h2-front", [sock, back, ca]) => {
+                super::h2floor::front(sock, back.parse().unwrap(), ca).await
+            }
+            ("h2-back", [addr, cert, key]) => {
+                super::h2floor::back(addr.parse().unwrap(), cert, key).await
+            }
             _ => panic!("{ROLE_ENV}={role}"),
         }
     });
@@ -66,7 +74,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-fn connector(ca: &str) -> TlsConnector {
+pub fn connector(ca: &str) -> TlsConnector {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(Path::new(ca)).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -79,7 +87,7 @@ fn connector(ca: &str) -> TlsConnector {
     TlsConnector::from(Arc::new(config))
 }
 
-fn acceptor(cert: &str, key: &str) -> TlsAcceptor {
+pub fn acceptor(cert: &str, key: &str) -> TlsAcceptor {
     let certs = CertificateDer::pem_file_iter(Path::new(cert))
         .unwrap()
         .collect::<Result<Vec<_>, _>>()
@@ -95,7 +103,7 @@ fn acceptor(cert: &str, key: &str) -> TlsAcceptor {
 }
 
 /// Reads a head up to its blank line (small, byte by byte: once per stream).
-async fn head<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<String> {
+pub async fn head<S: AsyncRead + Unpin>(s: &mut S) -> std::io::Result<String> {
     let mut head = Vec::new();
     let mut b = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {

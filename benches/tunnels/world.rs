@@ -332,22 +332,38 @@ async fn listening_unix(path: &Path, what: &str) {
     }
 }
 
+/// What stands between the relays of a floor.
+#[derive(Debug, Clone, Copy)]
+pub enum Between {
+    /// Plain TCP, a connection per stream (`relays`).
+    Tcp,
+    /// TLS 1.3, a connection per stream (`tls-relays`).
+    Tls,
+    /// HTTP/2 over TLS 1.3, one session for all streams (`h2-relays`, [`super::h2floor`]).
+    H2,
+}
+
 /// The tunnel path's floor ([`super::floor`]): two relay processes where the tunnel's server
-/// and agent stand, the same link and CONNECT proxy between them, nothing of a tunnel; with
-/// `tls`, TLS 1.3 between the two (`tls-relays`).
-pub async fn relays(w: &World, rtt: Duration, tag: &str, tls: bool) -> Peer {
+/// and agent stand, the same link and CONNECT proxy between them, nothing of a tunnel;
+/// `between` them plain TCP, TLS or HTTP/2 over TLS.
+pub async fn relays(w: &World, rtt: Duration, tag: &str, between: Between) -> Peer {
     let exe = std::env::current_exe().unwrap();
     let back = SocketAddr::from(([127, 0, 0, 1], free_port()));
-    let (name, back_role, ca) = if tls {
+    let (name, kind) = match between {
+        Between::Tcp => ("relays", ""),
+        Between::Tls => ("tls-relays", "tls-"),
+        Between::H2 => ("h2-relays", "h2-"),
+    };
+    let (back_role, ca) = if let Between::Tcp = between {
+        (format!("back:{back}"), None)
+    } else {
         let d = w.dir.path();
         let (crt, key) = w
             .pki
             .server_cert(&[super::floor::TLS_NAME])
-            .write(d, &format!("tls-relays-{tag}"));
-        let role = format!("tls-back:{back} {} {}", crt.display(), key.display());
-        ("tls-relays", role, Some(w.pki.write_ca(d)))
-    } else {
-        ("relays", format!("back:{back}"), None)
+            .write(d, &format!("{name}-{tag}"));
+        let role = format!("{kind}back:{back} {} {}", crt.display(), key.display());
+        (role, Some(w.pki.write_ca(d)))
     };
     let back_proc = spawn(
         Command::new(&exe).env(super::floor::ROLE_ENV, back_role),
@@ -360,7 +376,7 @@ pub async fn relays(w: &World, rtt: Duration, tag: &str, tls: bool) -> Peer {
     let sock = w.dir.join(&format!("{name}-{tag}.sock"));
     let front_role = match &ca {
         None => format!("front:{} {front}", sock.display()),
-        Some(ca) => format!("tls-front:{} {front} {}", sock.display(), ca.display()),
+        Some(ca) => format!("{kind}front:{} {front} {}", sock.display(), ca.display()),
     };
     let front_proc = spawn(
         Command::new(&exe).env(super::floor::ROLE_ENV, front_role),
