@@ -22,7 +22,7 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+use tokio_rustls::{client, server, TlsAcceptor, TlsConnector};
 
 /// `front:<unix socket> <back's address as reached through the link>` or `back:<address>`;
 /// with TLS between them, `tls-front:<unix socket> <back's address> <CA file>` and
@@ -35,8 +35,8 @@ const BUF: usize = 64 * 1024;
 
 /// As the tunnel's sessions (`tunnel/src/http2.rs`): bytes read from the socket under the TLS
 /// layer at once, and TLS bytes queued for writing.
-pub const TLS_READ_BUF: usize = 64 * 1024;
-pub const TLS_WRITE_BUF: usize = 256 * 1024;
+const TLS_READ_BUF: usize = 64 * 1024;
+const TLS_WRITE_BUF: usize = 256 * 1024;
 
 /// The name the back's certificate carries.
 pub const TLS_NAME: &str = "relay.test";
@@ -131,39 +131,61 @@ async fn front(sock: &str, back: SocketAddr, tls: Option<TlsConnector>) {
         tokio::spawn(async move {
             let Ok(h) = head(&mut c).await else { return };
             let target = h.split_whitespace().nth(1).unwrap_or_default().to_owned();
-            let Ok(mut u) = TcpStream::connect(back).await else {
-                return;
-            };
-            let _ = u.set_nodelay(true);
             // Through the CONNECT proxy (which routes every CONNECT to the back), then the
             // target for the back (inside TLS when there is TLS).
             let target = format!("{target}\r\n\r\n");
             let Some(tls) = tls else {
+                let Ok(mut u) = TcpStream::connect(back).await else {
+                    return;
+                };
+                let _ = u.set_nodelay(true);
                 let req = format!("CONNECT back HTTP/1.1\r\n\r\n{target}");
                 if u.write_all(req.as_bytes()).await.is_err() || head(&mut u).await.is_err() {
                     return;
                 }
                 return answer_and_copy(c, u).await;
             };
-            if u.write_all(b"CONNECT back HTTP/1.1\r\n\r\n").await.is_err()
-                || head(&mut u).await.is_err()
-            {
-                return;
-            }
-            let name = ServerName::try_from(TLS_NAME).unwrap();
-            let Ok(mut s) = tls
-                .connect(name, BufReader::with_capacity(TLS_READ_BUF, u))
-                .await
-            else {
+            let Ok(mut s) = tls_to_back(back, &tls).await else {
                 return;
             };
-            s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
             if s.write_all(target.as_bytes()).await.is_err() {
                 return;
             }
             answer_and_copy(c, s).await;
         });
     }
+}
+
+/// The way to the back with TLS between: TCP through the CONNECT proxy (which routes every
+/// CONNECT to the back), then TLS 1.3 with the tunnel's session buffers.
+pub async fn tls_to_back(
+    back: SocketAddr,
+    tls: &TlsConnector,
+) -> std::io::Result<client::TlsStream<BufReader<TcpStream>>> {
+    let mut u = TcpStream::connect(back).await?;
+    let _ = u.set_nodelay(true);
+    u.write_all(b"CONNECT back HTTP/1.1\r\n\r\n").await?;
+    head(&mut u).await?;
+    let name = ServerName::try_from(TLS_NAME).unwrap();
+    let mut s = tls
+        .connect(name, BufReader::with_capacity(TLS_READ_BUF, u))
+        .await?;
+    s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
+    Ok(s)
+}
+
+/// The back's side of that TLS, with the same buffers. (The bench's readiness probe connects
+/// and closes: its handshake fails.)
+pub async fn tls_from_front(
+    tls: &TlsAcceptor,
+    c: TcpStream,
+) -> std::io::Result<server::TlsStream<BufReader<TcpStream>>> {
+    let _ = c.set_nodelay(true);
+    let mut s = tls
+        .accept(BufReader::with_capacity(TLS_READ_BUF, c))
+        .await?;
+    s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
+    Ok(s)
 }
 
 /// Tells the caller its CONNECT succeeded, then copies between it and the way to the back.
@@ -181,17 +203,15 @@ async fn back(addr: SocketAddr, tls: Option<TlsAcceptor>) {
     while let Ok((c, _)) = l.accept().await {
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _ = c.set_nodelay(true);
             match tls {
-                None => serve(c).await,
-                // (The bench's readiness probe connects and closes: its handshake fails.)
+                None => {
+                    let _ = c.set_nodelay(true);
+                    serve(c).await
+                }
                 Some(tls) => {
-                    let Ok(mut s) = tls.accept(BufReader::with_capacity(TLS_READ_BUF, c)).await
-                    else {
-                        return;
-                    };
-                    s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
-                    serve(s).await
+                    if let Ok(s) = tls_from_front(&tls, c).await {
+                        serve(s).await
+                    }
                 }
             }
         });

@@ -8,14 +8,13 @@
 //! admission, allow-lists, metrics, drain or keepalive: what HTTP/2 over TLS costs a tunnel
 //! here, the floor under isthmus's design; what isthmus costs beyond it is its own.
 
-use super::floor::{acceptor, connector, head, TLS_NAME, TLS_READ_BUF, TLS_WRITE_BUF};
+use super::floor::{acceptor, connector, head, tls_from_front, tls_to_back};
 use bytes::{Bytes, BytesMut};
 use h2::{RecvStream, SendStream};
-use rustls::pki_types::ServerName;
 use std::future::poll_fn;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UnixListener};
 use tokio::sync::OnceCell;
 
@@ -40,7 +39,7 @@ pub async fn front(sock: &str, back: SocketAddr, ca: &str) {
         tokio::spawn(async move {
             let Ok(h) = head(&mut c).await else { return };
             let target = h.split_whitespace().nth(1).unwrap_or_default().to_owned();
-            let Ok(s) = session.get_or_try_init(|| dial(back, tls)).await else {
+            let Ok(s) = session.get_or_try_init(|| dial(back, &tls)).await else {
                 return;
             };
             let Ok(mut s) = s.clone().ready().await else {
@@ -63,17 +62,10 @@ pub async fn front(sock: &str, back: SocketAddr, ca: &str) {
     }
 }
 
-/// TCP through the CONNECT proxy, TLS, the HTTP/2 handshake; the connection runs as a task.
-async fn dial(back: SocketAddr, tls: tokio_rustls::TlsConnector) -> std::io::Result<Session> {
-    let mut u = TcpStream::connect(back).await?;
-    u.set_nodelay(true)?;
-    u.write_all(b"CONNECT back HTTP/1.1\r\n\r\n").await?;
-    head(&mut u).await?;
-    let name = ServerName::try_from(TLS_NAME).unwrap();
-    let mut s = tls
-        .connect(name, BufReader::with_capacity(TLS_READ_BUF, u))
-        .await?;
-    s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
+/// The way to the back as `tls-relays` take it, then the HTTP/2 handshake; the connection runs
+/// as a task.
+async fn dial(back: SocketAddr, tls: &tokio_rustls::TlsConnector) -> std::io::Result<Session> {
+    let s = tls_to_back(back, tls).await?;
     let (send, conn) = h2::client::Builder::new()
         .initial_window_size(STREAM_WINDOW)
         .initial_connection_window_size(CONNECTION_WINDOW)
@@ -93,12 +85,9 @@ pub async fn back(addr: SocketAddr, cert: &str, key: &str) {
     while let Ok((c, _)) = l.accept().await {
         let tls = tls.clone();
         tokio::spawn(async move {
-            let _ = c.set_nodelay(true);
-            // (The bench's readiness probe connects and closes: its handshake fails.)
-            let Ok(mut s) = tls.accept(BufReader::with_capacity(TLS_READ_BUF, c)).await else {
+            let Ok(s) = tls_from_front(&tls, c).await else {
                 return;
             };
-            s.get_mut().1.set_buffer_limit(Some(TLS_WRITE_BUF));
             let Ok(mut conn) = h2::server::Builder::new()
                 .initial_window_size(STREAM_WINDOW)
                 .initial_connection_window_size(CONNECTION_WINDOW)
