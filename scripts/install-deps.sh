@@ -14,6 +14,7 @@ packages=(
   containerd runc containernetworking-plugins   # the real node of scripts/cluster.sh
   iptables ipset socat umoci gcc libc6-dev      # kube-proxy/kube-router rules, the API door, images
   make                         # jemalloc's build (tikv-jemalloc-sys, the isthmus binary's allocator)
+  busybox-static               # the node's helper image (local-path-provisioner's helper pods)
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -32,9 +33,9 @@ done
 # Debian starts containerd as a service on install where it can; the node runs its own.
 (command -v systemctl >/dev/null && systemctl disable --now containerd 2>/dev/null) || true
 # The pinned upstream CRDs, etcd and the Kubernetes commands (kube-apiserver for the tests'
-# API servers, all six for the node), CoreDNS and kube-router (Go modules; cached in
-# $ISTHMUS_CACHE, ~/.cache/isthmus by default (scripts/cache.sh), built once per machine,
-# reused by every clone). (konnectivity, the tunnel bench's peer, is built by
+# API servers, all six for the node), CoreDNS, kube-router and what the node's etcd-druid runs
+# (Go modules; cached in $ISTHMUS_CACHE, ~/.cache/isthmus by default (scripts/cache.sh), built
+# once per machine, reused by every clone). (konnectivity, the tunnel bench's peer, is built by
 # `cargo bench --bench tunnels` on first use.)
 d="$(dirname "${BASH_SOURCE[0]}")"
 "$d/upstream-crds.sh"
@@ -42,6 +43,8 @@ d="$(dirname "${BASH_SOURCE[0]}")"
 "$d/build-kubernetes.sh"
 "$d/build-go-tool.sh" kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version
 "$d/build-go-tool.sh" coredns v1.12.1 github.com/coredns/coredns -version
+# What the node's etcd-druid runs: druid, backup-restore, the etcd-wrapper stand-in, local-path.
+"$d/build-druid.sh"
 # helm and prometheus/promtool: the chart and monitoring tests.
 "$d/build-helm.sh"
 "$d/build-prometheus.sh"
