@@ -7,7 +7,8 @@
 
 use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, Role};
 use crate::plan::{
-    DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, OPERATION, TIMESTAMP,
+    DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, ETCD_OPERATIONS, OPERATION,
+    TIMESTAMP,
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Map, Value};
@@ -215,8 +216,10 @@ pub fn etcd_body(
     }
     let mut all_annotations = template.map(|t| t.annotations.clone()).unwrap_or_default();
     all_annotations.extend(annotations.clone());
-    // The reconcile request is never part of the apply (`plan::request`).
-    all_annotations.remove(OPERATION);
+    // The reconcile request is never part of the apply (`plan::request`), in either spelling.
+    for k in ETCD_OPERATIONS {
+        all_annotations.remove(k);
+    }
     let mut metadata = json!({
         "name": spec.etcd_name,
         "namespace": namespace,
@@ -327,7 +330,7 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
                 .and_then(Value::as_bool),
         },
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
-        operation: str_at(obj, &["metadata", "annotations", OPERATION]).map(String::from),
+        operation: etcd_operation(obj),
         ready: obj.pointer("/status/ready").and_then(Value::as_bool),
         last_errors: obj
             .pointer("/status/lastErrors")
@@ -337,6 +340,21 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
         joined_at: str_at(obj, &["status", "bootstrapWithExistingCluster", "joinedAt"])
             .map(String::from),
     }
+}
+
+/// The reconcile request an `Etcd` carries in either spelling (etcd-druid acts on both and
+/// removes both): `reconcile` when one of them asks for it, else the value of whichever is
+/// set, else `None`.
+fn etcd_operation(obj: &Value) -> Option<String> {
+    let values: Vec<&str> = ETCD_OPERATIONS
+        .iter()
+        .filter_map(|k| str_at(obj, &["metadata", "annotations", k]))
+        .collect();
+    values
+        .iter()
+        .find(|v| **v == "reconcile")
+        .or(values.first())
+        .map(|v| v.to_string())
 }
 
 /// Member names etcd-druid reports for its own pods (`status.members`).

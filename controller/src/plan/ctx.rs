@@ -156,7 +156,7 @@ pub(super) fn label(m: &EtcdMember) -> String {
 
 /// The annotations we own on a Gardener object: a new `gardener.cloud/timestamp` when the spec
 /// changes, the existing one otherwise (a new one on every pass would be a change on every
-/// pass). `gardener.cloud/operation: reconcile` is not among them: it is written after the
+/// pass). The reconcile request (`…/operation: reconcile`) is not among them: it is written after the
 /// apply, only when the apply changed the spec (see [`super::request`]), and never owned by
 /// the apply, so that its owner's removal is final.
 pub(super) fn annotations(

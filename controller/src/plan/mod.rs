@@ -87,9 +87,26 @@ pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
 pub use validate::{validate, SpecProblem};
 
-/// Annotation that asks a Gardener controller to reconcile.
+/// Annotation that asks a Gardener controller to reconcile (Gardener's extensions: the
+/// `DNSRecord`s). On an `Etcd` it is etcd-druid's deprecated spelling, still accepted and
+/// removed (etcd-druid `api/core/v1alpha1/constants.go`, `GardenerOperationAnnotation`), and
+/// the one gardenlet writes and its health check reads (gardener
+/// `pkg/component/etcd/etcd/etcd.go` `Deploy`, `waiter.go` `CheckEtcdObject`).
 pub const OPERATION: &str = "gardener.cloud/operation";
-/// Annotation with the time of the request, so a repeated request is a change.
+/// etcd-druid's own reconcile request, the one isthmus writes on an `Etcd` (etcd-druid
+/// `api/core/v1alpha1/constants.go`, `DruidOperationAnnotation`).
+pub const DRUID_OPERATION: &str = "druid.gardener.cloud/operation";
+/// Both spellings of a reconcile request on an `Etcd`: etcd-druid acts on either and removes
+/// both (`api/core/v1alpha1/helper.go`, `HasReconcileOperationAnnotation`,
+/// `RemoveOperationAnnotation`), so either one is a request still pending.
+pub const ETCD_OPERATIONS: [&str; 2] = [DRUID_OPERATION, OPERATION];
+/// While an `Etcd` carries this annotation (any value), etcd-druid skips every spec
+/// reconciliation, the creation's included, and leaves a request pending (etcd-druid
+/// `internal/controller/etcd/reconcile_spec.go`, `shouldReconcileSpec`).
+pub const SUSPEND_SPEC_RECONCILE: &str = "druid.gardener.cloud/suspend-etcd-spec-reconcile";
+/// Annotation with the time of the request, so a repeated request is a change. Written on
+/// `DNSRecord`s only: on an `Etcd` it is gardenlet's (its `Scale()` requires the value it last
+/// wrote, `pkg/component/etcd/etcd/etcd.go`).
 pub const TIMESTAMP: &str = "gardener.cloud/timestamp";
 /// Annotation without which Gardener's webhooks refuse deleting a `DNSRecord` or `Etcd`.
 pub const CONFIRM_DELETION: &str = "confirmation.gardener.cloud/deletion";
@@ -260,7 +277,9 @@ pub struct EtcdObs {
     pub fields: EtcdFields,
     /// Its `gardener.cloud/timestamp`.
     pub timestamp: Option<String>,
-    /// Its `gardener.cloud/operation`, while etcd-druid has not picked the request up.
+    /// Its reconcile request, `druid.gardener.cloud/operation` or the deprecated
+    /// `gardener.cloud/operation` (`reconcile` if either asks for it), while etcd-druid has not
+    /// picked it up.
     pub operation: Option<String>,
     /// `status.ready`.
     pub ready: Option<bool>,

@@ -3,10 +3,15 @@
 //! and the real etcd of `etcd.rs` (etcd-druid itself needs kubelets and StatefulSets):
 //!
 //! - it acts on an `Etcd`'s spec only when it is created or carries
-//!   `gardener.cloud/operation: reconcile`, and then on the spec of that generation; a spec
-//!   changed without the annotation is not acted on (its generation stays unobserved);
+//!   `druid.gardener.cloud/operation: reconcile` or the deprecated
+//!   `gardener.cloud/operation: reconcile` (etcd-druid v0.38.1
+//!   `internal/controller/etcd/reconcile_spec.go` `shouldReconcileSpec`,
+//!   `api/core/v1alpha1/helper.go` `HasReconcileOperationAnnotation`), and then on the spec of
+//!   that generation; a spec changed without the annotation is not acted on (its generation
+//!   stays unobserved);
 //! - once a generation is reconciled it writes `status.observedGeneration` and *then* removes
-//!   the annotation, in two requests, as etcd-druid's `completeReconcile` does;
+//!   both annotations, in two requests, as etcd-druid's `completeReconcile` does
+//!   (`reconcile_complete.go`, `RemoveOperationAnnotation`);
 //! - a reconcile request for a generation it already reconciled is recorded as a violation
 //!   (the annotation put back after its removal);
 //! - on the destination it adds each missing member below `replicas` as a learner and starts
@@ -30,7 +35,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 const NOW: &str = "2026-01-01T00:00:00Z";
-const OPERATION: &str = "gardener.cloud/operation";
+use isthmus_controller::plan::{DRUID_OPERATION, OPERATION};
 /// How long the removal of one source member takes (its pod terminating).
 pub const REMOVAL_INTERVAL: Duration = Duration::from_millis(1500);
 
@@ -144,7 +149,9 @@ async fn tick(
     };
     let v = serde_json::to_value(&e).unwrap_or_default();
     let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
-    let requested = v["metadata"]["annotations"][OPERATION].is_string();
+    let requested = [DRUID_OPERATION, OPERATION]
+        .iter()
+        .any(|k| v["metadata"]["annotations"][k] == "reconcile");
     let created = v["status"]["observedGeneration"].is_null() && st.observed.is_none();
     if (requested || created) && st.target.as_ref().map(|t| t.0) != Some(generation) {
         if st.done.contains(&generation) {
@@ -173,7 +180,8 @@ async fn tick(
     // The spec of the generation last acted on gives the health status.
     write_status(api, st, etcd, &v).await?;
     if finished.is_some() && requested {
-        let drop_op = json!({"metadata": {"annotations": {OPERATION: null}}});
+        let drop_op =
+            json!({"metadata": {"annotations": {DRUID_OPERATION: null, OPERATION: null}}});
         api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(drop_op))
             .await?;
     }
