@@ -8,7 +8,7 @@
 use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, Role};
 use crate::plan::{
     DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, ETCD_OPERATIONS, OPERATION,
-    TIMESTAMP,
+    SUSPEND_SPEC_RECONCILE, TIMESTAMP,
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Map, Value};
@@ -339,6 +339,12 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
         all_members_updated: condition("AllMembersUpdated"),
         joined_at: str_at(obj, &["status", "bootstrapWithExistingCluster", "joinedAt"])
             .map(String::from),
+        // Present with any value (etcd-druid `api/core/v1alpha1/helper.go`,
+        // `GetSuspendEtcdSpecReconcileAnnotationKey`: `metav1.HasAnnotation`).
+        suspended: obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(SUSPEND_SPEC_RECONCILE))
+            .is_some(),
     }
 }
 

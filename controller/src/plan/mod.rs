@@ -7,7 +7,8 @@
 //! exposure goes, how an abort is carried out), `roles` (what each role wants at each step),
 //! `steps` (assembling the plan, and the one place that dispatches on role and step). Beside
 //! them: `needs` (what to observe first), `validate` (what is refused), `request` (when to ask
-//! a Gardener controller to reconcile).
+//! a Gardener controller to reconcile), `druid` (what the `Etcd` says of etcd-druid itself: a
+//! suspended spec reconciliation).
 //!
 //! The desired state of a step is cumulative (Grow also wants everything Expose and Join
 //! wanted), so planning is idempotent and resumes from any point: after a restart the same
@@ -68,6 +69,7 @@
 mod abort;
 pub mod conditions;
 mod ctx;
+mod druid;
 pub mod names;
 mod needs;
 mod release;
@@ -289,6 +291,9 @@ pub struct EtcdObs {
     pub all_members_updated: Option<bool>,
     /// `status.bootstrapWithExistingCluster.joinedAt`: etcd-druid recorded the join (once).
     pub joined_at: Option<String>,
+    /// It carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` ([`SUSPEND_SPEC_RECONCILE`]):
+    /// etcd-druid acts on none of its specs until the annotation is gone.
+    pub suspended: bool,
 }
 
 impl EtcdObs {

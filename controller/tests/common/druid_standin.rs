@@ -12,6 +12,8 @@
 //! - once a generation is reconciled it writes `status.observedGeneration` and *then* removes
 //!   both annotations, in two requests, as etcd-druid's `completeReconcile` does
 //!   (`reconcile_complete.go`, `RemoveOperationAnnotation`);
+//! - while the `Etcd` carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` it acts on no
+//!   spec and keeps the request (`reconcile_spec.go` `shouldReconcileSpec`);
 //! - a reconcile request for a generation it already reconciled is recorded as a violation
 //!   (the annotation put back after its removal);
 //! - on the destination it adds each missing member below `replicas` as a learner and starts
@@ -35,7 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 const NOW: &str = "2026-01-01T00:00:00Z";
-use isthmus_controller::plan::{DRUID_OPERATION, OPERATION};
+use isthmus_controller::plan::{DRUID_OPERATION, OPERATION, SUSPEND_SPEC_RECONCILE};
 /// How long the removal of one source member takes (its pod terminating).
 pub const REMOVAL_INTERVAL: Duration = Duration::from_millis(1500);
 
@@ -153,6 +155,15 @@ async fn tick(
         .iter()
         .any(|k| v["metadata"]["annotations"][k] == "reconcile");
     let created = v["status"]["observedGeneration"].is_null() && st.observed.is_none();
+    // While suspended, druid skips every spec (the creation's too) and keeps the request; its
+    // status flow goes on (etcd-druid v0.38.1 `internal/controller/etcd/reconciler.go`).
+    let suspended = v["metadata"]["annotations"]
+        .get(SUSPEND_SPEC_RECONCILE)
+        .is_some();
+    if suspended {
+        st.target = None;
+        return write_status(api, st, etcd, &v).await;
+    }
     if (requested || created) && st.target.as_ref().map(|t| t.0) != Some(generation) {
         if st.done.contains(&generation) {
             st.violations.lock().unwrap().push(format!(

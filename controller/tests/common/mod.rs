@@ -264,7 +264,7 @@ fn request(e: &mut EtcdObs) {
 /// bootstrap members removes the source members.
 pub fn druid(obs: &mut Observed, role: Role) {
     let Some(e) = &mut obs.etcd else { return };
-    if e.operation.is_none() {
+    if e.operation.is_none() || e.suspended {
         return;
     }
     e.observed_generation = Some(e.generation);

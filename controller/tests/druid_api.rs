@@ -1,0 +1,90 @@
+//! The planner against etcd-druid's API as it is now (v0.38.1, and etcd-druid#1426 where
+//! named): a suspended spec reconciliation is said, not waited on silently.
+
+mod common;
+
+use common::*;
+use isthmus_controller::crd::{Role, Step};
+use isthmus_controller::plan::{self, EtcdAction, Observed};
+
+const T0: &str = "2026-01-01T00:00:00Z";
+
+/// The source at `Expose` with its records and routes served, druid not acted yet.
+fn src_exposure_ready() -> Observed {
+    let mut o = observed(T0);
+    o.lb_address = Some("203.0.113.7".into());
+    o.etcd = Some(source_etcd());
+    let s = spec(Role::Source, Step::Expose);
+    let p = plan::plan(&s, &o);
+    let only_exposure = Behaviour {
+        dns: true,
+        proxy: true,
+        druid: false,
+    };
+    apply(&mut o, &p, only_exposure, Role::Source);
+    o.previous = p.status;
+    o
+}
+
+#[test]
+fn a_suspended_spec_reconcile_is_a_condition_with_its_reason() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut o = src_exposure_ready();
+    if let Some(e) = o.etcd.as_mut() {
+        e.suspended = true;
+    }
+    // The request stays pending: druid acts on no spec while the annotation is there.
+    for _ in 0..3 {
+        let p = plan::plan(&s, &o);
+        o.previous = p.status.clone();
+        apply(&mut o, &p, ALL, Role::Source);
+        assert_eq!(
+            condition(&p, "SourceEtcdPreparedForPeerJoin"),
+            Some(("Progressing", "EtcdSpecReconcileSuspended")),
+            "{:?}",
+            p.status.conditions
+        );
+        assert!(!p.status.step_ready);
+        let c = p
+            .status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "SourceEtcdPreparedForPeerJoin");
+        assert!(c.is_some_and(|c| c
+            .message
+            .contains("druid.gardener.cloud/suspend-etcd-spec-reconcile")));
+    }
+    assert_eq!(
+        o.etcd.as_ref().and_then(|e| e.operation.as_deref()),
+        Some("reconcile")
+    );
+    // The operator lifts it: druid takes the pending request and the step is reached.
+    if let Some(e) = o.etcd.as_mut() {
+        e.suspended = false;
+    }
+    let p = converge(&s, &mut o, 5);
+    assert!(p.status.step_ready, "{:?}", p.status);
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("True", "EtcdExposedViaPeerURLs"))
+    );
+}
+
+#[test]
+fn a_suspension_druid_owes_nothing_under_changes_nothing() {
+    // Reached, in sync, nothing to change: the annotation blocks no work of this step.
+    let s = spec(Role::Source, Step::Expose);
+    let mut o = src_exposure_ready();
+    let p = converge(&s, &mut o, 5);
+    assert!(p.status.step_ready);
+    if let Some(e) = o.etcd.as_mut() {
+        e.suspended = true;
+    }
+    let p = plan::plan(&s, &o);
+    assert!(p.status.step_ready, "{:?}", p.status);
+    assert!(matches!(p.etcd, EtcdAction::Apply { .. }));
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("True", "EtcdExposedViaPeerURLs"))
+    );
+}
