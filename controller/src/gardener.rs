@@ -337,6 +337,7 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
             .and_then(Value::as_array)
             .map_or(0, Vec::len),
         all_members_updated: condition("AllMembersUpdated"),
+        deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
         joined_at: str_at(obj, &["status", "bootstrapWithExistingCluster", "joinedAt"])
             .map(String::from),
         // Present with any value (etcd-druid `api/core/v1alpha1/helper.go`,

@@ -88,3 +88,51 @@ fn a_suspension_druid_owes_nothing_under_changes_nothing() {
         Some(("True", "EtcdExposedViaPeerURLs"))
     );
 }
+
+/// Gardener's waiter (gardener v1.149.3 `pkg/component/etcd/etcd/waiter.go`,
+/// `CheckEtcdObject`) needs `AllMembersUpdated` present and `True`: absent or `Unknown` is not
+/// ready, except at `replicas: 0`, where it checks neither the condition nor `ready`.
+#[test]
+fn all_members_updated_must_be_present_and_true() {
+    use isthmus_controller::crd::DruidApi;
+    use isthmus_controller::gardener::etcd_observe;
+    use serde_json::json;
+    let obj = |replicas: i64, condition: Option<&str>| {
+        let conditions: Vec<_> = condition
+            .map(|s| json!({"type": "AllMembersUpdated", "status": s}))
+            .into_iter()
+            .collect();
+        json!({
+            "metadata": {"generation": 2},
+            "spec": {"replicas": replicas},
+            "status": {"observedGeneration": 2, "ready": replicas > 0, "conditions": conditions},
+        })
+    };
+    let ready = |v: serde_json::Value| etcd_observe(&v, DruidApi::default()).gardener_ready();
+    assert!(ready(obj(3, Some("True"))));
+    assert!(!ready(obj(3, None)), "absent");
+    assert!(!ready(obj(3, Some("Unknown"))), "Unknown");
+    assert!(!ready(obj(3, Some("False"))));
+    assert!(ready(obj(0, None)), "replicas 0: no condition checks");
+    let mut deleting = obj(3, Some("True"));
+    deleting["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+    assert!(!ready(deleting), "a deletion timestamp");
+}
+
+#[test]
+fn a_step_waits_for_all_members_updated() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut o = src_exposure_ready();
+    let p = converge(&s, &mut o, 5);
+    assert!(p.status.step_ready);
+    // A druid that has not (yet) written the condition: the step is not reached.
+    if let Some(e) = o.etcd.as_mut() {
+        e.all_members_updated = None;
+    }
+    let p = plan::plan(&s, &o);
+    assert!(!p.status.step_ready, "{:?}", p.status);
+    assert_eq!(
+        condition(&p, "SourceEtcdPreparedForPeerJoin"),
+        Some(("Progressing", "WaitingForEtcd"))
+    );
+}

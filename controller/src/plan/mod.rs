@@ -287,8 +287,11 @@ pub struct EtcdObs {
     pub ready: Option<bool>,
     /// Number of `status.lastErrors`.
     pub last_errors: usize,
-    /// `status.conditions[AllMembersUpdated].status == "True"`, if the condition exists.
+    /// `status.conditions[AllMembersUpdated].status == "True"`, if the condition exists
+    /// (`Unknown` reads as `false`).
     pub all_members_updated: Option<bool>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
     /// `status.bootstrapWithExistingCluster.joinedAt`: etcd-druid recorded the join (once).
     pub joined_at: Option<String>,
     /// It carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` ([`SUSPEND_SPEC_RECONCILE`]):
@@ -302,15 +305,18 @@ impl EtcdObs {
         self.observed_generation == Some(self.generation)
     }
 
-    /// Ready as Gardener's health check reads an `Etcd`: druid observed this generation, no
-    /// operation annotation is left, `status.ready`, no `lastErrors`, and (where druid reports
-    /// it) every member runs the current spec.
+    /// Ready as Gardener's waiter reads an `Etcd` (gardener v1.149.3
+    /// `pkg/component/etcd/etcd/waiter.go`, `CheckEtcdObject`): no `lastErrors`, not being
+    /// deleted, druid observed this generation, no operation annotation left (either
+    /// spelling: druid removes both), and unless `replicas` is 0, `AllMembersUpdated` present
+    /// and `True` and `status.ready`.
     pub fn gardener_ready(&self) -> bool {
-        self.synced()
+        let hibernated = self.fields.replicas == Some(0);
+        self.last_errors == 0
+            && !self.deleting
+            && self.synced()
             && self.operation.is_none()
-            && self.ready == Some(true)
-            && self.last_errors == 0
-            && self.all_members_updated != Some(false)
+            && (hibernated || self.all_members_updated == Some(true) && self.ready == Some(true))
     }
 }
 

@@ -144,6 +144,7 @@ pub fn source_etcd() -> EtcdObs {
             ..EtcdFields::default()
         },
         ready: Some(true),
+        all_members_updated: Some(true),
         ..EtcdObs::default()
     }
 }
@@ -270,6 +271,7 @@ pub fn druid(obs: &mut Observed, role: Role) {
     e.observed_generation = Some(e.generation);
     e.operation = None;
     e.ready = Some(true);
+    e.all_members_updated = Some(true);
     let want = e.fields.replicas.unwrap_or(0);
     e.ready_replicas = want;
     if role != Role::Destination {

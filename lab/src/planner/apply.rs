@@ -190,6 +190,7 @@ impl Planner {
         if let Some(e) = self.migrations[side.index()].obs.etcd.as_mut() {
             e.observed_generation = Some(e.generation);
             e.ready = Some(true);
+            e.all_members_updated = Some(true);
         }
     }
 }
