@@ -307,12 +307,16 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
     // clientEndpoints is one list for all members; give it back in member order (one each)
     // so it compares equal with what we applied.
     let bootstrap_members = attach_clients(bootstrap_members, &clients);
-    let condition = |t: &str| {
+    let find = |t: &str| {
         obj.pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|a| a.iter().find(|c| str_at(c, &["type"]) == Some(t)))
-            .map(|c| str_at(c, &["status"]) == Some("True"))
     };
+    let condition = |t: &str| find(t).map(|c| str_at(c, &["status"]) == Some("True"));
+    // etcd-druid#1426 (DEP-08): `False` with the operation as reason while one runs.
+    let scale_operation = find("ScaleOperationComplete")
+        .filter(|c| str_at(c, &["status"]) == Some("False"))
+        .map(|c| str_at(c, &["reason"]).unwrap_or_default().to_string());
     EtcdObs {
         generation: i64_at(obj, &["metadata", "generation"]).unwrap_or(0),
         observed_generation: i64_at(obj, &["status", "observedGeneration"]),
@@ -346,6 +350,7 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
             .pointer("/metadata/annotations")
             .and_then(|a| a.get(SUSPEND_SPEC_RECONCILE))
             .is_some(),
+        scale_operation,
     }
 }
 

@@ -136,3 +136,126 @@ fn a_step_waits_for_all_members_updated() {
         Some(("Progressing", "WaitingForEtcd"))
     );
 }
+
+/// Drives `role` through `steps`, each to ready.
+fn world_after(role: Role, steps: &[Step]) -> Observed {
+    let mut obs = observed(T0);
+    obs.lb_address = Some("198.51.100.9".into());
+    if role == Role::Source {
+        obs.etcd = Some(source_etcd());
+    }
+    for step in steps {
+        let p = converge(&spec(role, *step), &mut obs, 10);
+        assert!(p.status.step_ready, "{step:?}: {:?}", p.status);
+    }
+    obs
+}
+
+fn applied(p: &plan::Plan) -> isthmus_controller::plan::EtcdFields {
+    match &p.etcd {
+        EtcdAction::Apply { fields, .. } => fields.clone(),
+        other => panic!("expected an apply, got {other:?}"),
+    }
+}
+
+fn running(o: &mut Observed, op: Option<&str>) {
+    if let Some(e) = o.etcd.as_mut() {
+        e.scale_operation = op.map(String::from);
+    }
+}
+
+/// etcd-druid#1426: while druid reports a scale-in or a bootstrap members removal, Grow's
+/// scale-out waits (its CEL rules would refuse it); the same direction goes on.
+#[test]
+fn grow_waits_for_an_opposite_scale_operation() {
+    let s = spec(Role::Destination, Step::Grow);
+    for op in ["ScalingIn", "BootstrapMembersRemoval"] {
+        let mut o = world_after(Role::Destination, &[Step::Expose, Step::Join]);
+        running(&mut o, Some(op));
+        let p = plan::plan(&s, &o);
+        let f = applied(&p);
+        assert_eq!(f.replicas, Some(2), "{op}: replicas held");
+        assert_eq!(
+            f.advertise.len(),
+            2,
+            "{op}: member 2 not advertised (index < replicas)"
+        );
+        assert_eq!(
+            condition(&p, "EtcdMigrationComplete"),
+            Some(("Progressing", "WaitingForScaleOperation")),
+            "{op}"
+        );
+        assert!(!p.status.step_ready);
+        // druid finished it: the scale-out goes on.
+        running(&mut o, None);
+        let p = converge(&s, &mut o, 10);
+        assert!(p.status.step_ready, "{op}: {:?}", p.status);
+    }
+    // A join still recorded as a scale-out: the same direction.
+    let mut o = world_after(Role::Destination, &[Step::Expose, Step::Join]);
+    running(&mut o, Some("ScalingOut"));
+    assert_eq!(applied(&plan::plan(&s, &o)).replicas, Some(3));
+}
+
+/// Shrink's removal of the bootstrap members waits for a scale-out druid reports running
+/// (the third member's), and the step is reached without druid's join record, which
+/// etcd-druid#1426 prunes as it removes the source members.
+#[test]
+fn shrink_waits_for_the_scale_out_and_needs_no_join_record() {
+    let s = spec(Role::Destination, Step::Shrink);
+    let mut o = world_after(Role::Destination, &[Step::Expose, Step::Join, Step::Grow]);
+    running(&mut o, Some("ScalingOut"));
+    let mut held = false;
+    for _ in 0..4 {
+        let p = plan::plan(&s, &o);
+        o.previous = p.status.clone();
+        let f = applied(&p);
+        assert!(
+            !f.bootstrap_members.is_empty(),
+            "bootstrap kept: {:?}",
+            p.status
+        );
+        held |= condition(&p, "EtcdMigrationComplete")
+            == Some(("Progressing", "WaitingForScaleOperation"));
+        apply(&mut o, &p, ALL, Role::Destination);
+        running(&mut o, Some("ScalingOut"));
+    }
+    assert!(held, "the wait is said");
+    running(&mut o, None);
+    if let Some(e) = o.etcd.as_mut() {
+        e.joined_at = None;
+    }
+    let p = converge(&s, &mut o, 10);
+    assert!(p.status.step_ready, "{:?}", p.status);
+    assert!(applied(&p).bootstrap_members.is_empty());
+}
+
+/// A step is not reached while druid reports its own scale operation running.
+#[test]
+fn a_running_scale_operation_is_not_ready() {
+    let s = spec(Role::Destination, Step::Grow);
+    let mut o = world_after(Role::Destination, &[Step::Expose, Step::Join, Step::Grow]);
+    running(&mut o, Some("ScalingOut"));
+    let p = plan::plan(&s, &o);
+    assert!(!p.status.step_ready);
+    assert_eq!(applied(&p).replicas, Some(3));
+}
+
+/// Scaling to 0 (the destination's abort) is never held: transitions to 0 are outside
+/// etcd-druid#1426's rules.
+#[test]
+fn abort_scales_to_zero_whatever_runs() {
+    let s = spec(Role::Destination, Step::Abort);
+    let mut o = world_after(Role::Destination, &[Step::Expose]);
+    let p = converge(&spec(Role::Destination, Step::Join), &mut o, 1);
+    o.previous = p.status;
+    // The join in progress: learners listed, druid scaling out.
+    if let Some(c) = o.etcd_cluster.as_mut() {
+        for m in c.members.iter_mut().filter(|m| m.name.starts_with("dest-")) {
+            m.is_learner = true;
+        }
+    }
+    running(&mut o, Some("ScalingOut"));
+    let p = plan::plan(&s, &o);
+    assert_eq!(applied(&p).replicas, Some(0), "{:?}", p.status);
+}

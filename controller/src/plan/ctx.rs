@@ -89,10 +89,14 @@ pub(super) fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
 }
 
 /// The etcd side is done as Gardener would judge it: druid acted on our fields, the `Etcd`
-/// is healthy, and `replicas` members are ready.
+/// is healthy, `replicas` members are ready, and druid reports no scale operation running
+/// (etcd-druid#1426's `ScaleOperationComplete`, where druid writes it).
 pub(super) fn etcd_ready(ctx: &Ctx<'_>, fields: &EtcdFields, replicas: i32) -> bool {
     ctx.obs.etcd.as_ref().is_some_and(|e| {
-        e.gardener_ready() && covers(&e.fields, fields) && e.ready_replicas >= replicas
+        e.gardener_ready()
+            && covers(&e.fields, fields)
+            && e.ready_replicas >= replicas
+            && e.scale_operation.is_none()
     })
 }
 

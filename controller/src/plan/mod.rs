@@ -8,7 +8,7 @@
 //! `steps` (assembling the plan, and the one place that dispatches on role and step). Beside
 //! them: `needs` (what to observe first), `validate` (what is refused), `request` (when to ask
 //! a Gardener controller to reconcile), `druid` (what the `Etcd` says of etcd-druid itself: a
-//! suspended spec reconciliation).
+//! suspended spec reconciliation, a scale operation in progress).
 //!
 //! The desired state of a step is cumulative (Grow also wants everything Expose and Join
 //! wanted), so planning is idempotent and resumes from any point: after a restart the same
@@ -297,6 +297,10 @@ pub struct EtcdObs {
     /// It carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` ([`SUSPEND_SPEC_RECONCILE`]):
     /// etcd-druid acts on none of its specs until the annotation is gone.
     pub suspended: bool,
+    /// The scale operation etcd-druid reports in progress: the reason of
+    /// `ScaleOperationComplete=False` (`ScalingIn`, `ScalingOut`, `BootstrapMembersRemoval`;
+    /// etcd-druid#1426, not in v0.38.1). `None` when `True` or absent.
+    pub scale_operation: Option<String>,
 }
 
 impl EtcdObs {

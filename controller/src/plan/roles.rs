@@ -7,7 +7,7 @@ use super::ctx::{
     advertised, apply, cleanup_verdict, duration_secs, etcd_ready, etcd_synced, label, listed,
     urls, Ctx, Outcome,
 };
-use super::{EtcdAction, EtcdFields, EtcdMember, EtcdOp};
+use super::{druid, EtcdAction, EtcdFields, EtcdMember, EtcdOp};
 use crate::crd::{DestinationSpec, MemberUrls, Step};
 
 /// Default `spec.destination.joinTimeout`.
@@ -130,15 +130,18 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
         })
         .unwrap_or_default();
     let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
+    let bootstrap = if keep_bootstrap {
+        sources.clone()
+    } else {
+        Vec::new()
+    };
+    // Never the opposite of a scale operation druid runs (etcd-druid#1426).
+    let scale = druid::serialised(ctx, replicas, bootstrap);
     let fields = EtcdFields {
-        replicas: Some(replicas),
+        replicas: Some(scale.replicas),
         member_name_prefix: Some(dest.member_name_prefix.clone()),
-        bootstrap_members: if keep_bootstrap {
-            sources.clone()
-        } else {
-            Vec::new()
-        },
-        advertise: advertised(ctx, replicas),
+        bootstrap_members: scale.bootstrap,
+        advertise: advertised(ctx, scale.replicas),
         skip_client_san_verification: Some(true),
     };
     match (&ctx.obs.etcd, &ctx.exposure) {
@@ -170,13 +173,17 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
         }
         _ => {}
     }
-    let joined = ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
+    // druid records the join once; at Shrink it prunes the record as it removes the source
+    // members (etcd-druid#1426), and etcd's own member list says what counts then.
+    let joined =
+        step == Step::Shrink || ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
     let all_voters = own.iter().take(replicas as usize).all(|m| {
         voters
             .iter()
             .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
     });
-    let etcd_done = etcd_ready(ctx, &fields, replicas) && joined && all_voters;
+    let etcd_done =
+        etcd_ready(ctx, &fields, replicas) && joined && all_voters && scale.waiting.is_none();
     let leftovers: Vec<String> = match (step, cluster) {
         (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),
         _ => Vec::new(),
@@ -198,6 +205,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     t,
                     "EtcdUnreachable",
                     "cannot read etcd's member list through the client exposure",
+                ),
+                _ if scale.waiting.is_some() => Verdict::waiting(
+                    t,
+                    druid::SCALE_WAIT,
+                    scale.waiting.clone().unwrap_or_default(),
                 ),
                 Step::Join if !etcd_done && join_timed_out(ctx, dest.join_timeout.as_deref()) => {
                     Verdict::refused(

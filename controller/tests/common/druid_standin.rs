@@ -22,9 +22,13 @@
 //!   DEP #1355) one at a time, [`REMOVAL_INTERVAL`] apart (a removed member's pod takes time to
 //!   go);
 //! - every tick it writes the health status etcd-druid's status flow writes (`ready`,
-//!   `readyReplicas`, `members`, `AllMembersUpdated`, and `bootstrapWithExistingCluster` once,
-//!   when the join is done).
+//!   `readyReplicas`, `members`, `AllMembersUpdated` — `False` while a generation is being
+//!   reconciled —, and `bootstrapWithExistingCluster` once, when the join is done);
+//! - the member removal is etcd-druid#1426's, and so is its bookkeeping (`druid_scale.rs`):
+//!   `ScaleOperationComplete`, a change its CEL rules would refuse recorded as a violation,
+//!   and the join record pruned once the source members are gone.
 
+use super::druid_scale;
 use super::etcd::TestEtcd;
 use isthmus_controller::gardener::etcd_resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -78,6 +82,12 @@ struct State {
     last_removal: Option<Instant>,
     violations: Arc<Mutex<Vec<String>>>,
     reconciled: Arc<Mutex<Vec<i64>>>,
+    /// The spec as seen last tick (what etcd-druid#1426's CEL rules compare a change with).
+    seen: Option<Value>,
+    /// The scale operation in progress (etcd-druid#1426), and whether one ever ran (druid
+    /// writes the condition only from the first one on).
+    scale_op: Option<&'static str>,
+    scale_seen: bool,
 }
 
 impl DruidStandIn {
@@ -102,6 +112,9 @@ impl DruidStandIn {
             last_removal: None,
             violations: violations.clone(),
             reconciled: reconciled.clone(),
+            seen: None,
+            scale_op: None,
+            scale_seen: false,
         };
         let api: Api<DynamicObject> = Api::namespaced_with(admin, namespace, &etcd_resource());
         let task = tokio::spawn(async move {
@@ -146,6 +159,9 @@ async fn tick(
             violations: st.violations.clone(),
             reconciled: st.reconciled.clone(),
             side: st.side,
+            seen: None,
+            scale_op: None,
+            scale_seen: false,
         };
         return Ok(());
     };
@@ -160,6 +176,17 @@ async fn tick(
     let suspended = v["metadata"]["annotations"]
         .get(SUSPEND_SPEC_RECONCILE)
         .is_some();
+    if st.seen.as_ref() != Some(&v["spec"]) {
+        if let Some(prev) = &st.seen {
+            if let Some(why) = druid_scale::refused(prev, &v["spec"], st.scale_op) {
+                st.violations
+                    .lock()
+                    .unwrap()
+                    .push(format!("{:?}: {why}", st.side));
+            }
+        }
+        st.seen = Some(v["spec"].clone());
+    }
     if suspended {
         st.target = None;
         return write_status(api, st, etcd, &v).await;
@@ -170,6 +197,10 @@ async fn tick(
                 "{:?}: reconcile requested again for generation {generation}, already reconciled",
                 st.side
             ));
+        }
+        if let Some(op) = druid_scale::on_target(st.acted.as_ref(), &v["spec"]) {
+            st.scale_op = Some(op);
+            st.scale_seen = true;
         }
         st.target = Some((generation, v["spec"].clone()));
         st.acted = Some(v["spec"].clone());
@@ -187,6 +218,7 @@ async fn tick(
         st.done.insert(g);
         st.reconciled.lock().unwrap().push(g);
         st.target = None;
+        st.scale_op = None;
     }
     // The spec of the generation last acted on gives the health status.
     write_status(api, st, etcd, &v).await?;
@@ -302,13 +334,23 @@ async fn write_status(
             .collect();
         (voters as i64, names)
     });
+    // While a generation is being reconciled the members do not all run it yet
+    // (`internal/health/condition/check_all_members_updated.go`).
+    let (updated, reason) = match st.target {
+        Some(_) => ("False", "NotAllMembersUpdated"),
+        None => ("True", "AllMembersUpdated"),
+    };
+    let mut conditions = vec![json!({"type": "AllMembersUpdated", "status": updated,
+        "reason": reason, "message": "stand-in", "lastTransitionTime": NOW, "lastUpdateTime": NOW})];
+    if st.scale_seen {
+        conditions.push(druid_scale::condition(st.scale_op, NOW));
+    }
     let mut status = json!({
         "ready": voters >= replicas,
         "readyReplicas": voters,
         "replicas": replicas,
         "currentReplicas": voters,
-        "conditions": [{"type": "AllMembersUpdated", "status": "True", "reason": "AllMembersUpdated",
-                        "message": "stand-in", "lastTransitionTime": NOW, "lastUpdateTime": NOW}],
+        "conditions": conditions,
         "members": names.iter().filter(|n| own.contains(n)).map(|n| json!({
             "name": n, "status": "Ready", "reason": "LeaseSucceeded", "lastTransitionTime": NOW,
         })).collect::<Vec<Value>>(),
@@ -316,9 +358,14 @@ async fn write_status(
     if let Some(g) = st.observed {
         status["observedGeneration"] = json!(g);
     }
+    // etcd-druid#1426 prunes the join record once the source members it lists are removed.
+    let sources_listed = names.iter().any(|n| st.sources.contains(n));
+    let pruned = bootstrap.is_null() && !sources_listed;
     if joined_before {
-        status["bootstrapWithExistingCluster"] =
-            v["status"]["bootstrapWithExistingCluster"].clone();
+        if !pruned {
+            status["bootstrapWithExistingCluster"] =
+                v["status"]["bootstrapWithExistingCluster"].clone();
+        }
     } else if bootstrap.is_object() && replicas >= 2 && voters >= replicas {
         let members: Vec<Value> = bootstrap["members"].as_array().cloned().unwrap_or_default();
         status["bootstrapWithExistingCluster"] = json!({"joinedAt": NOW, "members": members});

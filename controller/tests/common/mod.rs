@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod druid_scale;
 pub mod druid_standin;
 pub mod etcd;
 pub mod seed;
