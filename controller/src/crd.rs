@@ -302,6 +302,16 @@ pub struct DestinationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: Option<String>,
+    /// The etcd version the destination's etcd-druid deploys, `<major>.<minor>` (a patch is
+    /// ignored): `3.5` with its `UpgradeEtcdVersion` feature gate, `3.4` without. etcd-druid's
+    /// API shows no etcd version (its image vector picks the image), and it joins only a
+    /// source cluster of the same minor version (etcd-druid
+    /// `docs/usage/bootstrapping-with-existing-cluster.md`), so the destination `Etcd` is
+    /// created only once the source cluster's version, read from etcd itself, matches.
+    /// Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"), length(max = 20))]
+    pub etcd_version: Option<String>,
 }
 
 /// The `Etcd` isthmus creates on the destination (see [`DestinationSpec::etcd_template`]).

@@ -259,3 +259,96 @@ fn abort_scales_to_zero_whatever_runs() {
     let p = plan::plan(&s, &o);
     assert_eq!(applied(&p).replicas, Some(0), "{:?}", p.status);
 }
+
+/// etcd-druid joins only a source cluster of the same etcd minor version
+/// (`docs/usage/bootstrapping-with-existing-cluster.md`): the destination `Etcd` is created
+/// only once etcd reports the source's version and it matches `spec.destination.etcdVersion`.
+#[test]
+fn the_destination_etcd_is_created_only_for_the_same_minor_version() {
+    let mut s = spec(Role::Destination, Step::Join);
+    if let Some(d) = s.destination.as_mut() {
+        d.etcd_version = Some("3.5".into());
+    }
+    let exposed = || {
+        let mut o = world_after(Role::Destination, &[Step::Expose]);
+        o.previous.conditions.clear();
+        o
+    };
+    // The source cluster is read before the `Etcd` exists, source members first.
+    let o = exposed();
+    let needs = plan::needs(&s, &o);
+    assert_eq!(
+        needs.etcd_endpoints.first(),
+        source_members()[0].client_urls.first()
+    );
+    let undeclared = spec(Role::Destination, Step::Join);
+    assert!(plan::needs(&undeclared, &o).etcd_endpoints.is_empty());
+
+    let with_version = |v: Option<&str>| {
+        let mut o = exposed();
+        match v {
+            Some(v) => {
+                if let Some(c) = o.etcd_cluster.as_mut() {
+                    c.version = Some(v.into());
+                }
+            }
+            None => o.etcd_cluster = None,
+        }
+        plan::plan(&s, &o)
+    };
+    let p = with_version(Some("3.4.34"));
+    assert_eq!(p.etcd, EtcdAction::Keep);
+    assert_eq!(
+        condition(&p, "DestinationEtcdPeersJoined"),
+        Some(("False", "EtcdVersionMismatch"))
+    );
+    let msg = &p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "DestinationEtcdPeersJoined")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.contains("3.4.34") && msg.contains("spec.destination.etcdVersion"),
+        "{msg}"
+    );
+    let p = with_version(None);
+    assert_eq!(p.etcd, EtcdAction::Keep);
+    assert_eq!(
+        condition(&p, "DestinationEtcdPeersJoined"),
+        Some(("Progressing", "EtcdUnreachable"))
+    );
+    let p = with_version(Some("3.5.27"));
+    assert_eq!(applied(&p).replicas, Some(2), "created");
+    // Undeclared: not checked.
+    let mut o = exposed();
+    o.etcd_cluster = None;
+    assert_eq!(applied(&plan::plan(&undeclared, &o)).replicas, Some(2));
+}
+
+#[test]
+fn a_malformed_etcd_version_is_refused() {
+    let mut s = spec(Role::Destination, Step::Join);
+    for (v, ok) in [
+        ("3.5", true),
+        ("3.5.27", true),
+        ("3", false),
+        ("3.x", false),
+        ("3.5.", false),
+    ] {
+        if let Some(d) = s.destination.as_mut() {
+            d.etcd_version = Some(v.into());
+        }
+        let problems = plan::validate(&s, NS);
+        let refused = problems
+            .iter()
+            .any(|p| p.field == "spec.destination.etcdVersion" && p.reason == "InvalidVersion");
+        assert_eq!(refused, !ok, "{v}: {problems:?}");
+    }
+    use isthmus_controller::plan::validate::etcd_version;
+    assert!(etcd_version("3.5", "3.5.27").is_none());
+    assert!(etcd_version("3.5", "v3.5.0").is_none());
+    assert!(etcd_version("3.5", "3.6.1").is_some());
+    assert!(etcd_version("3.5", "garbage").is_some());
+}

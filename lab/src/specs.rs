@@ -68,6 +68,7 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
                 spec: serde_json::json!({}),
             }),
             join_timeout: None,
+            etcd_version: None,
         }),
         // The temporary VPN is the webhook part (`webhook.rs`), on loopback: no record, no route.
         vpn: None,

@@ -159,6 +159,8 @@ pub struct EtcdCluster {
     pub members: Vec<EtcdMember>,
     /// The leader's member ID, if the answering member knows one.
     pub leader: Option<u64>,
+    /// The answering member's etcd version (`/v3/maintenance/status` `version`, `3.5.27`).
+    pub version: Option<String>,
 }
 
 impl EtcdCluster {

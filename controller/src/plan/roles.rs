@@ -158,6 +158,12 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
             let v = Verdict::waiting(t, "EtcdNotFound", msg);
             return Outcome::new(EtcdAction::Keep, v, false);
         }
+        // Created only to join a source cluster of the destination's etcd minor version.
+        (None, None) => {
+            if let Some(v) = version_gate(ctx, dest, t) {
+                return Outcome::new(EtcdAction::Keep, v, false);
+            }
+        }
         // druid's CEL rule: bootstrapWithExistingCluster only at creation.
         (Some(e), _)
             if step != Step::Shrink
@@ -292,6 +298,25 @@ pub(super) fn destination_complete(ctx: &Ctx<'_>) -> Outcome {
         )
     };
     Outcome::new(apply(ctx, fields), v, ready)
+}
+
+/// Why the destination `Etcd` is not created yet for its etcd version
+/// (`spec.destination.etcdVersion`): the source cluster's is unknown, or another minor.
+fn version_gate(ctx: &Ctx<'_>, dest: &DestinationSpec, t: &'static str) -> Option<Verdict> {
+    let want = dest.etcd_version.as_deref()?;
+    let Some(have) = ctx
+        .obs
+        .etcd_cluster
+        .as_ref()
+        .and_then(|c| c.version.as_deref())
+    else {
+        return Some(Verdict::waiting(
+            t,
+            "EtcdUnreachable",
+            "cannot read the source cluster's etcd version through the client exposure",
+        ));
+    };
+    super::validate::etcd_version(want, have).map(|p| Verdict::refused(t, p.reason, p.to_string()))
 }
 
 /// The exposed client URL of `m` among `known` (by name, or by peer URL before it started).

@@ -57,6 +57,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
                 spec: serde_json::json!({"labels": {"app": "etcd-statefulset"}}),
             }),
             join_timeout: Some("10m".into()),
+            etcd_version: None,
         }),
         vpn: (role == Role::Destination).then(|| VpnSpec {
             dns_name: "vpn-tmp.foo.example.com".into(),
@@ -112,6 +113,7 @@ pub fn source_cluster() -> EtcdCluster {
             })
             .collect(),
         leader: Some(100),
+        version: Some("3.5.27".into()),
     }
 }
 
@@ -130,6 +132,7 @@ pub fn destination_cluster() -> EtcdCluster {
             })
             .collect(),
         leader: Some(200),
+        version: Some("3.5.27".into()),
     }
 }
 
