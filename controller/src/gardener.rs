@@ -12,7 +12,6 @@ use crate::plan::{
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
 /// Label on every object isthmus creates, with the owning migration's name as value; used to
 /// find what to clean up.
@@ -140,18 +139,13 @@ fn advertised_urls(members: &[MemberUrls], override_default: bool) -> Value {
     Value::Object(out)
 }
 
-/// The server-side-apply body of an `Etcd` carrying exactly `fields` (and `annotations`), in
+/// The server-side-apply body of an `Etcd` carrying exactly `fields`, in
 /// the druid API generation and with the `overrideDefaultURL` choice of `spec`. On the
 /// destination the body also carries `spec.destination.etcdTemplate`, so that our first apply
 /// can create the `Etcd` complete (druid accepts `bootstrapWithExistingCluster` and
 /// `memberNamePrefix` only at creation) and later applies keep co-owning what it created.
 /// With no fields (source) this is the "release" intent: everything we owned is given up.
-pub fn etcd_body(
-    spec: &EtcdMigrationSpec,
-    namespace: &str,
-    fields: &EtcdFields,
-    annotations: &BTreeMap<String, String>,
-) -> Value {
+pub fn etcd_body(spec: &EtcdMigrationSpec, namespace: &str, fields: &EtcdFields) -> Value {
     let template = spec
         .destination
         .as_ref()
@@ -215,10 +209,11 @@ pub fn etcd_body(
         body_spec.insert("etcd".into(), Value::Object(etcd));
     }
     let mut all_annotations = template.map(|t| t.annotations.clone()).unwrap_or_default();
-    all_annotations.extend(annotations.clone());
-    // The reconcile request is never part of the apply (`plan::request`), in either spelling.
-    for k in ETCD_OPERATIONS {
-        all_annotations.remove(k);
+    // The reconcile request is never part of the apply (`plan::request`), in either spelling,
+    // and the timestamp is gardenlet's: owning a value it later changes would make every
+    // apply a conflict, and its `Scale()` requires the value it wrote.
+    for k in ETCD_OPERATIONS.iter().chain([&TIMESTAMP]) {
+        all_annotations.remove(*k);
     }
     let mut metadata = json!({
         "name": spec.etcd_name,

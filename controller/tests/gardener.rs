@@ -8,7 +8,6 @@ use isthmus_controller::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, Role, Ste
 use isthmus_controller::gardener::{dnsrecord_body, dnsrecord_observe, etcd_body, etcd_observe};
 use isthmus_controller::plan::{self, EtcdAction, EtcdFields};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 #[test]
 fn dnsrecord_round_trip() {
@@ -64,14 +63,13 @@ fn etcd_round_trip_legacy_and_new_api() {
         (DruidApi::AdditionalAdvertisePeerUrls, false),
         (DruidApi::AdditionalAdvertisedUrls, true),
     ] {
-        let body = etcd_body(&dest(api), NS, &fields(clients), &BTreeMap::new());
+        let body = etcd_body(&dest(api), NS, &fields(clients));
         assert_eq!(etcd_observe(&body, api).fields, fields(clients), "{api:?}");
     }
     let legacy = etcd_body(
         &dest(DruidApi::AdditionalAdvertisePeerUrls),
         NS,
         &fields(false),
-        &BTreeMap::new(),
     );
     // etcd-druid's spelling (api v0.38): `…PeerURLs`, not the GEP's `…PeerUrls`.
     assert_eq!(
@@ -97,7 +95,7 @@ fn etcd_round_trip_legacy_and_new_api() {
 
     let mut shared = dest(DruidApi::AdditionalAdvertisedUrls);
     shared.override_default_url = true;
-    let new = etcd_body(&shared, NS, &fields(true), &BTreeMap::new());
+    let new = etcd_body(&shared, NS, &fields(true));
     let urls = &new["spec"]["etcd"]["additionalAdvertisedURLs"];
     assert_eq!(urls["peerURLs"]["members"][0]["name"], "dest-etcd-main-0");
     assert_eq!(urls["peerURLs"]["overrideDefaultURL"], true);
@@ -114,7 +112,6 @@ fn release_body_owns_nothing() {
         &spec(Role::Source, Step::Complete),
         NS,
         &EtcdFields::default(),
-        &BTreeMap::new(),
     );
     assert_eq!(body.get("spec"), None);
     assert_eq!(body["metadata"]["name"], "etcd-main");
@@ -221,8 +218,9 @@ fn either_operation_annotation_is_a_pending_request() {
     assert!(etcd_needs_request(&with(json!({}))));
 }
 
-/// The request is written after the apply, never owned by it, in neither spelling: a template
-/// carrying one (copied from a live `Etcd`) must not make the apply own it.
+/// The request is written after the apply, never owned by it, in neither spelling, and the
+/// timestamp is gardenlet's: a template carrying them (copied from a live `Etcd`) must not make
+/// the apply own them.
 #[test]
 fn etcd_body_never_carries_a_request() {
     let mut s = spec(Role::Destination, Step::Join);
@@ -235,9 +233,14 @@ fn etcd_body_never_carries_a_request() {
             .insert("gardener.cloud/operation".into(), "reconcile".into());
         t.annotations
             .insert("druid.gardener.cloud/operation".into(), "reconcile".into());
+        t.annotations
+            .insert("gardener.cloud/timestamp".into(), "t".into());
+        t.annotations.insert("kept".into(), "yes".into());
     }
-    let body = etcd_body(&s, NS, &fields(false), &BTreeMap::new());
+    let body = etcd_body(&s, NS, &fields(false));
     let a = &body["metadata"]["annotations"];
     assert!(a.get("gardener.cloud/operation").is_none(), "{a}");
     assert!(a.get("druid.gardener.cloud/operation").is_none(), "{a}");
+    assert!(a.get("gardener.cloud/timestamp").is_none(), "{a}");
+    assert_eq!(a["kept"], "yes");
 }

@@ -12,7 +12,6 @@ use crate::plan::{
 };
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 /// Server-side apply, strict field validation, no force.
 pub(super) fn ssa() -> PatchParams {
@@ -46,10 +45,7 @@ pub(super) async fn write(
     }
     match &plan.etcd {
         EtcdAction::Keep => {}
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => apply_etcd(etcd_api, spec, ns, fields, annotations).await?,
+        EtcdAction::Apply { fields } => apply_etcd(etcd_api, spec, ns, fields).await?,
         EtcdAction::Release => release_etcd(etcd_api, spec, ns).await?,
         EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
     }
@@ -66,9 +62,8 @@ async fn apply_etcd(
     spec: &EtcdMigrationSpec,
     ns: &str,
     fields: &EtcdFields,
-    annotations: &BTreeMap<String, String>,
 ) -> Result<(), Error> {
-    let body = etcd_body(spec, ns, fields, annotations);
+    let body = etcd_body(spec, ns, fields);
     let after = api
         .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
         .await?;
@@ -89,7 +84,7 @@ pub(super) async fn release_etcd(
     spec: &EtcdMigrationSpec,
     ns: &str,
 ) -> Result<(), Error> {
-    apply_etcd(api, spec, ns, &EtcdFields::default(), &BTreeMap::new()).await
+    apply_etcd(api, spec, ns, &EtcdFields::default()).await
 }
 
 /// Sets `<key>: reconcile` with a merge patch, outside our apply's intent: the owner's removal

@@ -279,7 +279,7 @@ pub struct EtcdObs {
     pub members: Vec<String>,
     /// Our fields as they are now.
     pub fields: EtcdFields,
-    /// Its `gardener.cloud/timestamp`.
+    /// Its `gardener.cloud/timestamp` (gardenlet's: isthmus never writes it on an `Etcd`).
     pub timestamp: Option<String>,
     /// Its reconcile request, `druid.gardener.cloud/operation` or the deprecated
     /// `gardener.cloud/operation` (`reconcile` if either asks for it), while etcd-druid has not
@@ -332,12 +332,12 @@ pub enum EtcdAction {
     /// Leave it alone.
     Keep,
     /// Own exactly these fields (server-side apply: fields we owned and omit are removed).
+    /// No annotation is owned: the reconcile request is written after the apply ([`request`]),
+    /// and `gardener.cloud/timestamp` is gardenlet's (its `Scale()` requires the value it last
+    /// wrote, gardener v1.149.3 `pkg/component/etcd/etcd/etcd.go`).
     Apply {
         /// The fields.
         fields: EtcdFields,
-        /// Annotations to own (a new timestamp when the fields change; the reconcile request
-        /// is written after the apply, see [`request`]).
-        annotations: BTreeMap<String, String>,
     },
     /// Give up every field we own (apply an empty intent); etcd-druid rolls the members back
     /// (the source's abort).

@@ -222,14 +222,10 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                     replicas: keep_replicas,
                     ..EtcdFields::default()
                 };
-                e.timestamp = None;
                 request(e);
             }
         }
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => {
+        EtcdAction::Apply { fields } => {
             let e = obs.etcd.get_or_insert_with(EtcdObs::default);
             let mut merged = fields.clone();
             if merged.replicas.is_none() {
@@ -239,7 +235,6 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                 e.generation += 1;
                 e.fields = merged;
             }
-            e.timestamp = annotations.get(TIMESTAMP).cloned();
             request(e);
         }
     }
