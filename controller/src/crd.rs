@@ -108,10 +108,6 @@ pub struct EtcdMigrationSpec {
     /// both seeds are spelled alike and resolve to different pods in each seed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub override_default_url: bool,
-    /// How the controller reaches etcd's own member API (member list, leader, learner
-    /// removal) through the client exposure.
-    #[serde(default)]
-    pub etcd_client: EtcdClientSpec,
     /// Expose the members under the seed's wildcard ingress record instead of a `DNSRecord`
     /// per member (the scheme of Gardener's work in progress): SNI
     /// `<seedName>-<etcdName>-<i>-<namespace>.<ingressDomain>`, proxy listeners `12380+i`
@@ -148,33 +144,6 @@ pub struct SeedIngress {
 pub const SEED_INGRESS_PEER_BASE: u16 = 12380;
 /// See [`SEED_INGRESS_PEER_BASE`].
 pub const SEED_INGRESS_CLIENT: u16 = 12379;
-
-/// etcd's client API as the controller uses it: TLS material from a Secret in the migration's
-/// namespace (`ca.crt`, `tls.crt`, `tls.key`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdClientSpec {
-    /// The Secret's name. Default `etcd-client-tls`; the orchestrator's grant in the namespace
-    /// names it (`isthmus_controller::access`).
-    #[serde(default = "default_client_secret")]
-    #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
-        length(min = 1, max = 253)
-    )]
-    pub secret_name: String,
-}
-
-fn default_client_secret() -> String {
-    "etcd-client-tls".into()
-}
-
-impl Default for EtcdClientSpec {
-    fn default() -> Self {
-        Self {
-            secret_name: default_client_secret(),
-        }
-    }
-}
 
 fn default_members() -> u8 {
     3

@@ -384,3 +384,54 @@ fn attach_clients(mut members: Vec<MemberUrls>, clients: &[String]) -> Vec<Membe
     }
     members
 }
+
+/// Where etcd's client TLS material is, as an `Etcd` names it in `spec.etcd.clientUrlTls`:
+/// what etcd-druid mounts into its own pods to talk to etcd (etcd-druid v0.38.1
+/// `internal/component/statefulset/builder.go`: the CA under `tlsCASecretRef.dataKey`, default
+/// `ca.crt`; the client certificate's `tls.crt` and `tls.key`). Gardener points them at its
+/// secrets manager's `ca-etcd-bundle-<hash>` (`bundle.crt`) and `etcd-client-<hash>`, and
+/// renames both on a rotation (gardener v1.149.3 `pkg/component/etcd/etcd/etcd.go`, `tls.go`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdClientTls {
+    /// The CA bundle's Secret (`tlsCASecretRef.name`).
+    pub ca_secret: String,
+    /// Its key (`tlsCASecretRef.dataKey`).
+    pub ca_key: String,
+    /// The client certificate's Secret (`clientTLSSecretRef.name`), keys `tls.crt`, `tls.key`.
+    pub client_secret: String,
+}
+
+impl EtcdClientTls {
+    /// The two Secrets' names (what the access grant must let the controller `get`).
+    pub fn secret_names(&self) -> Vec<String> {
+        vec![self.ca_secret.clone(), self.client_secret.clone()]
+    }
+}
+
+/// The client TLS an `Etcd` spec (a live object's or a template's) names, in `namespace` (a
+/// reference into another namespace is refused: the controller reads Secrets only where the
+/// migration's grant is).
+pub fn etcd_client_tls(spec: &Value, namespace: &str) -> Result<EtcdClientTls, String> {
+    let tls = spec
+        .pointer("/etcd/clientUrlTls")
+        .ok_or("the Etcd has no spec.etcd.clientUrlTls")?;
+    let name = |r: &str| -> Result<String, String> {
+        let path = format!("spec.etcd.clientUrlTls.{r}");
+        let name = str_at(tls, &[r, "name"])
+            .filter(|n| !n.is_empty())
+            .ok_or(format!("the Etcd has no {path}.name"))?;
+        match str_at(tls, &[r, "namespace"]) {
+            Some(ns) if !ns.is_empty() && ns != namespace => Err(format!(
+                "{path} is in namespace {ns}: the controller reads Secrets of {namespace} only"
+            )),
+            _ => Ok(name.to_string()),
+        }
+    };
+    Ok(EtcdClientTls {
+        ca_secret: name("tlsCASecretRef")?,
+        ca_key: str_at(tls, &["tlsCASecretRef", "dataKey"])
+            .unwrap_or("ca.crt")
+            .to_string(),
+        client_secret: name("clientTLSSecretRef")?,
+    })
+}

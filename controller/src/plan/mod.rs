@@ -40,7 +40,6 @@
 //!     vpn: None,
 //!     druid_api: DruidApi::default(),
 //!     override_default_url: false,
-//!     etcd_client: EtcdClientSpec::default(),
 //!     seed_ingress: None,
 //!     allowed_sources: Vec::new(),
 //! };

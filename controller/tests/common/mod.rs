@@ -67,7 +67,6 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
         }),
         druid_api: DruidApi::default(),
         override_default_url: false,
-        etcd_client: Default::default(),
         seed_ingress: None,
         allowed_sources: Vec::new(),
     }
