@@ -424,8 +424,10 @@ pub enum DruidApi {
     #[default]
     AdditionalAdvertisePeerUrls,
     /// `spec.etcd.additionalAdvertisedURLs.{peerURLs,clientURLs}.{overrideDefaultURL,
-    /// members: [{name, urls}]}` (etcd-druid's newer API, documented upstream but not yet in a
-    /// published `api` module; its shape lives in `gardener.rs` only).
+    /// members: [{name, urls}]}` (etcd-druid#1438, merged after v0.38.1 and in no published
+    /// `api` module yet, superseding `additionalAdvertisePeerURLs`; its shape lives in
+    /// `gardener.rs` only). Set per migration once the seed's etcd-druid and CRD carry it
+    /// (docs/etcd-druid-contract.md, "The advertised URLs").
     AdditionalAdvertisedUrls,
 }
 
