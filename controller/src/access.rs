@@ -3,7 +3,7 @@
 //! `EtcdMigration` and deletes once the migration object is gone (its finalizer needs them).
 //! `deploy/controller.yaml` grants nothing that touches a shoot namespace's objects beyond
 //! reading `EtcdMigration`s, `DNSRecord`s and `Etcd`s for the watches; every write, and the
-//! one Secret read, is granted here, in the migration's namespace, and by name wherever
+//! etcd client Secrets' read, is granted here, in the migration's namespace, and by name wherever
 //! Kubernetes allows it. It must never grant more than the controller uses: a verb missing
 //! here fails the controller's tests, which run it as `deploy/`'s ServiceAccount with this
 //! grant.
@@ -40,7 +40,21 @@ impl Default for Subject {
 }
 
 /// The `Role` and the `RoleBinding` that let `subject` carry out `spec` in `namespace`.
-pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [Value; 2] {
+///
+/// `etcd_secrets` are the Secrets the `Etcd`'s `spec.etcd.clientUrlTls` names (Gardener's
+/// `etcd-client-<hash>` and `ca-etcd-bundle-<hash>`: [`crate::gardener::etcd_client_tls`],
+/// [`crate::gardener::EtcdClientTls::secret_names`]), granted `get` by name. The secrets
+/// manager renames them on every rotation, so the orchestrator grants the new names with the
+/// `Etcd` that references them (both old and new while a rotation runs). RBAC cannot restrict a
+/// `list` or `watch` by label (`managed-by=secrets-manager`, `name=etcd-client`): finding them
+/// by label would need `list` of every Secret of the namespace (kubeconfigs, CA keys), and a
+/// `get` without names would read any of them.
+pub fn grant(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    subject: &Subject,
+    etcd_secrets: &[String],
+) -> [Value; 2] {
     let mut records: Vec<String> = members(spec, namespace)
         .into_iter()
         .filter_map(|m| m.record)
@@ -50,7 +64,7 @@ pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [V
     }
     let mut rules = vec![json!({
         "apiGroups": [""], "resources": ["secrets"],
-        "resourceNames": [spec.etcd_client.secret_name], "verbs": ["get"],
+        "resourceNames": etcd_secrets, "verbs": ["get"],
     })];
     if !records.is_empty() {
         // A server-side apply that creates an object needs `create`, which RBAC cannot
@@ -121,9 +135,10 @@ pub fn grant_yaml(
     spec: &EtcdMigrationSpec,
     namespace: &str,
     subject: &Subject,
+    etcd_secrets: &[String],
     header: &str,
 ) -> Result<String, GrantYamlError> {
-    let docs = grant(spec, namespace, subject)
+    let docs = grant(spec, namespace, subject, etcd_secrets)
         .iter()
         .map(serde_saphyr::to_string)
         .collect::<Result<Vec<_>, _>>()

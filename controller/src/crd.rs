@@ -108,10 +108,6 @@ pub struct EtcdMigrationSpec {
     /// both seeds are spelled alike and resolve to different pods in each seed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub override_default_url: bool,
-    /// How the controller reaches etcd's own member API (member list, leader, learner
-    /// removal) through the client exposure.
-    #[serde(default)]
-    pub etcd_client: EtcdClientSpec,
     /// Expose the members under the seed's wildcard ingress record instead of a `DNSRecord`
     /// per member (the scheme of Gardener's work in progress): SNI
     /// `<seedName>-<etcdName>-<i>-<namespace>.<ingressDomain>`, proxy listeners `12380+i`
@@ -148,33 +144,6 @@ pub struct SeedIngress {
 pub const SEED_INGRESS_PEER_BASE: u16 = 12380;
 /// See [`SEED_INGRESS_PEER_BASE`].
 pub const SEED_INGRESS_CLIENT: u16 = 12379;
-
-/// etcd's client API as the controller uses it: TLS material from a Secret in the migration's
-/// namespace (`ca.crt`, `tls.crt`, `tls.key`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdClientSpec {
-    /// The Secret's name. Default `etcd-client-tls`; the orchestrator's grant in the namespace
-    /// names it (`isthmus_controller::access`).
-    #[serde(default = "default_client_secret")]
-    #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
-        length(min = 1, max = 253)
-    )]
-    pub secret_name: String,
-}
-
-fn default_client_secret() -> String {
-    "etcd-client-tls".into()
-}
-
-impl Default for EtcdClientSpec {
-    fn default() -> Self {
-        Self {
-            secret_name: default_client_secret(),
-        }
-    }
-}
 
 fn default_members() -> u8 {
     3
@@ -302,6 +271,16 @@ pub struct DestinationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: Option<String>,
+    /// The etcd version the destination's etcd-druid deploys, `<major>.<minor>` (a patch is
+    /// ignored): `3.5` with its `UpgradeEtcdVersion` feature gate, `3.4` without. etcd-druid's
+    /// API shows no etcd version (its image vector picks the image), and it joins only a
+    /// source cluster of the same minor version (etcd-druid
+    /// `docs/usage/bootstrapping-with-existing-cluster.md`), so the destination `Etcd` is
+    /// created only once the source cluster's version, read from etcd itself, matches.
+    /// Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"), length(max = 20))]
+    pub etcd_version: Option<String>,
 }
 
 /// The `Etcd` isthmus creates on the destination (see [`DestinationSpec::etcd_template`]).
@@ -445,8 +424,10 @@ pub enum DruidApi {
     #[default]
     AdditionalAdvertisePeerUrls,
     /// `spec.etcd.additionalAdvertisedURLs.{peerURLs,clientURLs}.{overrideDefaultURL,
-    /// members: [{name, urls}]}` (etcd-druid's newer API, documented upstream but not yet in a
-    /// published `api` module; its shape lives in `gardener.rs` only).
+    /// members: [{name, urls}]}` (etcd-druid#1438, merged after v0.38.1 and in no published
+    /// `api` module yet, superseding `additionalAdvertisePeerURLs`; its shape lives in
+    /// `gardener.rs` only). Set per migration once the seed's etcd-druid and CRD carry it
+    /// (docs/etcd-druid-contract.md, "The advertised URLs").
     AdditionalAdvertisedUrls,
 }
 

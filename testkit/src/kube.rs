@@ -578,8 +578,10 @@ pub fn minimal_etcd(name: &str, namespace: &str, replicas: i32) -> Value {
     })
 }
 
-/// [`minimal_etcd`]'s spec without `replicas`: what gardenlet templates an `Etcd` from.
+/// [`minimal_etcd`]'s spec without `replicas`: what gardenlet templates an `Etcd` from. Its
+/// client TLS names Gardener's Secrets ([`crate::gardener`]).
 pub fn etcd_spec(name: &str) -> Value {
+    use crate::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
     json!({
         "labels": {"app": "etcd-statefulset", "name": name},
         "backup": {},
@@ -589,9 +591,9 @@ pub fn etcd_spec(name: &str) -> Value {
                 "serverTLSSecretRef": {"name": format!("{name}-peer-server")},
             },
             "clientUrlTls": {
-                "tlsCASecretRef": {"name": format!("{name}-ca"), "dataKey": "bundle.crt"},
+                "tlsCASecretRef": {"name": ETCD_CA_BUNDLE_SECRET, "dataKey": "bundle.crt"},
                 "serverTLSSecretRef": {"name": format!("{name}-server")},
-                "clientTLSSecretRef": {"name": format!("{name}-client")},
+                "clientTLSSecretRef": {"name": ETCD_CLIENT_SECRET},
             },
         },
     })

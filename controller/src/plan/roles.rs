@@ -7,7 +7,7 @@ use super::ctx::{
     advertised, apply, cleanup_verdict, duration_secs, etcd_ready, etcd_synced, label, listed,
     urls, Ctx, Outcome,
 };
-use super::{EtcdAction, EtcdFields, EtcdMember, EtcdOp};
+use super::{druid, EtcdAction, EtcdFields, EtcdMember, EtcdOp};
 use crate::crd::{DestinationSpec, MemberUrls, Step};
 
 /// Default `spec.destination.joinTimeout`.
@@ -130,15 +130,18 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
         })
         .unwrap_or_default();
     let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
+    let bootstrap = if keep_bootstrap {
+        sources.clone()
+    } else {
+        Vec::new()
+    };
+    // Never the opposite of a scale operation druid runs (etcd-druid#1426).
+    let scale = druid::serialised(ctx, replicas, bootstrap);
     let fields = EtcdFields {
-        replicas: Some(replicas),
+        replicas: Some(scale.replicas),
         member_name_prefix: Some(dest.member_name_prefix.clone()),
-        bootstrap_members: if keep_bootstrap {
-            sources.clone()
-        } else {
-            Vec::new()
-        },
-        advertise: advertised(ctx, replicas),
+        bootstrap_members: scale.bootstrap,
+        advertise: advertised(ctx, scale.replicas),
         skip_client_san_verification: Some(true),
     };
     match (&ctx.obs.etcd, &ctx.exposure) {
@@ -155,6 +158,12 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
             let v = Verdict::waiting(t, "EtcdNotFound", msg);
             return Outcome::new(EtcdAction::Keep, v, false);
         }
+        // Created only to join a source cluster of the destination's etcd minor version.
+        (None, None) => {
+            if let Some(v) = version_gate(ctx, dest, t) {
+                return Outcome::new(EtcdAction::Keep, v, false);
+            }
+        }
         // druid's CEL rule: bootstrapWithExistingCluster only at creation.
         (Some(e), _)
             if step != Step::Shrink
@@ -170,13 +179,17 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
         }
         _ => {}
     }
-    let joined = ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
+    // druid records the join once; at Shrink it prunes the record as it removes the source
+    // members (etcd-druid#1426), and etcd's own member list says what counts then.
+    let joined =
+        step == Step::Shrink || ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
     let all_voters = own.iter().take(replicas as usize).all(|m| {
         voters
             .iter()
             .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
     });
-    let etcd_done = etcd_ready(ctx, &fields, replicas) && joined && all_voters;
+    let etcd_done =
+        etcd_ready(ctx, &fields, replicas) && joined && all_voters && scale.waiting.is_none();
     let leftovers: Vec<String> = match (step, cluster) {
         (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),
         _ => Vec::new(),
@@ -198,6 +211,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     t,
                     "EtcdUnreachable",
                     "cannot read etcd's member list through the client exposure",
+                ),
+                _ if scale.waiting.is_some() => Verdict::waiting(
+                    t,
+                    druid::SCALE_WAIT,
+                    scale.waiting.clone().unwrap_or_default(),
                 ),
                 Step::Join if !etcd_done && join_timed_out(ctx, dest.join_timeout.as_deref()) => {
                     Verdict::refused(
@@ -280,6 +298,25 @@ pub(super) fn destination_complete(ctx: &Ctx<'_>) -> Outcome {
         )
     };
     Outcome::new(apply(ctx, fields), v, ready)
+}
+
+/// Why the destination `Etcd` is not created yet for its etcd version
+/// (`spec.destination.etcdVersion`): the source cluster's is unknown, or another minor.
+fn version_gate(ctx: &Ctx<'_>, dest: &DestinationSpec, t: &'static str) -> Option<Verdict> {
+    let want = dest.etcd_version.as_deref()?;
+    let Some(have) = ctx
+        .obs
+        .etcd_cluster
+        .as_ref()
+        .and_then(|c| c.version.as_deref())
+    else {
+        return Some(Verdict::waiting(
+            t,
+            "EtcdUnreachable",
+            "cannot read the source cluster's etcd version through the client exposure",
+        ));
+    };
+    super::validate::etcd_version(want, have).map(|p| Verdict::refused(t, p.reason, p.to_string()))
 }
 
 /// The exposed client URL of `m` among `known` (by name, or by peer URL before it started).

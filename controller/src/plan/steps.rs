@@ -4,7 +4,7 @@
 use super::conditions::{self as cond, Verdict};
 use super::ctx::{annotations, member_prefix, Ctx, Exposure, Outcome};
 use super::names::{members_named, routes, Member, VPN_RECORD};
-use super::{abort, release, roles};
+use super::{abort, druid, release, roles};
 use super::{DnsRecordDesired, DnsRecordSpec, EtcdAction, Observed, Plan};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 use std::net::IpAddr;
@@ -88,7 +88,8 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         exposure_held: hold,
     };
     let out = decide(&ctx, step);
-    verdicts.push(out.verdict);
+    let verdict = druid::suspended(&ctx, &out).unwrap_or_else(|| out.verdict.clone());
+    verdicts.push(verdict);
 
     // Planning at all means the spec was accepted (`validate`).
     let mut conditions = obs.previous.conditions.clone();

@@ -75,6 +75,13 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
                 format!("{t:?} is not a Go duration (10m, 90s, 1h30m) that fits 64 bits"),
             );
         }
+        if let Some(v) = d.etcd_version.as_deref().filter(|v| minor(v).is_none()) {
+            bad(
+                "spec.destination.etcdVersion".into(),
+                "InvalidVersion",
+                format!("{v:?} is not <major>.<minor>[.<patch>]"),
+            );
+        }
         if let Some(t) = d.etcd_template.as_ref().filter(|t| !t.spec.is_object()) {
             bad(
                 "spec.destination.etcdTemplate.spec".into(),
@@ -226,4 +233,30 @@ fn names(
             ),
         );
     }
+}
+
+/// `(major, minor)` of an etcd version (`3.5`, `3.5.27`, `v3.5.27`).
+fn minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    match parts.next() {
+        None => Some((major, minor)),
+        Some(patch) => patch.parse::<u64>().ok().map(|_| (major, minor)),
+    }
+}
+
+/// The destination's etcd version (`spec.destination.etcdVersion`) against the source
+/// cluster's, as etcd reports it: etcd-druid joins only a cluster of the same minor version
+/// (etcd-druid `docs/usage/bootstrapping-with-existing-cluster.md`, prerequisite 6). `None`
+/// when they match.
+pub fn etcd_version(destination: &str, source: &str) -> Option<SpecProblem> {
+    let same = matches!((minor(destination), minor(source)), (Some(d), Some(s)) if d == s);
+    (!same).then(|| SpecProblem {
+        field: "spec.destination.etcdVersion".into(),
+        reason: "EtcdVersionMismatch",
+        message: format!(
+            "the destination's etcd-druid deploys etcd {destination}, the source cluster runs {source}: etcd-druid joins only the same minor version"
+        ),
+    })
 }
