@@ -283,3 +283,64 @@ async fn gardeners_oracles_and_scale() {
         json!(ts)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_rotation_renames_the_client_secret_and_the_bundle() {
+    let seed = Seed::start(&[SOURCE]).await;
+    let g = seed.harness(SOURCE);
+    let refs = |etcd: &Value| {
+        let c = &etcd["spec"]["etcd"]["clientUrlTls"];
+        (
+            c["clientTLSSecretRef"]["name"].as_str().unwrap().to_owned(),
+            c["tlsCASecretRef"]["name"].as_str().unwrap().to_owned(),
+        )
+    };
+    g.deploy(&[]).await;
+    let (client0, bundle0) = refs(&seed.etcd(SOURCE).await);
+    let old_client = secret_named(&seed.gardener_secrets(SOURCE).await, &client0).clone();
+
+    // The shoot's CA rotation, reconcile by reconcile (lastInitiationTime and phase from the
+    // Shoot's status). Preparing's RolloutPeerCA waits for etcd-druid, which does not run
+    // here; Prepared's reconcile is the same Deploy without it.
+    let started = ["--ca-rotation-started", "2026-08-01T00:00:00Z", "--cleanup"];
+    let prepared = [&["--ca-rotation-phase", "Prepared"][..], &started].concat();
+    g.redeploy(&prepared).await;
+    let (client1, bundle1) = refs(&seed.etcd(SOURCE).await);
+    let secrets1 = seed.gardener_secrets(SOURCE).await;
+    println!("after Prepared: client {client1}, bundle {bundle1}");
+    print_secrets(&secrets1);
+    assert_ne!(bundle1, bundle0, "the bundle carries the new CA too");
+    // Client certificates move to the new CA at once (server certificates at Completing):
+    // a new name, the old secret deleted by the Cleanup at the end of this reconcile.
+    assert_ne!(client1, client0);
+    assert!(!uids(&secrets1).iter().any(|(n, _)| *n == client0));
+    let both = secret_named(&secrets1, &bundle1);
+    verify_chain(both, "bundle.crt", secret_named(&secrets1, &client1));
+    verify_chain(both, "bundle.crt", &old_client);
+
+    let completing = [&["--ca-rotation-phase", "Completing"][..], &started].concat();
+    g.redeploy(&completing).await;
+    let (client2, bundle2) = refs(&seed.etcd(SOURCE).await);
+    let secrets2 = seed.gardener_secrets(SOURCE).await;
+    println!("after Completing: client {client2}, bundle {bundle2}");
+    print_secrets(&secrets2);
+    assert_eq!(client2, client1);
+    assert_ne!(bundle2, bundle1, "the old CA leaves the bundle");
+    let names: Vec<_> = uids(&secrets2).into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !names.contains(&client0) && !names.contains(&bundle0),
+        "{names:?}"
+    );
+    verify_chain(
+        secret_named(&secrets2, &bundle2),
+        "bundle.crt",
+        secret_named(&secrets2, &client2),
+    );
+    let (old_chains, _) = chains(secret_named(&secrets2, &bundle2), "bundle.crt", &old_client);
+    assert!(
+        !old_chains,
+        "the old client certificate is no longer trusted"
+    );
+    assert_eq!(by_label(&secrets2, "name", "etcd-client").len(), 1);
+    assert_eq!(by_label(&secrets2, "bundle-for", "ca-etcd").len(), 1);
+}

@@ -164,6 +164,17 @@ pub fn uids(secrets: &[Secret]) -> Vec<(String, String)> {
 
 /// `openssl verify`: `cert`'s tls.crt chains to the CAs in `ca`'s `key`.
 pub fn verify_chain(ca: &Secret, key: &str, cert: &Secret) {
+    let (ok, out) = chains(ca, key, cert);
+    assert!(
+        ok,
+        "{} does not chain to {}/{key}: {out}",
+        cert.metadata.name.as_deref().unwrap(),
+        ca.metadata.name.as_deref().unwrap()
+    );
+}
+
+/// Whether `cert`'s tls.crt chains to `ca`'s `key` (`openssl verify`), and openssl's words.
+pub fn chains(ca: &Secret, key: &str, cert: &Secret) -> (bool, String) {
     let dir = Scratch::new("gardener-etcd-verify");
     let data = |s: &Secret, k: &str| {
         s.data
@@ -179,13 +190,8 @@ pub fn verify_chain(ca: &Secret, key: &str, cert: &Secret) {
         .current_dir(dir.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{} does not chain to {}/{key}: {}",
-        cert.metadata.name.as_deref().unwrap(),
-        ca.metadata.name.as_deref().unwrap(),
-        String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr)
-    );
+    let words = String::from_utf8_lossy(&out.stdout) + String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), words.into_owned())
 }
 
 pub fn print_secrets(secrets: &[Secret]) {
