@@ -32,6 +32,11 @@
 //     harness loads the live object (Get) and applies Scale's own timestamp guard with the
 //     value given as --expect-timestamp.
 //
+// Built on exactly the modules Gardener v1.149.3 is released with, etcd-druid api v0.37.1
+// included (whose EtcdConfig has no bootstrapWithExistingCluster). It cannot be built on api
+// v0.38.1: that drops DisableEtcdRuntimeComponentCreationAnnotation and
+// IsEtcdRuntimeComponentCreationEnabled, which etcd.go and waiter.go use.
+//
 // Left out: the backup (no BackupConfig, as for a shoot without a backup bucket), the restore
 // phase, etcd-events, the CAs that do not touch the etcd, the image vector (v1.149.3's Deploy
 // sets no images: etcd-druid picks them from its own image vector).

@@ -185,7 +185,9 @@ async fn a_reconcile_wipes_the_fields_isthmus_sets() {
         .is_none());
     // v1.149.3 is built on etcd-druid api v0.37.1, whose EtcdConfig has no
     // bootstrapWithExistingCluster: a field its Go type does not know is in neither side of
-    // the merge patch, so it survives. A gardenlet built on api v0.38 (which has it) wipes it.
+    // the merge patch, so it survives. (v1.149.3 does not compile on api v0.38.1, which drops
+    // DisableEtcdRuntimeComponentCreationAnnotation; a gardenlet on an API that knows the
+    // field assigns a spec.etcd without it, as it does for additionalAdvertisePeerURLs.)
     assert_eq!(
         after["etcd"]["bootstrapWithExistingCluster"],
         before["etcd"]["bootstrapWithExistingCluster"]
