@@ -42,6 +42,9 @@ d="$(dirname "${BASH_SOURCE[0]}")"
 "$d/build-kubernetes.sh"
 "$d/build-go-tool.sh" kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version
 "$d/build-go-tool.sh" coredns v1.12.1 github.com/coredns/coredns -version
+# Gardener's own etcd deploy, secrets manager and health checks (the gardener-etcd harness of
+# the Gardener-contract tests, testkit::gardener).
+"$d/build-gardener-etcd.sh"
 # helm and prometheus/promtool: the chart and monitoring tests.
 "$d/build-helm.sh"
 "$d/build-prometheus.sh"

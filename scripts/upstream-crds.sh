@@ -6,8 +6,9 @@
 #     `Extension` CRD (operator.gardener.cloud, the chart's registration) and the seed CRDs
 #     Gardener installs that the chart uses: `VerticalPodAutoscaler` (VPA v1.5.1's, with
 #     InPlaceOrRecreate), prometheus-operator's `PodMonitor` and `PrometheusRule`
+#   - and `ServiceMonitor`, which Gardener's etcd deploy writes too (scripts/gardener-etcd/)
 # `go mod download` verifies each module zip against the checksum database (sum.golang.org), so
-# the files are exactly what the tags published. Idempotent: does nothing when both files exist.
+# the files are exactly what the tags published. Idempotent: does nothing when every file exists.
 #
 # Pins: etcd-druid api v0.38.1 is the newest version of that module the Go proxy serves (v0.39+
 # are refused); it has additionalAdvertisePeerURLs, memberNamePrefix and
@@ -25,6 +26,7 @@ crds=(
   "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml autoscaling.k8s.io_verticalpodautoscalers.yaml"
   "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-monitoring.coreos.com_podmonitors.yaml monitoring.coreos.com_podmonitors.yaml"
   "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-monitoring.coreos.com_prometheusrules.yaml monitoring.coreos.com_prometheusrules.yaml"
+  "github.com/gardener/gardener@v1.139.0 example/seed-crds/10-crd-monitoring.coreos.com_servicemonitors.yaml monitoring.coreos.com_servicemonitors.yaml"
 )
 
 have_all=1

@@ -1,8 +1,8 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
 //! scratch directories, polling with deadlines, processes whose log is kept ([`Logged`]), the
 //! one metric scraper ([`metric`]), the one seeded random source ([`Rng`]), a real
-//! kube-apiserver ([`kube`]) and the flags every kube-apiserver of the project starts with
-//! ([`flags`]). Each helper the lab needs too has a
+//! kube-apiserver ([`kube`]), the flags every kube-apiserver of the project starts with
+//! ([`flags`]) and Gardener's own etcd deploy ([`gardener`]). Each helper the lab needs too has a
 //! fallible twin (`try_*`, `Result`) next to the panicking one the tests use.
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
@@ -43,8 +43,6 @@ pub mod sched;
 /// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
 pub mod link;
 
-/// Gardener's etcd client Secrets, as its secrets manager writes them.
-pub mod gardener;
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
 /// ServiceAccounts under RBAC.
 pub mod kube;
@@ -53,6 +51,10 @@ pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
 /// The flags every kube-apiserver of the project starts with (testkit's and the lab's).
 pub mod flags;
 pub use flags::{ApiServerAuth, ApiServerFlags};
+
+/// Gardener's own etcd deploy, secrets manager and health checks (the `gardener-etcd`
+/// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
+pub mod gardener;
 
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;
