@@ -52,6 +52,21 @@ use serde::{Deserialize, Serialize};
         "rule": "!has(self.vpn) || !has(self.seedIngress) || (self.vpn.port != 12379 && (self.vpn.port < 12380 || self.vpn.port >= 12380 + self.members))",
         "message": "vpn.port is one of the seed-ingress member listener ports (12379, 12380 + i)",
         "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port < 2370 || self.vpn.port > 2389",
+        "message": "vpn.port is one of the member listener ports every proxy binds (peer 2380+i, client 2379-i, i < 10): a listener of another name on it would make the proxies refuse the seed's routes",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port != 9901",
+        "message": "vpn.port is the proxy's admin port (9901; the controller also refuses its --proxy-admin-port): the kubelet's probes would be spread over a TLS listener",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "has(self.seedIngress) || (self.ports.peerBase == 2380 && self.ports.clientBase == 2379) || (!([8443, 9901].exists(p, (self.ports.clientBase - self.members < p && p <= self.ports.clientBase) || (self.ports.peerBase <= p && p < self.ports.peerBase + self.members))) && (self.ports.clientBase < 2370 || self.ports.clientBase - self.members >= 2389) && (self.ports.peerBase > 2389 || self.ports.peerBase + self.members <= 2370))",
+        "message": "ports: the member listener ports overlap the ports every proxy binds under other names (peer 2380+i, client 2379-i for i < 10, the VPN's 8443, the admin port 9901)",
+        "fieldPath": ".ports"
     }
 ]))]
 pub struct EtcdMigrationSpec {
@@ -400,9 +415,11 @@ pub struct VpnSpec {
         length(max = 260)
     )]
     pub target: String,
-    /// Proxy port the agent dials, 1 to 65535, none of the member listener ports. Default 8443.
+    /// Proxy port the agent dials, 1024 to 65535 (the proxy pods run without
+    /// `NET_BIND_SERVICE`), none of the member listener ports every proxy binds (2370-2389),
+    /// not the proxy's admin port. Default 8443.
     #[serde(default = "default_vpn_port")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1024, max = 65535))]
     pub port: u16,
     /// What the proxy sends the tunnel server before the agent's bytes. `v2`: a PROXY v2
     /// header naming the agent's address, so that the server's per-source handshake shares

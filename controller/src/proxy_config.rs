@@ -8,6 +8,7 @@
 //! a problem is traced to the migration whose route or upstream sits at its field path.
 
 mod build;
+mod ports;
 
 pub use build::{Claim, Conflict, LeftOut};
 
@@ -58,6 +59,20 @@ impl Layout {
             trusted_proxies: Vec::new(),
             default_allowed_sources: Vec::new(),
         }
+    }
+
+    /// Whether every proxy can bind this layout (the controller's flags, checked at start):
+    /// one name per port, none on the admin port or below 1024, and a file the proxy loads.
+    pub fn check(&self) -> Result<(), RenderError> {
+        use crate::plan::validate::UNPRIVILEGED;
+        for (name, port) in &self.listeners {
+            if *port == self.admin.port() || *port < UNPRIVILEGED {
+                return Err(RenderError::Invalid(format!(
+                    "listener {name}: port {port} is the admin port or below {UNPRIVILEGED}"
+                )));
+            }
+        }
+        render(self, &[]).map(|_| ())
     }
 }
 

@@ -7,13 +7,13 @@ mod common;
 
 use common::{spec, NS};
 use isthmus_controller::crd::{EtcdMigrationSpec, Role, SeedIngress, Step};
-use isthmus_controller::plan::validate;
+use isthmus_controller::plan::{validate, SeedRules};
 
 /// `(field, reason)` of every problem.
 type Problems = Vec<(String, &'static str)>;
 
 fn problems(s: &EtcdMigrationSpec) -> Problems {
-    validate(s, NS)
+    validate(s, NS, &SeedRules::default())
         .into_iter()
         .map(|p| (p.field, p.reason))
         .collect()
@@ -106,7 +106,7 @@ fn refused_specs_name_the_field_and_the_reason() {
     let s = with(Role::Source, |s| {
         s.allowed_sources = vec!["10.0.0.0/33".into()]
     });
-    let p = &validate(&s, NS)[0];
+    let p = &validate(&s, NS, &SeedRules::default())[0];
     assert!(p.to_string().starts_with("spec.allowedSources[0]: "), "{p}");
     assert!(p.message.contains("10.0.0.0/33"), "{p}");
 }
@@ -151,4 +151,56 @@ fn the_vpn_target_stays_in_the_namespace_and_off_etcd() {
             ("spec.vpn.target".to_string(), "EtcdService")
         ]
     );
+}
+
+/// Issue 47 point 1: a listener no proxy could bind is refused before it reaches the file:
+/// the proxy's admin port (the controller's `--proxy-admin-port`, not only the default), a
+/// port below 1024, a port the seed's layout binds under another name (its `--members` and
+/// `--vpn-port`, not only the spec's own members).
+#[test]
+fn listener_ports_fit_the_seed_the_proxies_run_on() {
+    let vpn = |port: u16| with(Role::Destination, |s| s.vpn.as_mut().unwrap().port = port);
+    assert_eq!(problems(&vpn(9901)), one("spec.vpn.port", "PortConflict"));
+    assert_eq!(problems(&vpn(80)), one("spec.vpn.port", "PortRange"));
+    assert_eq!(problems(&vpn(1023)), one("spec.vpn.port", "PortRange"));
+    assert_eq!(problems(&vpn(8444)), vec![]);
+    let on = |rules: &SeedRules, s: &EtcdMigrationSpec| -> Problems {
+        validate(s, NS, rules)
+            .into_iter()
+            .map(|p| (p.field, p.reason))
+            .collect()
+    };
+    // Another admin port: that one is refused, 9901 is free.
+    let layout = |members: u8, vpn_port: u16, admin: u16| {
+        isthmus_controller::proxy_config::Layout::standard(
+            Default::default(),
+            members,
+            vpn_port,
+            std::net::SocketAddr::from(([0, 0, 0, 0], admin)),
+        )
+    };
+    let rules = SeedRules::of(&layout(3, 8443, 9000));
+    assert_eq!(on(&rules, &vpn(9000)), one("spec.vpn.port", "PortConflict"));
+    assert_eq!(on(&rules, &vpn(9901)), vec![]);
+    // A seed binding five members: 2383 is its peer-2383, though the spec has three.
+    let rules = SeedRules::of(&layout(5, 8443, 9901));
+    assert_eq!(on(&rules, &vpn(2383)), one("spec.vpn.port", "PortConflict"));
+    let message = &validate(&vpn(2383), NS, &rules)[0].message;
+    assert!(message.contains("peer-2383"), "{message}");
+    // Member ports on the seed's VPN port or admin port.
+    for peer_base in [8443, 9901] {
+        let s = with(Role::Source, |s| {
+            s.ports.peer_base = peer_base;
+            s.ports.client_base = 8000;
+        });
+        assert_eq!(
+            problems(&s),
+            one("spec.ports", "PortConflict"),
+            "{peer_base}"
+        );
+    }
+    // The seed's VPN listener on another port: the spec's VPN gets its own listener.
+    let rules = SeedRules::of(&layout(3, 8444, 9901));
+    assert_eq!(on(&rules, &vpn(8443)), vec![]);
+    assert_eq!(on(&rules, &vpn(8444)), vec![]);
 }

@@ -95,6 +95,14 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
         }
     }
+    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
+    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
+    layout.trusted_proxies = args.trusted_proxies;
+    layout.default_allowed_sources = args.default_allowed_sources;
+    // `--vpn-port` on a member listener or the admin port would fail every file.
+    layout
+        .check()
+        .context("--members, --vpn-port and --proxy-admin-port")?;
     let client = connect(args.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::new(&mut registry);
@@ -106,10 +114,6 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!(metrics = %listener.local_addr()?, "serving /metrics and /healthz");
     tokio::spawn(serve_metrics(listener, Arc::new(registry)));
 
-    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
-    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
-    layout.trusted_proxies = args.trusted_proxies;
-    layout.default_allowed_sources = args.default_allowed_sources;
     let settings = Settings {
         layout,
         proxy_namespace: args.proxy_namespace,

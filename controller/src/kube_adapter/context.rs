@@ -43,6 +43,13 @@ pub struct Settings {
     pub etcd_connect_to: std::collections::BTreeMap<String, std::net::SocketAddr>,
 }
 
+impl Settings {
+    /// What a spec is checked against beyond itself (`plan::validate`).
+    pub fn rules(&self) -> crate::plan::SeedRules {
+        crate::plan::SeedRules::of(&self.layout)
+    }
+}
+
 /// The clock, injected so tests get fixed timestamps.
 pub type Clock = Arc<dyn Fn() -> String + Send + Sync>;
 

@@ -8,6 +8,7 @@
 use super::conditions::{self as cond, Verdict};
 use super::ctx::duration_secs;
 use super::names::members;
+pub use super::seed_rules::SeedRules;
 use crate::crd::{DruidApi, EtcdMigrationSpec, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE};
 
 /// One refused field.
@@ -34,9 +35,9 @@ pub fn verdict(problems: &[SpecProblem]) -> Verdict {
     Verdict::done(cond::SPEC_INVALID, reason, message.join("; "))
 }
 
-/// Every problem of `spec` for a migration in `namespace`; empty when the controller can
-/// carry it out.
-pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
+/// Every problem of `spec` for a migration in `namespace` on a seed whose controller runs
+/// with `seed`; empty when the controller can carry it out.
+pub fn validate(spec: &EtcdMigrationSpec, namespace: &str, seed: &SeedRules) -> Vec<SpecProblem> {
     let mut out = Vec::new();
     let mut bad = |field: String, reason: &'static str, message: String| {
         out.push(SpecProblem {
@@ -94,8 +95,12 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
     ports(spec, &mut bad);
     vpn_target(spec, namespace, &mut bad);
     names(spec, namespace, &mut bad);
+    seed.check(spec, namespace, &mut out);
     out
 }
+
+/// The lowest port the proxy pods can bind: they run without `NET_BIND_SERVICE`.
+pub const UNPRIVILEGED: u16 = 1024;
 
 /// The member listener ports stay in range and apart, and the VPN's port is none of them.
 fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, String)) {
@@ -111,11 +116,18 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
             ),
         );
     }
-    if p.peer_base.checked_add(n).is_none() || p.client_base.checked_sub(n).is_none_or(|c| c == 0) {
+    if p.peer_base.checked_add(n).is_none()
+        || p.client_base
+            .checked_sub(n)
+            .is_none_or(|c| c < UNPRIVILEGED)
+    {
         bad(
             "spec.ports".into(),
             "PortRange",
-            format!("{} members do not fit in the port range", spec.members),
+            format!(
+                "{} members do not fit in the ports {UNPRIVILEGED}-65535",
+                spec.members
+            ),
         );
     }
     let Some(vpn) = &spec.vpn else { return };
@@ -127,11 +139,14 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
                     .contains(&vpn.port)
         }
     };
-    if vpn.port == 0 {
+    if vpn.port < UNPRIVILEGED {
         bad(
             "spec.vpn.port".into(),
             "PortRange",
-            "must be 1-65535".into(),
+            format!(
+                "{} is below {UNPRIVILEGED}: the proxy pods run without NET_BIND_SERVICE and could not bind it",
+                vpn.port
+            ),
         );
     } else if member_port {
         bad(

@@ -1,0 +1,87 @@
+//! What a spec is checked against beyond itself: the settings of this seed's controller (its
+//! flags). The CRD's CEL rules see only the defaults (admin port 9901, the member listeners
+//! of up to 10 members, VPN port 8443); these see the flags the proxies actually run with.
+
+use super::names::routes;
+use super::validate::SpecProblem;
+use crate::crd::EtcdMigrationSpec;
+use std::collections::BTreeSet;
+
+/// The controller's settings a spec must fit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeedRules {
+    /// The proxy's admin port (`--proxy-admin-port`): the admin socket and a listener on one
+    /// port would share the kubelet's probes.
+    pub admin_port: u16,
+    /// `(name, port)` of the listeners every proxy binds (the rendered layout: `--members`,
+    /// `--vpn-port`): a migration's listener on one of those ports must be that listener,
+    /// or the proxies would refuse the whole file.
+    pub listeners: Vec<(String, u16)>,
+}
+
+impl Default for SeedRules {
+    /// The controller's defaults: admin port 9901, three members, VPN port 8443.
+    fn default() -> Self {
+        let layout = crate::proxy_config::Layout::standard(
+            crate::crd::PortScheme::default(),
+            3,
+            8443,
+            std::net::SocketAddr::from(([0, 0, 0, 0], 9901)),
+        );
+        Self::of(&layout)
+    }
+}
+
+impl SeedRules {
+    /// The rules of a controller rendering `layout`.
+    pub fn of(layout: &crate::proxy_config::Layout) -> Self {
+        Self {
+            admin_port: layout.admin.port(),
+            listeners: layout.listeners.clone(),
+        }
+    }
+
+    /// Adds the problems of `spec` in `namespace` to `out`, none for a field `out` already
+    /// names (one reason per field).
+    pub(super) fn check(
+        &self,
+        spec: &EtcdMigrationSpec,
+        namespace: &str,
+        out: &mut Vec<SpecProblem>,
+    ) {
+        let named: BTreeSet<String> = out.iter().map(|p| p.field.clone()).collect();
+        let mut seen = BTreeSet::new();
+        for r in routes(spec, namespace, true) {
+            let field = match (r.listener.starts_with("vpn-"), &spec.seed_ingress) {
+                (true, _) => "spec.vpn.port",
+                (false, None) => "spec.ports",
+                (false, Some(_)) => "spec.seedIngress",
+            };
+            if named.contains(field) || !seen.insert((field, r.port)) {
+                continue;
+            }
+            let other = self
+                .listeners
+                .iter()
+                .find(|(name, port)| *port == r.port && *name != r.listener);
+            let message = if r.port == self.admin_port {
+                format!(
+                    "{} is the proxy's admin port (--proxy-admin-port): the kubelet's probes would be spread over a TLS listener",
+                    r.port
+                )
+            } else if let Some((name, _)) = other {
+                format!(
+                    "{} is the port of the listener {name:?} every proxy binds: a listener {:?} on it would make the proxies refuse the seed's routes",
+                    r.port, r.listener
+                )
+            } else {
+                continue;
+            };
+            out.push(SpecProblem {
+                field: field.into(),
+                reason: "PortConflict",
+                message,
+            });
+        }
+    }
+}
