@@ -421,13 +421,13 @@ pub struct VpnSpec {
     #[serde(default = "default_vpn_port")]
     #[schemars(range(min = 1024, max = 65535))]
     pub port: u16,
-    /// What the proxy sends the tunnel server before the agent's bytes. `v2`: a PROXY v2
-    /// header naming the agent's address, so that the server's per-source handshake shares
-    /// (`agents.max_handshakes_per_source`) tell a flood from an agent; the server must then
-    /// list the seed's pod network in `agents.trusted_proxies`, or it takes the header for
-    /// the TLS handshake and refuses every agent. Default `none` (a server trusting the
-    /// proxies also takes connections without a header: set `trusted_proxies` first, then `v2`).
-    #[serde(default, skip_serializing_if = "ProxyProtocol::is_none")]
+    /// What the proxy sends the tunnel server before the agent's bytes. `v2` (the default): a
+    /// PROXY v2 header naming the agent's address, so that the server's per-source handshake
+    /// shares (`agents.max_handshakes_per_source`) tell a flood from an agent; the server lists
+    /// the proxies in `agents.trusted_proxies` (the chart renders it so), else it refuses
+    /// every agent's handshake. `none`: the server sees every connection as the proxy's, and
+    /// one stranger sending ClientHellos for the VPN name evicts the agent's handshakes.
+    #[serde(default)]
     pub proxy_protocol: ProxyProtocol,
 }
 
@@ -438,16 +438,10 @@ pub struct VpnSpec {
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocol {
     /// No header: the upstream sees the proxy's address.
-    #[default]
     None,
     /// The binary PROXY v2 header with the client's address.
+    #[default]
     V2,
-}
-
-impl ProxyProtocol {
-    fn is_none(&self) -> bool {
-        *self == ProxyProtocol::None
-    }
 }
 
 fn default_vpn_port() -> u16 {
