@@ -127,6 +127,25 @@ fn controller_refuses_a_layout_no_proxy_could_bind() {
     }
 }
 
+/// Issue 47 point 7: a PROXY header names any client, so only the load balancer's ranges may
+/// send one; a catch-all `--trusted-proxies` stops the start.
+#[test]
+fn controller_refuses_to_trust_every_address_with_proxy_headers() {
+    for all in ["0.0.0.0/0", "10.250.0.0/16,::/0"] {
+        let out = Command::new(BIN)
+            .args(["controller", "--trusted-proxies", all])
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{all} started");
+        assert!(
+            err.contains("--trusted-proxies") && err.contains("trusts every address"),
+            "{all}: {err}"
+        );
+    }
+}
+
 /// The image's binary must not link the lab or its etcd client (tonic, prost), and must build
 /// without protoc: `cargo tree -p isthmus` over normal and build dependencies names none of them.
 #[test]

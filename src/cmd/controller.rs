@@ -60,7 +60,8 @@ pub struct Args {
     #[arg(long, default_value = "8443")]
     pub vpn_port: u16,
     /// Addresses (CIDRs) of the load balancer when it sends PROXY protocol headers: the
-    /// rendered listeners then honour a header from these peers only. Comma-separated or
+    /// rendered listeners then honour a header from these peers only, so list the load
+    /// balancer's own ranges (`0.0.0.0/0` and `::/0` are refused). Comma-separated or
     /// repeated. Default: none (no PROXY protocol).
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub trusted_proxies: Vec<String>,
@@ -94,6 +95,17 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         for c in list {
             isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
         }
+    }
+    // A PROXY header names any client it likes: only the load balancer's own ranges may send
+    // one, never every address (nor, in the chart, the seed's whole node network).
+    if let Some(all) = args
+        .trusted_proxies
+        .iter()
+        .find(|c| isthmus_config::Cidr::parse(c).is_ok_and(|c| c.is_everything()))
+    {
+        anyhow::bail!(
+            "--trusted-proxies: {all} trusts every address to name any client; list the load balancer's own address ranges"
+        );
     }
     let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
     let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
