@@ -386,9 +386,10 @@ pub struct MemberUrls {
 }
 
 /// The temporary VPN's exposure. Its route has no allow-list (the shoot's nodes dial it from
-/// anywhere), so its target is held to the tunnel server's kind of address: a Service of the
-/// migration's namespace (checked by the controller: CEL cannot see the namespace), on a
-/// port that is not etcd's.
+/// anywhere), so its target is held to the tunnel server's kind of address: the fully
+/// qualified name of a Service of the migration's namespace in this cluster's domain
+/// (checked by the controller: CEL sees neither the namespace nor the domain), on a port that
+/// is not etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -397,7 +398,8 @@ pub struct MemberUrls {
     "fieldPath": ".target"
 }]))]
 pub struct VpnSpec {
-    /// The temporary VPN's DNS name (the agent's SNI).
+    /// The temporary VPN's DNS name (the agent's SNI), under `internalDomain` (or a domain
+    /// the controller's `--vpn-dns-parent` allows).
     #[schemars(
         regex(
             pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$"
@@ -405,12 +407,13 @@ pub struct VpnSpec {
         length(max = 253)
     )]
     pub dns_name: String,
-    /// The tunnel server's Service in the migration's namespace:
-    /// `<service>.<namespace>.svc[.<cluster-domain>]:<port>`, not one of etcd's Services
-    /// (`<etcdName>-client`, `<etcdName>-peer`) nor etcd's ports.
+    /// The tunnel server's Service in the migration's namespace, fully qualified:
+    /// `<service>.<namespace>.svc.<cluster-domain>:<port>` (the controller checks the namespace
+    /// and its `--cluster-domain`), not one of etcd's Services (`<etcdName>-client`,
+    /// `<etcdName>-peer`) nor etcd's ports.
     #[schemars(
         regex(
-            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*:[0-9]{1,5}$"
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+:[0-9]{1,5}$"
         ),
         length(max = 260)
     )]

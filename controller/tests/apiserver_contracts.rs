@@ -458,6 +458,14 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
                 v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:70000")
             }),
         ),
+        // Issue 47 point 5: the fully qualified Service name (the controller checks which
+        // domain).
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:9443")
+            }),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();

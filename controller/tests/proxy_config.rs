@@ -247,7 +247,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
             "shoot--b/etcd-main",
             "shoot--foo--bar/etcd-main",
             "vpn-8443",
-            "vpn-tmp.foo.example.com"
+            "vpn-tmp.foo.internal.example.com"
         )
     );
     let parsed = isthmus_config::parse_proxy("proxy.json", &outcome.rendered.text).unwrap();
@@ -272,7 +272,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
     let mut same_ns = spec(Role::Destination, Step::Join);
     same_ns.etcd_name = "etcd-events".into();
     same_ns.vpn.as_mut().unwrap().target = "other.shoot--foo--bar.svc.cluster.local:9443".into();
-    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.example.com".into();
+    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.internal.example.com".into();
     let claims = [
         claims[0].clone(),
         Claim {
@@ -282,7 +282,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
     ];
     let outcome = render_claims(&layout(), &claims).unwrap();
     assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
-    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.example.com");
+    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.internal.example.com");
 }
 
 #[test]

@@ -122,8 +122,7 @@ fn the_vpn_target_stays_in_the_namespace_and_off_etcd() {
     };
     let ok = [
         "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443",
-        "vpn-seed-server.shoot--foo--bar.svc:1194",
-        "isthmus-tunnel.shoot--foo--bar.svc.example.internal:8132",
+        "isthmus-tunnel.shoot--foo--bar.svc.cluster.local:8132",
     ];
     for t in ok {
         assert_eq!(problems(&target(t)), vec![], "{t}");
@@ -132,13 +131,19 @@ fn the_vpn_target_stays_in_the_namespace_and_off_etcd() {
     let refused = [
         ("vpn-seed-server.shoot--other.svc.cluster.local:9443", "TargetOutsideNamespace"),
         ("kube-apiserver.garden.svc:443", "TargetOutsideNamespace"),
-        ("anything.shoot--foo--bar.svc:2380", "EtcdPort"),
+        ("anything.shoot--foo--bar.svc.cluster.local:2380", "EtcdPort"),
         ("etcd-main-client.shoot--foo--bar.svc:443", "EtcdService"),
         ("etcd-main-peer.shoot--foo--bar.svc.cluster.local:8443", "EtcdService"),
         ("10.0.0.12:9443", "InvalidTarget"),
         ("vpn-seed-server:9443", "InvalidTarget"),
-        ("vpn-seed-server.shoot--foo--bar.svc:0", "InvalidTarget"),
+        ("vpn-seed-server.shoot--foo--bar.svc.cluster.local:0", "InvalidTarget"),
         ("vpn-seed-server.shoot--foo--bar.svc", "InvalidTarget"),
+        // Issue 47 point 5: exactly this cluster's Service name, nothing the proxy pods'
+        // resolver would follow elsewhere.
+        ("t.shoot--foo--bar.svc.10-1-2-3.sslip.io:443", "TargetOutsideCluster"),
+        ("vpn-seed-server.shoot--foo--bar.svc:1194", "TargetOutsideCluster"),
+        ("vpn-seed-server.shoot--foo--bar.svc.cluster.local.example.com:9443", "TargetOutsideCluster"),
+        ("vpn-seed-server.shoot--foo--bar.svc.cluster:9443", "TargetOutsideCluster"),
     ];
     for (t, reason) in refused {
         assert_eq!(problems(&target(t)), one("spec.vpn.target", reason), "{t}");
@@ -203,4 +208,92 @@ fn listener_ports_fit_the_seed_the_proxies_run_on() {
     let rules = SeedRules::of(&layout(3, 8444, 9901));
     assert_eq!(on(&rules, &vpn(8443)), vec![]);
     assert_eq!(on(&rules, &vpn(8444)), vec![]);
+}
+
+/// Issue 47 point 5: the cluster domain is the controller's (`--cluster-domain`), not
+/// whatever follows `.svc` in a spec.
+#[test]
+fn the_vpn_target_is_in_the_controllers_cluster_domain() {
+    let target = |t: &str| {
+        with(Role::Destination, |s| {
+            s.vpn.as_mut().unwrap().target = t.into()
+        })
+    };
+    let rules = SeedRules {
+        cluster_domain: "example.internal".into(),
+        ..SeedRules::default()
+    };
+    let on = |s: &EtcdMigrationSpec| -> Problems {
+        validate(s, NS, &rules)
+            .into_iter()
+            .map(|p| (p.field, p.reason))
+            .collect()
+    };
+    assert_eq!(
+        on(&target(
+            "isthmus-tunnel.shoot--foo--bar.svc.example.internal:8132"
+        )),
+        vec![]
+    );
+    assert_eq!(
+        on(&target(
+            "isthmus-tunnel.shoot--foo--bar.svc.cluster.local:8132"
+        )),
+        one("spec.vpn.target", "TargetOutsideCluster")
+    );
+    let p = &validate(&target("x.shoot--foo--bar.svc.evil.example:1"), NS, &rules)[0];
+    assert!(
+        p.message
+            .contains("<service>.shoot--foo--bar.svc.example.internal:<port>"),
+        "{p}"
+    );
+}
+
+/// Issue 47 point 6: a migration names only its own namespace's DNS credentials, and a VPN
+/// name under the seed's internal domain or a parent the controller allows.
+#[test]
+fn names_a_migration_may_claim() {
+    let s = with(Role::Destination, |s| {
+        s.dns.secret_ref.namespace = "shoot--other".into()
+    });
+    assert_eq!(
+        problems(&s),
+        one("spec.dns.secretRef.namespace", "SecretOutsideNamespace")
+    );
+    let vpn = |name: &str| {
+        with(Role::Destination, |s| {
+            s.vpn.as_mut().unwrap().dns_name = name.into()
+        })
+    };
+    assert_eq!(
+        problems(&vpn("vpn.shoot--foo--bar.seed-b.internal.example.com")),
+        vec![]
+    );
+    for name in [
+        "api.other-shoot.example.com",
+        "internal.example.com",
+        "evilinternal.example.com",
+        "vpn.internal.example.com.attacker.io",
+    ] {
+        assert_eq!(
+            problems(&vpn(name)),
+            one("spec.vpn.dnsName", "VpnNameOutsideDomain"),
+            "{name}"
+        );
+    }
+    let rules = SeedRules {
+        vpn_dns_parents: vec!["vpn.example.net".into()],
+        ..SeedRules::default()
+    };
+    let ok = validate(&vpn("shoot--foo--bar.vpn.example.net"), NS, &rules);
+    assert!(ok.is_empty(), "{ok:?}");
+    let refused = validate(&vpn("shoot--foo--bar.example.net"), NS, &rules);
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert!(
+        refused[0]
+            .message
+            .contains("internal.example.com, vpn.example.net"),
+        "{}",
+        refused[0]
+    );
 }

@@ -71,6 +71,14 @@ pub struct Args {
     /// `ExposureRestricted` reason `NoSourceAllowed`. `0.0.0.0/0,::/0` opens them to anyone.
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub default_allowed_sources: Vec<String>,
+    /// The cluster's DNS domain: an `EtcdMigration`'s `spec.vpn.target` must be exactly
+    /// `<service>.<its namespace>.svc.<domain>:<port>`.
+    #[arg(long, default_value = isthmus_controller::plan::validate::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// Domains an `EtcdMigration`'s `spec.vpn.dnsName` may be under besides its
+    /// `spec.internalDomain` (the seed's). Comma-separated or repeated. Default: none.
+    #[arg(long, value_delimiter = ',', value_name = "DOMAIN")]
+    pub vpn_dns_parent: Vec<String>,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -128,6 +136,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
 
     let settings = Settings {
         layout,
+        cluster_domain: args.cluster_domain,
+        vpn_dns_parents: args.vpn_dns_parent,
         proxy_namespace: args.proxy_namespace,
         shoot_alias: args.shoot_alias,
         proxy_configmap: args.proxy_configmap,

@@ -32,6 +32,10 @@ pub struct Settings {
     pub proxy_admin_port: u16,
     /// Fixed listeners and admin address of the rendered config.
     pub layout: Layout,
+    /// The cluster's DNS domain: a `vpn.target` is `<service>.<namespace>.svc.<domain>:<port>`.
+    pub cluster_domain: String,
+    /// Domains a `vpn.dnsName` may be under besides the spec's `internalDomain`.
+    pub vpn_dns_parents: Vec<String>,
     /// Watch only this namespace (`None`: all).
     pub namespace: Option<String>,
     /// Requeue interval while a step is not ready.
@@ -46,7 +50,11 @@ pub struct Settings {
 impl Settings {
     /// What a spec is checked against beyond itself (`plan::validate`).
     pub fn rules(&self) -> crate::plan::SeedRules {
-        crate::plan::SeedRules::of(&self.layout)
+        crate::plan::SeedRules {
+            cluster_domain: self.cluster_domain.clone(),
+            vpn_dns_parents: self.vpn_dns_parents.clone(),
+            ..crate::plan::SeedRules::of(&self.layout)
+        }
     }
 }
 

@@ -17,7 +17,17 @@ pub struct SeedRules {
     /// `--vpn-port`): a migration's listener on one of those ports must be that listener,
     /// or the proxies would refuse the whole file.
     pub listeners: Vec<(String, u16)>,
+    /// The cluster's DNS domain (`--cluster-domain`, default `cluster.local`): `vpn.target`
+    /// is exactly `<service>.<namespace>.svc.<domain>:<port>`, which the proxy pods'
+    /// resolver answers from the cluster's own Services.
+    pub cluster_domain: String,
+    /// Domains `vpn.dnsName` may be under besides the spec's `internalDomain`
+    /// (`--vpn-dns-parent`): the VPN name is a public SNI route, not any name a spec likes.
+    pub vpn_dns_parents: Vec<String>,
 }
+
+/// The default of `--cluster-domain`.
+pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 
 impl Default for SeedRules {
     /// The controller's defaults: admin port 9901, three members, VPN port 8443.
@@ -38,6 +48,8 @@ impl SeedRules {
         Self {
             admin_port: layout.admin.port(),
             listeners: layout.listeners.clone(),
+            cluster_domain: DEFAULT_CLUSTER_DOMAIN.into(),
+            vpn_dns_parents: Vec::new(),
         }
     }
 
@@ -49,6 +61,7 @@ impl SeedRules {
         namespace: &str,
         out: &mut Vec<SpecProblem>,
     ) {
+        self.vpn_name(spec, out);
         let named: BTreeSet<String> = out.iter().map(|p| p.field.clone()).collect();
         let mut seen = BTreeSet::new();
         for r in routes(spec, namespace, true) {
@@ -81,6 +94,30 @@ impl SeedRules {
                 field: field.into(),
                 reason: "PortConflict",
                 message,
+            });
+        }
+    }
+
+    /// `vpn.dnsName` is under the spec's internal domain or a configured parent.
+    fn vpn_name(&self, spec: &EtcdMigrationSpec, out: &mut Vec<SpecProblem>) {
+        let Some(vpn) = &spec.vpn else { return };
+        let parents: Vec<&str> = std::iter::once(spec.internal_domain.as_str())
+            .chain(self.vpn_dns_parents.iter().map(String::as_str))
+            .collect();
+        let under = |p: &&str| {
+            vpn.dns_name
+                .strip_suffix(*p)
+                .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
+        };
+        if !parents.iter().any(under) {
+            out.push(SpecProblem {
+                field: "spec.vpn.dnsName".into(),
+                reason: "VpnNameOutsideDomain",
+                message: format!(
+                    "{:?} is under none of {} (spec.internalDomain, --vpn-dns-parent): the VPN name is a public route of the seed's proxies",
+                    vpn.dns_name,
+                    parents.join(", ")
+                ),
             });
         }
     }

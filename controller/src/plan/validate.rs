@@ -8,7 +8,7 @@
 use super::conditions::{self as cond, Verdict};
 use super::ctx::duration_secs;
 use super::names::members;
-pub use super::seed_rules::SeedRules;
+pub use super::seed_rules::{SeedRules, DEFAULT_CLUSTER_DOMAIN};
 use crate::crd::{DruidApi, EtcdMigrationSpec, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE};
 
 /// One refused field.
@@ -92,8 +92,18 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str, seed: &SeedRules) -> 
                 .into(),
         );
     }
+    if spec.dns.secret_ref.namespace != namespace {
+        bad(
+            "spec.dns.secretRef.namespace".into(),
+            "SecretOutsideNamespace",
+            format!(
+                "{:?} is another namespace: the DNS records of {namespace} use its own provider credentials, never another shoot's",
+                spec.dns.secret_ref.namespace
+            ),
+        );
+    }
     ports(spec, &mut bad);
-    vpn_target(spec, namespace, &mut bad);
+    vpn_target(spec, namespace, &seed.cluster_domain, &mut bad);
     names(spec, namespace, &mut bad);
     seed.check(spec, namespace, &mut out);
     out
@@ -161,16 +171,18 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
 const ETCD_PORTS: [u16; 2] = [2379, 2380];
 
 /// The VPN's route has no allow-list (the shoot's nodes dial it from anywhere): its target
-/// must be a Service of this migration's namespace (not another shoot's, not an address that
-/// could be anything), and not one of etcd's Services or ports.
+/// must be exactly the name of a Service of this migration's namespace in this cluster's
+/// domain (not another shoot's, not a name under some other domain the proxy pods' resolver
+/// would follow anywhere), and not one of etcd's Services or ports.
 fn vpn_target(
     spec: &EtcdMigrationSpec,
     namespace: &str,
+    cluster_domain: &str,
     bad: &mut impl FnMut(String, &'static str, String),
 ) {
     let Some(vpn) = &spec.vpn else { return };
     let field = || "spec.vpn.target".to_string();
-    let form = "<service>.<namespace>.svc[.<cluster-domain>]:<port>";
+    let form = format!("<service>.{namespace}.svc.{cluster_domain}:<port>");
     let Some((host, port)) = vpn.target.rsplit_once(':') else {
         bad(
             field(),
@@ -208,6 +220,13 @@ fn vpn_target(
             field(),
             "EtcdService",
             format!("{service} is one of etcd's Services: the VPN must not reach etcd"),
+        ),
+        [_, _, "svc", domain @ ..] if domain.join(".") != cluster_domain => bad(
+            field(),
+            "TargetOutsideCluster",
+            format!(
+                "{host:?} is not a Service name of this cluster: want {form} (the cluster domain is --cluster-domain)"
+            ),
         ),
         [_, _, "svc", ..] => {}
         _ => bad(field(), "InvalidTarget", format!("{host:?} is not {form}")),
