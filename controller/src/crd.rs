@@ -309,7 +309,12 @@ pub struct DestinationSpec {
     /// (`metadata.labels`/`annotations` and `spec`: `labels`, `backup`, `etcd`, ...). etcd-druid
     /// accepts `bootstrapWithExistingCluster` and `memberNamePrefix` only when an `Etcd` is
     /// created, so isthmus creates the destination `Etcd` from this template plus its own
-    /// fields. Without it, the `Etcd` must already exist with those fields.
+    /// fields. Without it, the `Etcd` must already exist with those fields. Writing an
+    /// EtcdMigration is writing an Etcd: the template is applied as given, images
+    /// (`spec.etcd.image`, `spec.backup.image`), backup store and resources included, with
+    /// the controller's grant, so only whoever may create that `Etcd` (gardenlet) may write
+    /// EtcdMigrations. The live source `Etcd` is on the other seed, out of this controller's
+    /// reach: its images cannot be taken from there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_template: Option<EtcdTemplate>,
     /// How long `Join` may take before `DestinationEtcdPeersJoined` turns `False` (reason
