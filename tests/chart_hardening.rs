@@ -247,3 +247,35 @@ fn the_extension_example_carries_the_values_the_tests_use() {
         read(SEED[1])
     );
 }
+
+/// Issue 47 point 9: every container's image is a release by default (the chart's
+/// appVersion), never `latest`; a tag still wins when given.
+#[test]
+fn the_default_image_is_a_release() {
+    let chart = std::fs::read_to_string(common::chart::chart_dir().join("Chart.yaml")).unwrap();
+    let app_version = chart
+        .lines()
+        .find_map(|l| l.strip_prefix("appVersion: "))
+        .unwrap()
+        .trim_matches('"');
+    for (values, want) in [
+        (&[][..], format!("isthmus:{app_version}")),
+        (&[PLAIN][..], "isthmus:latest".to_owned()),
+    ] {
+        let docs = render(values, &TUNNEL_TRUSTED);
+        for (id, t) in common::chart::pod_templates(&docs) {
+            for c in t["spec"]["containers"].as_array().unwrap() {
+                assert_eq!(c["image"], want.as_str(), "{id}");
+            }
+        }
+    }
+    assert_ne!(app_version, "latest");
+}
+
+/// A tunnel server with its names and trust, for renders without gardenlet's values.
+const TUNNEL_TRUSTED: [&str; 4] = [
+    TUNNEL[0],
+    TUNNEL[1],
+    TUNNEL[2],
+    "tunnel.trustedProxies[0]=10.244.0.0/16",
+];

@@ -117,7 +117,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "isthmus.image" -}}
-{{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) }}
+{{ printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) }}
 {{- end -}}
 
 {{/* The pod security context every isthmus pod shares (non-root, RuntimeDefault). */}}
