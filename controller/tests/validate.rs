@@ -184,11 +184,11 @@ fn listener_ports_fit_the_seed_the_proxies_run_on() {
             std::net::SocketAddr::from(([0, 0, 0, 0], admin)),
         )
     };
-    let rules = SeedRules::of(&layout(3, 8443, 9000));
+    let rules = layout(3, 8443, 9000).rules();
     assert_eq!(on(&rules, &vpn(9000)), one("spec.vpn.port", "PortConflict"));
     assert_eq!(on(&rules, &vpn(9901)), vec![]);
     // A seed binding five members: 2383 is its peer-2383, though the spec has three.
-    let rules = SeedRules::of(&layout(5, 8443, 9901));
+    let rules = layout(5, 8443, 9901).rules();
     assert_eq!(on(&rules, &vpn(2383)), one("spec.vpn.port", "PortConflict"));
     let message = &validate(&vpn(2383), NS, &rules)[0].message;
     assert!(message.contains("peer-2383"), "{message}");
@@ -205,7 +205,7 @@ fn listener_ports_fit_the_seed_the_proxies_run_on() {
         );
     }
     // The seed's VPN listener on another port: the spec's VPN gets its own listener.
-    let rules = SeedRules::of(&layout(3, 8444, 9901));
+    let rules = layout(3, 8444, 9901).rules();
     assert_eq!(on(&rules, &vpn(8443)), vec![]);
     assert_eq!(on(&rules, &vpn(8444)), vec![]);
 }

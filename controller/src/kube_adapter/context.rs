@@ -53,7 +53,7 @@ impl Settings {
         crate::plan::SeedRules {
             cluster_domain: self.cluster_domain.clone(),
             vpn_dns_parents: self.vpn_dns_parents.clone(),
-            ..crate::plan::SeedRules::of(&self.layout)
+            ..self.layout.rules()
         }
     }
 }

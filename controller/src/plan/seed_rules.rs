@@ -3,7 +3,6 @@
 //! of up to 10 members, VPN port 8443); these see the flags the proxies actually run with.
 
 use super::names::routes;
-use super::validate::SpecProblem;
 use crate::crd::EtcdMigrationSpec;
 use std::collections::BTreeSet;
 
@@ -32,37 +31,33 @@ pub const DEFAULT_CLUSTER_DOMAIN: &str = "cluster.local";
 impl Default for SeedRules {
     /// The controller's defaults: admin port 9901, three members, VPN port 8443.
     fn default() -> Self {
-        let layout = crate::proxy_config::Layout::standard(
-            crate::crd::PortScheme::default(),
-            3,
-            8443,
-            std::net::SocketAddr::from(([0, 0, 0, 0], 9901)),
-        );
-        Self::of(&layout)
+        let listeners = super::names::standard_listeners(Default::default(), 3, 8443);
+        Self::new(9901, listeners)
     }
 }
 
 impl SeedRules {
-    /// The rules of a controller rendering `layout`.
-    pub fn of(layout: &crate::proxy_config::Layout) -> Self {
+    /// The rules of a controller whose proxies bind `listeners` and the admin port, with the
+    /// default cluster domain and no further VPN name parents.
+    pub fn new(admin_port: u16, listeners: Vec<(String, u16)>) -> Self {
         Self {
-            admin_port: layout.admin.port(),
-            listeners: layout.listeners.clone(),
+            admin_port,
+            listeners,
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.into(),
             vpn_dns_parents: Vec::new(),
         }
     }
 
-    /// Adds the problems of `spec` in `namespace` to `out`, none for a field `out` already
-    /// names (one reason per field).
+    /// Reports each problem of `spec` in `namespace` to `bad` (field, reason, message), none
+    /// for a field in `named` (one reason per field: those already refused).
     pub(super) fn check(
         &self,
         spec: &EtcdMigrationSpec,
         namespace: &str,
-        out: &mut Vec<SpecProblem>,
+        named: &BTreeSet<String>,
+        bad: &mut impl FnMut(String, &'static str, String),
     ) {
-        self.vpn_name(spec, out);
-        let named: BTreeSet<String> = out.iter().map(|p| p.field.clone()).collect();
+        self.vpn_name(spec, bad);
         let mut seen = BTreeSet::new();
         for r in routes(spec, namespace, true) {
             let field = match (r.listener.starts_with("vpn-"), &spec.seed_ingress) {
@@ -90,16 +85,16 @@ impl SeedRules {
             } else {
                 continue;
             };
-            out.push(SpecProblem {
-                field: field.into(),
-                reason: "PortConflict",
-                message,
-            });
+            bad(field.into(), "PortConflict", message);
         }
     }
 
     /// `vpn.dnsName` is under the spec's internal domain or a configured parent.
-    fn vpn_name(&self, spec: &EtcdMigrationSpec, out: &mut Vec<SpecProblem>) {
+    fn vpn_name(
+        &self,
+        spec: &EtcdMigrationSpec,
+        bad: &mut impl FnMut(String, &'static str, String),
+    ) {
         let Some(vpn) = &spec.vpn else { return };
         let parents: Vec<&str> = std::iter::once(spec.internal_domain.as_str())
             .chain(self.vpn_dns_parents.iter().map(String::as_str))
@@ -110,15 +105,15 @@ impl SeedRules {
                 .is_some_and(|rest| rest.len() > 1 && rest.ends_with('.'))
         };
         if !parents.iter().any(under) {
-            out.push(SpecProblem {
-                field: "spec.vpn.dnsName".into(),
-                reason: "VpnNameOutsideDomain",
-                message: format!(
+            bad(
+                "spec.vpn.dnsName".into(),
+                "VpnNameOutsideDomain",
+                format!(
                     "{:?} is under none of {} (spec.internalDomain, --vpn-dns-parent): the VPN name is a public route of the seed's proxies",
                     vpn.dns_name,
                     parents.join(", ")
                 ),
-            });
+            );
         }
     }
 }

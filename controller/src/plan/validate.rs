@@ -105,7 +105,15 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str, seed: &SeedRules) -> 
     ports(spec, &mut bad);
     vpn_target(spec, namespace, &seed.cluster_domain, &mut bad);
     names(spec, namespace, &mut bad);
-    seed.check(spec, namespace, &mut out);
+    let named = out.iter().map(|p| p.field.clone()).collect();
+    let mut bad = |field: String, reason: &'static str, message: String| {
+        out.push(SpecProblem {
+            field,
+            reason,
+            message,
+        });
+    };
+    seed.check(spec, namespace, &named, &mut bad);
     out
 }
 
