@@ -6,27 +6,25 @@
 
 mod common;
 
-use common::chart::{annotation_json, args, find, lint, pod_templates, render, render_text};
+use common::chart::{
+    annotation_json, args, find, lint, pod_templates, render, render_text, SEED, TUNNEL,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-const GARDENER: &str = "examples/gardener-values.yaml";
 const PLAIN: &str = "examples/plain-values.yaml";
 const NP: &str = "networking.resources.gardener.cloud/";
 
 #[test]
 fn helm_lint_passes_with_defaults_and_both_examples() {
     lint(&[]);
-    lint(&[GARDENER]);
+    lint(&SEED);
     lint(&[PLAIN]);
 }
 
 #[test]
 fn every_workload_follows_the_seed_conventions() {
-    let docs = render(
-        &[GARDENER],
-        &["tunnel.servers[0].namespace=shoot--foo--bar"],
-    );
+    let docs = render(&SEED, &TUNNEL);
     let pods = pod_templates(&docs);
     assert_eq!(pods.len(), 3, "proxy, controller, one tunnel server");
     for (id, t) in &pods {
@@ -93,7 +91,7 @@ fn every_workload_follows_the_seed_conventions() {
 
 #[test]
 fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() {
-    let docs = render(&[GARDENER], &[]);
+    let docs = render(&SEED, &[]);
     let ds = find(&docs, "DaemonSet", "isthmus-proxy");
     let spec = &ds["spec"]["template"]["spec"];
     // No toleration of every taint (an empty key with Exists): only the load balancer's nodes.
@@ -110,7 +108,7 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     );
     assert_eq!(terms[0]["matchExpressions"][0]["operator"], "DoesNotExist");
     let docs = render(
-        &[GARDENER],
+        &SEED,
         &[
             "proxy.tolerations[0].key=pool",
             "proxy.tolerations[0].value=lb",
@@ -161,7 +159,7 @@ fn default_allowed_sources_only_when_set() {
 
 #[test]
 fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
-    let docs = render(&[GARDENER], &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
+    let docs = render(&SEED, &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
     let ann = &svc["metadata"]["annotations"];
     assert_eq!(
@@ -175,9 +173,9 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     assert_eq!(svc["spec"]["loadBalancerClass"], "service.k8s.aws/nlb");
     assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
     // proxyProtocol.allowed: the controller renders `proxy_protocol: accept` trusting the
-    // seed's node network, and so does the bootstrap file.
+    // load balancer's ranges (the operator's value), and so does the bootstrap file.
     let ctl = find(&docs, "Deployment", "isthmus-controller");
-    assert!(args(&ctl["spec"]["template"]).contains(&"--trusted-proxies=10.250.0.0/16".to_owned()));
+    assert!(args(&ctl["spec"]["template"]).contains(&"--trusted-proxies=10.250.0.0/26".to_owned()));
     let boot: Value = serde_json::from_str(
         find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
             .as_str()
@@ -186,7 +184,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     .unwrap();
     for l in boot["listeners"].as_array().unwrap() {
         assert_eq!(l["proxy_protocol"], "accept");
-        assert_eq!(l["trusted_proxies"], serde_json::json!(["10.250.0.0/16"]));
+        assert_eq!(l["trusted_proxies"], serde_json::json!(["10.250.0.0/26"]));
     }
     // Without seed settings: no class, Local (client addresses for allowed_sources), no PROXY.
     let docs = render(&[], &[]);
@@ -199,7 +197,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
         .any(|a| a.starts_with("--trusted-proxies")));
     // The seed's Cluster policy is honoured too.
     let docs = render(
-        &[GARDENER],
+        &SEED,
         &["gardener.seed.spec.settings.loadBalancerServices.externalTrafficPolicy=Cluster"],
     );
     assert_eq!(
@@ -231,6 +229,26 @@ fn bad_values_fail_with_a_message_that_names_the_value() {
         (
             vec!["tunnel.servers[0].name=x"],
             "tunnel.servers[]: every entry needs a namespace",
+        ),
+        // Issue 47 points 2 and 7: what protects a tunnel server is required, not hoped for.
+        (
+            vec!["tunnel.servers[0].namespace=shoot--a"],
+            "tunnel.servers[0].agentClientNames: required",
+        ),
+        (
+            vec![
+                "tunnel.servers[0].namespace=shoot--a",
+                "tunnel.servers[0].agentClientNames[0]=agent.shoot--a",
+            ],
+            "tunnel.servers[0].connectClientNames: required",
+        ),
+        (TUNNEL.to_vec(), "tunnel.trustedProxies: required"),
+        (
+            vec![
+                "proxy.proxyProtocol.enabled=true",
+                "proxy.proxyProtocol.trustedProxies[0]=0.0.0.0/0",
+            ],
+            "proxy.proxyProtocol.trustedProxies: 0.0.0.0/0 trusts every address",
         ),
     ];
     for (sets, want) in cases {
@@ -323,7 +341,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
         );
     }
     // seedIngress: load-balancer ports 2380+i and 2379 onto listeners 12380+i and 12379.
-    let docs = render(&[GARDENER], &["exposure.scheme=seedIngress"]);
+    let docs = render(&SEED, &["exposure.scheme=seedIngress"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
     let map: Vec<(i64, i64)> = svc["spec"]["ports"]
         .as_array()
@@ -357,7 +375,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
 
 #[test]
 fn bootstrap_routes_file_is_valid_for_the_proxy() {
-    for values in [&[][..], &[GARDENER][..]] {
+    for values in [&[][..], &SEED[..]] {
         let docs = render(values, &[]);
         let text = find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
             .as_str()
@@ -449,10 +467,7 @@ fn grm_labels(svc: &Value, client_ns: &str) -> Vec<String> {
 
 #[test]
 fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
-    let docs = render(
-        &[GARDENER],
-        &["tunnel.servers[0].namespace=shoot--foo--bar"],
-    );
+    let docs = render(&SEED, &TUNNEL);
     let proxy =
         &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["metadata"]["labels"];
     let controller =
@@ -503,13 +518,11 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         has(proxy, &labels[0]) && !has(proxy, &labels[1]),
         "{labels:?}"
     );
-    assert_eq!(
-        annotation_json(
-            tunnel,
-            &format!("{NP}from-all-webhook-targets-allowed-ports")
-        ),
-        serde_json::json!([{"port": 8132, "protocol": "TCP"}])
-    );
+    // kube-apiserver -> the CONNECT front: the chart's own policies, not the resource
+    // manager's all-webhook-targets (issue 47 point 7; tests/chart_hardening.rs).
+    assert!(tunnel["metadata"]["annotations"]
+        .get(format!("{NP}from-all-webhook-targets-allowed-ports"))
+        .is_none());
     // Controller -> proxy admin (rollout check), same namespace; the seed Prometheus -> admin.
     let admin = find(&docs, "Service", "isthmus-proxy-admin");
     for l in grm_labels(admin, "extension-isthmus") {

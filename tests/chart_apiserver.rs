@@ -83,16 +83,13 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
     let renders = [
         (
             "gardener",
-            render(
-                &["examples/gardener-values.yaml"],
-                &["tunnel.servers[0].namespace=shoot--foo--bar"],
-            ),
+            render(&common::chart::SEED, &common::chart::TUNNEL),
         ),
         ("plain", render(&["examples/plain-values.yaml"], &[])),
         (
             "seedIngress",
             render(
-                &["examples/gardener-values.yaml"],
+                &common::chart::SEED,
                 &["exposure.scheme=seedIngress", "exposure.members=5"],
             ),
         ),

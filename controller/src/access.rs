@@ -67,30 +67,21 @@ pub fn grant(
         "resourceNames": etcd_secrets, "verbs": ["get"],
     })];
     if !records.is_empty() {
-        // A server-side apply that creates an object needs `create`, which RBAC cannot
-        // restrict by name; changing or deleting is limited to isthmus' own records (never
-        // the shoot's API records next to them).
+        // isthmus' own records only (never the shoot's API records next to them), `create`
+        // included: every write is a server-side apply, and one that creates an object is
+        // authorised as `create` of its name (unlike a POST), so RBAC can name it.
         rules.push(json!({
             "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
-            "verbs": ["create"],
-        }));
-        rules.push(json!({
-            "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
-            "resourceNames": records, "verbs": ["patch", "delete"],
+            "resourceNames": records, "verbs": ["create", "patch", "delete"],
         }));
     }
     let etcd_verbs = match spec.role {
         // The migration fields of gardenlet's `Etcd`, and their release.
         Role::Source => vec!["patch"],
-        // The destination `Etcd` is created by the controller's first apply; deleted only
-        // by an accepted abort.
-        Role::Destination => vec!["patch", "delete"],
+        // The destination `Etcd` is created by the controller's first apply (by name, as
+        // above); deleted only by an accepted abort.
+        Role::Destination => vec!["create", "patch", "delete"],
     };
-    if spec.role == Role::Destination {
-        rules.push(json!({
-            "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"], "verbs": ["create"],
-        }));
-    }
     rules.push(json!({
         "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"],
         "resourceNames": [spec.etcd_name], "verbs": etcd_verbs,

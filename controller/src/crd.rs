@@ -52,6 +52,21 @@ use serde::{Deserialize, Serialize};
         "rule": "!has(self.vpn) || !has(self.seedIngress) || (self.vpn.port != 12379 && (self.vpn.port < 12380 || self.vpn.port >= 12380 + self.members))",
         "message": "vpn.port is one of the seed-ingress member listener ports (12379, 12380 + i)",
         "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port < 2370 || self.vpn.port > 2389",
+        "message": "vpn.port is one of the member listener ports every proxy binds (peer 2380+i, client 2379-i, i < 10): a listener of another name on it would make the proxies refuse the seed's routes",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port != 9901",
+        "message": "vpn.port is the proxy's admin port (9901; the controller also refuses its --proxy-admin-port): the kubelet's probes would be spread over a TLS listener",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "has(self.seedIngress) || (self.ports.peerBase == 2380 && self.ports.clientBase == 2379) || (!([8443, 9901].exists(p, (self.ports.clientBase - self.members < p && p <= self.ports.clientBase) || (self.ports.peerBase <= p && p < self.ports.peerBase + self.members))) && (self.ports.clientBase < 2370 || self.ports.clientBase - self.members >= 2389) && (self.ports.peerBase > 2389 || self.ports.peerBase + self.members <= 2370))",
+        "message": "ports: the member listener ports overlap the ports every proxy binds under other names (peer 2380+i, client 2379-i for i < 10, the VPN's 8443, the admin port 9901)",
+        "fieldPath": ".ports"
     }
 ]))]
 pub struct EtcdMigrationSpec {
@@ -263,7 +278,12 @@ pub struct DestinationSpec {
     /// (`metadata.labels`/`annotations` and `spec`: `labels`, `backup`, `etcd`, ...). etcd-druid
     /// accepts `bootstrapWithExistingCluster` and `memberNamePrefix` only when an `Etcd` is
     /// created, so isthmus creates the destination `Etcd` from this template plus its own
-    /// fields. Without it, the `Etcd` must already exist with those fields.
+    /// fields. Without it, the `Etcd` must already exist with those fields. Writing an
+    /// EtcdMigration is writing an Etcd: the template is applied as given, images
+    /// (`spec.etcd.image`, `spec.backup.image`), backup store and resources included, with
+    /// the controller's grant, so only whoever may create that `Etcd` (gardenlet) may write
+    /// EtcdMigrations. The live source `Etcd` is on the other seed, out of this controller's
+    /// reach: its images cannot be taken from there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_template: Option<EtcdTemplate>,
     /// How long `Join` may take before `DestinationEtcdPeersJoined` turns `False` (reason
@@ -350,9 +370,10 @@ pub struct MemberUrls {
 }
 
 /// The temporary VPN's exposure. Its route has no allow-list (the shoot's nodes dial it from
-/// anywhere), so its target is held to the tunnel server's kind of address: a Service of the
-/// migration's namespace (checked by the controller: CEL cannot see the namespace), on a
-/// port that is not etcd's.
+/// anywhere), so its target is held to the tunnel server's kind of address: the fully
+/// qualified name of a Service of the migration's namespace in this cluster's domain
+/// (checked by the controller: CEL sees neither the namespace nor the domain), on a port that
+/// is not etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -361,7 +382,8 @@ pub struct MemberUrls {
     "fieldPath": ".target"
 }]))]
 pub struct VpnSpec {
-    /// The temporary VPN's DNS name (the agent's SNI).
+    /// The temporary VPN's DNS name (the agent's SNI), under `internalDomain` (or a domain
+    /// the controller's `--vpn-dns-parent` allows).
     #[schemars(
         regex(
             pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$"
@@ -369,27 +391,30 @@ pub struct VpnSpec {
         length(max = 253)
     )]
     pub dns_name: String,
-    /// The tunnel server's Service in the migration's namespace:
-    /// `<service>.<namespace>.svc[.<cluster-domain>]:<port>`, not one of etcd's Services
-    /// (`<etcdName>-client`, `<etcdName>-peer`) nor etcd's ports.
+    /// The tunnel server's Service in the migration's namespace, fully qualified:
+    /// `<service>.<namespace>.svc.<cluster-domain>:<port>` (the controller checks the namespace
+    /// and its `--cluster-domain`), not one of etcd's Services (`<etcdName>-client`,
+    /// `<etcdName>-peer`) nor etcd's ports.
     #[schemars(
         regex(
-            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*:[0-9]{1,5}$"
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+:[0-9]{1,5}$"
         ),
         length(max = 260)
     )]
     pub target: String,
-    /// Proxy port the agent dials, 1 to 65535, none of the member listener ports. Default 8443.
+    /// Proxy port the agent dials, 1024 to 65535 (the proxy pods run without
+    /// `NET_BIND_SERVICE`), none of the member listener ports every proxy binds (2370-2389),
+    /// not the proxy's admin port. Default 8443.
     #[serde(default = "default_vpn_port")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1024, max = 65535))]
     pub port: u16,
-    /// What the proxy sends the tunnel server before the agent's bytes. `v2`: a PROXY v2
-    /// header naming the agent's address, so that the server's per-source handshake shares
-    /// (`agents.max_handshakes_per_source`) tell a flood from an agent; the server must then
-    /// list the seed's pod network in `agents.trusted_proxies`, or it takes the header for
-    /// the TLS handshake and refuses every agent. Default `none` (a server trusting the
-    /// proxies also takes connections without a header: set `trusted_proxies` first, then `v2`).
-    #[serde(default, skip_serializing_if = "ProxyProtocol::is_none")]
+    /// What the proxy sends the tunnel server before the agent's bytes. `v2` (the default): a
+    /// PROXY v2 header naming the agent's address, so that the server's per-source handshake
+    /// shares (`agents.max_handshakes_per_source`) tell a flood from an agent; the server lists
+    /// the proxies in `agents.trusted_proxies` (the chart renders it so), else it refuses
+    /// every agent's handshake. `none`: the server sees every connection as the proxy's, and
+    /// one stranger sending ClientHellos for the VPN name evicts the agent's handshakes.
+    #[serde(default)]
     pub proxy_protocol: ProxyProtocol,
 }
 
@@ -400,16 +425,10 @@ pub struct VpnSpec {
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocol {
     /// No header: the upstream sees the proxy's address.
-    #[default]
     None,
     /// The binary PROXY v2 header with the client's address.
+    #[default]
     V2,
-}
-
-impl ProxyProtocol {
-    fn is_none(&self) -> bool {
-        *self == ProxyProtocol::None
-    }
 }
 
 fn default_vpn_port() -> u16 {

@@ -451,6 +451,32 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
             "vpn.port",
             Box::new(|v| v["spec"]["vpn"]["port"] = json!(0)),
         ),
+        // Issue 47 point 1: no listener on the admin port, below 1024, or on a port every
+        // proxy binds under another name.
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(9901)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(1023)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(2385)),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 8443, "clientBase": 8000})),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 9900, "clientBase": 8000})),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 3000, "clientBase": 2381})),
+        ),
         (
             "vpn.port",
             Box::new(|v| {
@@ -485,6 +511,14 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
                 v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:70000")
             }),
         ),
+        // Issue 47 point 5: the fully qualified Service name (the controller checks which
+        // domain).
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:9443")
+            }),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();
@@ -507,7 +541,8 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
     let mut v = serde_json::to_value(&good).unwrap();
     v["metadata"] = json!({"name": "fine", "namespace": NS});
     v["spec"]["allowedSources"] = json!(["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"]);
-    v["spec"]["vpn"]["port"] = json!(2383);
+    v["spec"]["vpn"]["port"] = json!(8444);
+    v["spec"]["ports"] = json!({"peerBase": 3000, "clientBase": 2999});
     api.patch("fine", &ssa(), &Patch::Apply(v))
         .await
         .unwrap_or_else(|e| panic!("valid spec refused: {e}"));

@@ -340,7 +340,7 @@ fn a_malformed_etcd_version_is_refused() {
         if let Some(d) = s.destination.as_mut() {
             d.etcd_version = Some(v.into());
         }
-        let problems = plan::validate(&s, NS);
+        let problems = plan::validate(&s, NS, &plan::validate::SeedRules::default());
         let refused = problems
             .iter()
             .any(|p| p.field == "spec.destination.etcdVersion" && p.reason == "InvalidVersion");

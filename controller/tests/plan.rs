@@ -519,7 +519,7 @@ fn destination_join_fields() {
         .find(|r| r.object_name == "isthmus-vpn");
     assert_eq!(
         vpn.map(|r| r.spec.name.as_str()),
-        Some("vpn-tmp.foo.example.com")
+        Some("vpn-tmp.foo.internal.example.com")
     );
 }
 

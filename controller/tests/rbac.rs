@@ -96,10 +96,13 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
     let allowed = [
         ("get", "secrets", Some(NS), secret),
         ("get", "secrets", Some(NS), Some(ETCD_CA_BUNDLE_SECRET)),
-        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), None),
+        // Creates by name (a server-side apply that creates is authorised as `create` of
+        // that name).
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-etcd-main-0")),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-vpn")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-etcd-main-2")),
         ("delete", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-vpn")),
-        ("create", "druid.gardener.cloud/etcds", Some(NS), None),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("patch", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("delete", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("create", "events.k8s.io/events", Some(NS), None),
@@ -134,6 +137,13 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
         ("get", "secrets", Some(NS), Some("etcd-client-0d1e2f3a")),
         ("watch", "secrets", Some(NS), None),
         ("create", "extensions.gardener.cloud/dnsrecords", Some(OTHER), None),
+        // Issue 47 point 6: no create of any other name (the shoot's own records, another
+        // Etcd), nor an unnamed one.
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), None),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-external")),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-internal")),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), None),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-events")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(OTHER), Some("isthmus-etcd-main-0")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-external")),
         ("delete", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-internal")),
@@ -210,12 +220,11 @@ async fn a_migration_without_the_grant_is_reported_forbidden() {
     let seed = common::seed::Seed::start("seed-a", "203.0.113.7", OTHER).await;
     let _controller = seed.controller("controller-a-0", Default::default()).await;
     let api: Api<EtcdMigration> = Api::namespaced(seed.admin.clone(), OTHER);
-    api.create(
-        &PostParams::default(),
-        &EtcdMigration::new("etcd-main", spec(Role::Source, Step::Expose)),
-    )
-    .await
-    .unwrap();
+    let mut s = spec(Role::Source, Step::Expose);
+    s.dns.secret_ref.namespace = OTHER.into();
+    api.create(&PostParams::default(), &EtcdMigration::new("etcd-main", s))
+        .await
+        .unwrap();
     isthmus_testkit::wait_until(
         "ObjectsApplied=False/Forbidden",
         std::time::Duration::from_secs(60),

@@ -60,7 +60,8 @@ pub struct Args {
     #[arg(long, default_value = "8443")]
     pub vpn_port: u16,
     /// Addresses (CIDRs) of the load balancer when it sends PROXY protocol headers: the
-    /// rendered listeners then honour a header from these peers only. Comma-separated or
+    /// rendered listeners then honour a header from these peers only, so list the load
+    /// balancer's own ranges (`0.0.0.0/0` and `::/0` are refused). Comma-separated or
     /// repeated. Default: none (no PROXY protocol).
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub trusted_proxies: Vec<String>,
@@ -70,6 +71,14 @@ pub struct Args {
     /// `ExposureRestricted` reason `NoSourceAllowed`. `0.0.0.0/0,::/0` opens them to anyone.
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub default_allowed_sources: Vec<String>,
+    /// The cluster's DNS domain: an `EtcdMigration`'s `spec.vpn.target` must be exactly
+    /// `<service>.<its namespace>.svc.<domain>:<port>`.
+    #[arg(long, default_value = isthmus_controller::plan::validate::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// Domains an `EtcdMigration`'s `spec.vpn.dnsName` may be under besides its
+    /// `spec.internalDomain` (the seed's). Comma-separated or repeated. Default: none.
+    #[arg(long, value_delimiter = ',', value_name = "DOMAIN")]
+    pub vpn_dns_parent: Vec<String>,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -95,6 +104,25 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
         }
     }
+    // A PROXY header names any client it likes: only the load balancer's own ranges may send
+    // one, never every address (nor, in the chart, the seed's whole node network).
+    if let Some(all) = args
+        .trusted_proxies
+        .iter()
+        .find(|c| isthmus_config::Cidr::parse(c).is_ok_and(|c| c.is_everything()))
+    {
+        anyhow::bail!(
+            "--trusted-proxies: {all} trusts every address to name any client; list the load balancer's own address ranges"
+        );
+    }
+    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
+    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
+    layout.trusted_proxies = args.trusted_proxies;
+    layout.default_allowed_sources = args.default_allowed_sources;
+    // `--vpn-port` on a member listener or the admin port would fail every file.
+    layout
+        .check()
+        .context("--members, --vpn-port and --proxy-admin-port")?;
     let client = connect(args.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::new(&mut registry);
@@ -106,12 +134,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!(metrics = %listener.local_addr()?, "serving /metrics and /healthz");
     tokio::spawn(serve_metrics(listener, Arc::new(registry)));
 
-    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
-    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
-    layout.trusted_proxies = args.trusted_proxies;
-    layout.default_allowed_sources = args.default_allowed_sources;
     let settings = Settings {
         layout,
+        cluster_domain: args.cluster_domain,
+        vpn_dns_parents: args.vpn_dns_parent,
         proxy_namespace: args.proxy_namespace,
         shoot_alias: args.shoot_alias,
         proxy_configmap: args.proxy_configmap,

@@ -45,14 +45,19 @@ README.md) and falls back to `.Values.seed` for installs by hand.
 {{- end -}}
 {{- end -}}
 
-{{/* The load balancer's addresses whose PROXY headers count (JSON list). */}}
+{{/*
+The load balancer's addresses whose PROXY headers count (JSON list): proxy.proxyProtocol.trustedProxies
+only. Not the seed's node network: any hostNetwork pod there could forge a client address
+past every allow-list. A catch-all range is refused.
+*/}}
 {{- define "isthmus.trustedProxies" -}}
-{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
-{{- $list := .Values.proxy.proxyProtocol.trustedProxies -}}
-{{- if and (not $list) (dig "networks" "nodes" "" $s) -}}
-{{- $list = list (dig "networks" "nodes" "" $s) -}}
+{{- $list := .Values.proxy.proxyProtocol.trustedProxies | default list -}}
+{{- range $list -}}
+{{- if has (toString .) (list "0.0.0.0/0" "::/0") -}}
+{{- fail (printf "proxy.proxyProtocol.trustedProxies: %s trusts every address to name any client: list the load balancer's own address ranges" .) -}}
 {{- end -}}
-{{- toJson ($list | default list) -}}
+{{- end -}}
+{{- toJson $list -}}
 {{- end -}}
 
 {{/*
@@ -112,7 +117,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "isthmus.image" -}}
-{{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) }}
+{{ printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) }}
 {{- end -}}
 
 {{/* The pod security context every isthmus pod shares (non-root, RuntimeDefault). */}}
@@ -135,4 +140,44 @@ capabilities:
 {{/* The label that lets a pod reach a Service port through gardener-resource-manager's policies. */}}
 {{- define "isthmus.toShootsLabel" -}}
 networking.resources.gardener.cloud/to-{{ .alias }}-{{ .service }}-tcp-{{ .port }}
+{{- end -}}
+
+{{/*
+The addresses whose PROXY v2 header a tunnel server believes (JSON list): tunnel.trustedProxies,
+else the seed's pod network (the proxies dial from their pod addresses; only proxy pods reach
+the agents' port). Required when a tunnel server is listed.
+*/}}
+{{- define "isthmus.tunnelTrustedProxies" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $list := .Values.tunnel.trustedProxies -}}
+{{- if and (not $list) (dig "networks" "pods" "" $s) -}}
+{{- $list = list (dig "networks" "pods" "" $s) -}}
+{{- end -}}
+{{- if and .Values.tunnel.servers (not $list) -}}
+{{- fail "tunnel.trustedProxies: required for tunnel.servers without gardenlet's gardener.seed.networks.pods: the proxies' pod network, whose PROXY v2 header (the VPN route's default) names each agent" -}}
+{{- end -}}
+{{- toJson ($list | default list) -}}
+{{- end -}}
+
+{{/* A tunnel server's server.yaml (tunnel/README.md); dict: root, server (a tunnel.servers entry), trusted. */}}
+{{- define "isthmus.tunnelServerConfig" -}}
+{{- $v := .root.Values.tunnel -}}
+{{- $tls := "/etc/isthmus/tls" -}}
+agents:
+  address: "0.0.0.0:{{ $v.agentPort }}"
+  trusted_proxies: {{ toJson .trusted }}
+  tls:
+    cert: {{ $tls }}/server.crt
+    key: {{ $tls }}/server.key
+    client_ca: {{ $tls }}/ca.crt
+    allowed_client_names: {{ toJson .server.agentClientNames }}
+connect:
+  address: "0.0.0.0:{{ $v.connectPort }}"
+  tls:
+    cert: {{ $tls }}/connect.crt
+    key: {{ $tls }}/connect.key
+    client_ca: {{ $tls }}/connect-ca.crt
+    allowed_client_names: {{ toJson .server.connectClientNames }}
+admin:
+  address: "0.0.0.0:{{ $v.adminPort }}"
 {{- end -}}

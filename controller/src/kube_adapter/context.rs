@@ -32,6 +32,10 @@ pub struct Settings {
     pub proxy_admin_port: u16,
     /// Fixed listeners and admin address of the rendered config.
     pub layout: Layout,
+    /// The cluster's DNS domain: a `vpn.target` is `<service>.<namespace>.svc.<domain>:<port>`.
+    pub cluster_domain: String,
+    /// Domains a `vpn.dnsName` may be under besides the spec's `internalDomain`.
+    pub vpn_dns_parents: Vec<String>,
     /// Watch only this namespace (`None`: all).
     pub namespace: Option<String>,
     /// Requeue interval while a step is not ready.
@@ -41,6 +45,17 @@ pub struct Settings {
     /// `host:port` → address to dial for etcd's exposed client URLs instead of resolving
     /// them (curl's `--connect-to`); empty in a cluster.
     pub etcd_connect_to: std::collections::BTreeMap<String, std::net::SocketAddr>,
+}
+
+impl Settings {
+    /// What a spec is checked against beyond itself (`plan::validate`).
+    pub fn rules(&self) -> crate::plan::SeedRules {
+        crate::plan::SeedRules {
+            cluster_domain: self.cluster_domain.clone(),
+            vpn_dns_parents: self.vpn_dns_parents.clone(),
+            ..self.layout.rules()
+        }
+    }
 }
 
 /// The clock, injected so tests get fixed timestamps.

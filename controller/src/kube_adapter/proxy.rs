@@ -87,13 +87,22 @@ pub async fn sync(
     if let Some(c) = conflicts.first() {
         tracing::warn!(migration = %c.owner, held_by = %c.held_by, sni = %c.sni,
             "route held by an older migration");
+        let held = match &c.port_held_by {
+            Some(other) => format!(
+                "the port of {} is the older {}'s listener {other}",
+                c.listener, c.held_by
+            ),
+            None => format!(
+                "{} on {} is routed for the older {}",
+                c.sni, c.listener, c.held_by
+            ),
+        };
         conditions.push(Verdict::done(
             ROUTE_CONFLICT,
             "HeldByOlderMigration",
             format!(
-                "{} on {} is routed for the older {}; this migration's route is left out and its \
-                 exposure not served until that one releases it or this spec changes",
-                c.sni, c.listener, c.held_by
+                "{held}; this migration's route is left out and its exposure not served until \
+                 that one releases it or this spec changes"
             ),
         ));
     } else if had_conflict {

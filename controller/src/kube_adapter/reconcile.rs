@@ -73,7 +73,7 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let spec = &m.spec;
-    let problems = plan::validate(spec, ns);
+    let problems = plan::validate(spec, ns, &ctx.settings.rules());
     if !problems.is_empty() {
         return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
     }

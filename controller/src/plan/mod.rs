@@ -74,6 +74,7 @@ mod needs;
 mod release;
 pub mod request;
 mod roles;
+mod seed_rules;
 mod steps;
 pub mod validate;
 
@@ -86,7 +87,7 @@ pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD}
 pub use needs::{needs, Needs};
 pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
-pub use validate::{validate, SpecProblem};
+pub use validate::{validate, SeedRules, SpecProblem};
 
 /// Annotation that asks a Gardener controller to reconcile (Gardener's extensions: the
 /// `DNSRecord`s). On an `Etcd` it is etcd-druid's deprecated spelling, still accepted and

@@ -60,7 +60,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
             etcd_version: None,
         }),
         vpn: (role == Role::Destination).then(|| VpnSpec {
-            dns_name: "vpn-tmp.foo.example.com".into(),
+            dns_name: "vpn-tmp.foo.internal.example.com".into(),
             target: "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443".into(),
             port: 8443,
             proxy_protocol: Default::default(),

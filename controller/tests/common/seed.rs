@@ -251,6 +251,8 @@ impl Seed {
                 8443,
                 SocketAddr::from(([0, 0, 0, 0], 9901)),
             ),
+            cluster_domain: "cluster.local".into(),
+            vpn_dns_parents: Vec::new(),
             namespace: None,
             poll: Duration::from_millis(300),
             resync: Duration::from_secs(5),
