@@ -49,9 +49,11 @@ pub struct AgentsListenerConfig {
     /// An agent needs about two round trips. Default `5s`.
     #[serde(default = "defaults::handshake_timeout")]
     pub handshake_timeout: Duration,
-    /// Most TLS handshakes in progress at once. One more connection closes the oldest
-    /// handshake of the source that holds the most (`isthmus_tunnel_refused_total{reason=
-    /// "evicted"}`), so a flood from many addresses cannot keep an agent out. Default `256`.
+    /// Most TLS handshakes in progress at once. One more connection closes a handshake of the
+    /// source that holds the most (`isthmus_tunnel_refused_total{reason="evicted"}`), never
+    /// one of a source that has completed a handshake before while such sources hold fewer
+    /// than a quarter of the slots: a flood from any number of addresses cannot close the
+    /// handshake of an agent that has connected before. Default `256`.
     #[serde(default = "defaults::max_handshakes")]
     pub max_handshakes: usize,
     /// Most handshakes in progress from one source address (IPv6: one /64; behind a trusted
@@ -62,7 +64,8 @@ pub struct AgentsListenerConfig {
     /// CIDRs of the peers (the seed's isthmus proxies, `send_proxy_protocol: v2`) whose
     /// PROXY v2 header is believed: its client address is the source that the per-source
     /// share and the logs use. Their connections may also come without a header; another
-    /// peer's header fails its TLS handshake. Default: none.
+    /// peer's header is refused (`reason="untrusted_proxy_header"`, logged at `error`).
+    /// Default: none.
     #[serde(default)]
     pub trusted_proxies: Vec<Cidr>,
     /// Most agent sessions at once (a shoot has one regular agent, one temporary one and

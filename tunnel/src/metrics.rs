@@ -10,7 +10,7 @@
 //! | `isthmus_tunnel_handshakes_total{outcome}` | both | session TLS handshakes: `ok`/`failed` |
 //! | `isthmus_tunnel_bytes_total{direction}` | both | bytes carried, `to_target`/`from_target` |
 //! | `isthmus_tunnel_ping_rtt_seconds` | server | round trip of a request/answer on each session |
-//! | `isthmus_tunnel_refused_total{listener,reason}` | server | connections refused: `client_name`, `evicted`, `proxy_protocol`, `too_many_sessions` |
+//! | `isthmus_tunnel_refused_total{listener,reason}` | server | connections refused: `client_name`, `evicted`, `proxy_protocol`, `untrusted_proxy_header`, `too_many_sessions` |
 //! | `isthmus_tunnel_session_rotations_total{reason}` | agent | sessions drained after their verified replacement: `max_age`, `address_changed` |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -59,7 +59,8 @@ pub struct RefusedLabels {
     /// `allowed_client_names`), `evicted` (closed to make room: an agent handshake for a
     /// newer one, `agents.max_handshakes[_per_source]`; a CONNECT connection,
     /// `connect.limits.max_connections`), `proxy_protocol` (a trusted proxy's PROXY header
-    /// is broken or not v2), `too_many_sessions`.
+    /// is broken or not v2), `untrusted_proxy_header` (a PROXY header from a peer not in
+    /// `agents.trusted_proxies`), `too_many_sessions`.
     pub reason: &'static str,
 }
 

@@ -10,6 +10,7 @@ mod slots;
 use crate::metrics::{Metrics, RefusedLabels};
 use crate::{http2, tls, Error};
 use isthmus_admin::http1::Gate;
+use isthmus_admin::ratelog::RateLog;
 use isthmus_config::{Cidr, HttpLimits};
 use isthmus_config::{ConnectListenerConfig, Http2Config, TunnelServerConfig};
 use prometheus_client::metrics::counter::Counter;
@@ -191,6 +192,8 @@ pub(crate) struct Shared {
     pub(crate) sessions: sessions::Sessions,
     pub(crate) metrics: Metrics,
     pub(crate) acceptor: TlsAcceptor,
+    /// Log lines of refusals a stranger can cause, at most one per reason and interval.
+    pub(crate) ratelog: RateLog,
     pub(crate) http2: h2::client::Builder,
     pub(crate) keepalive: http2::Keepalive,
     pub(crate) connect_timeout: Duration,
@@ -249,6 +252,7 @@ impl Server {
             sessions: sessions::Sessions::default(),
             metrics: Metrics::new(registry),
             acceptor: TlsAcceptor::from(opts.agents_tls.clone()),
+            ratelog: RateLog::default(),
             http2: http2::client(&opts.http2),
             keepalive: http2::Keepalive::new(&opts.http2),
             connect_timeout: opts.connect_timeout,
@@ -267,7 +271,7 @@ impl Server {
         r.register(
             "refused",
             "Connections refused by listener (agents, connect) and reason (client_name, \
-             evicted, proxy_protocol, too_many_sessions)",
+             evicted, proxy_protocol, untrusted_proxy_header, too_many_sessions)",
             opts.limits.refused.clone(),
         );
         Self { shared, opts }

@@ -33,23 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
     let (mut tls, peer) = match handshake::accept(&shared, tcp, peer).await {
         Ok(x) => x,
-        Err(refused) => {
-            shared.metrics.handshake(false);
-            if let Some(reason) = refused.reason() {
-                shared.limits.refuse("agents", reason);
-            }
-            // Evictions and timeouts are what a flood causes: counted, not logged one by one.
-            match refused {
-                handshake::Refused::Tls(e) => {
-                    tracing::info!(%peer, error = %e, "agent TLS handshake failed")
-                }
-                handshake::Refused::ProxyProtocol(why) => {
-                    tracing::warn!(%peer, why, "bad PROXY header from a trusted proxy")
-                }
-                r => tracing::debug!(%peer, refused = ?r, "agent handshake closed"),
-            }
-            return;
-        }
+        Err(refused) => return refused_handshake(&shared, peer, refused),
     };
     shared.metrics.handshake(true);
     crate::http2::tune_tls(&mut **tls.get_mut().1);
@@ -140,6 +124,34 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     session.close();
     session.drain();
     shared.sessions.remove(session.id);
+}
+
+/// Counts and logs an agent connection closed before the end of its TLS handshake. What a
+/// peer can cause as often as it likes is logged at most once per interval, with the count
+/// ([`RateLog`](isthmus_admin::ratelog::RateLog)).
+fn refused_handshake(shared: &Shared, peer: SocketAddr, refused: handshake::Refused) {
+    use handshake::Refused;
+    shared.metrics.handshake(false);
+    if let Some(reason) = refused.reason() {
+        shared.limits.refuse("agents", reason);
+    }
+    let budget = |reason| shared.ratelog.event("agents", reason);
+    match refused {
+        Refused::Tls(e) => tracing::info!(%peer, error = %e, "agent TLS handshake failed"),
+        Refused::ProxyProtocol(why) => {
+            if let Some(n) = budget("proxy_protocol") {
+                tracing::warn!(%peer, why, refused = n, "bad PROXY header from a trusted proxy");
+            }
+        }
+        Refused::UntrustedProxyHeader => {
+            if let Some(n) = budget("untrusted_proxy_header") {
+                tracing::error!(%peer, refused = n, "PROXY header from a peer not in agents.trusted_proxies: \
+                    every connection through it fails; list the proxy's addresses there, or stop it sending the header");
+            }
+        }
+        // Evictions and timeouts are what a flood causes: counted, not logged one by one.
+        r => tracing::debug!(%peer, refused = ?r, "agent handshake closed"),
+    }
 }
 
 /// One request/answer round trip on the session.
