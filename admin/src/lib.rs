@@ -1,6 +1,6 @@
 //! The admin and observability HTTP of every isthmus component (proxy, tunnel, controller),
 //! and what every long-running component shares besides: the accept-error backoff, rate-limited
-//! logs.
+//! logs, the file watch.
 //!
 //! - [`http1`]: HTTP/1 servers no client can hold (header timeout, head size cap, a
 //!   connection cap that closes the oldest connection; for the admin endpoints also a write
@@ -11,6 +11,7 @@
 //!   ([`bodies`]).
 //! - [`backoff`]: what an accept loop does after `accept` failed.
 //! - [`ratelog`]: at most one log line per key and interval under attack, with the count.
+//! - [`watch`]: when a file read at start (configuration, certificates) was replaced.
 //!
 //! What it must never do: let any number of clients, however slow, keep `/readyz` from
 //! answering or hold memory beyond the documented bound.
@@ -23,5 +24,6 @@ pub mod deadline;
 pub mod http1;
 pub mod ratelog;
 pub mod routes;
+pub mod watch;
 
 pub use routes::{serve, ConfigSource, Endpoints};

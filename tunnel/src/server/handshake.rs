@@ -62,8 +62,8 @@ pub(crate) async fn accept(
             if !trusted {
                 refuse_proxy_header(&tcp).await?;
             }
-            shared
-                .acceptor
+            let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.agents());
+            acceptor
                 .accept(crate::http2::buffered(tcp))
                 .await
                 .map_err(Refused::Tls)
