@@ -120,7 +120,8 @@ pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Binds the admin endpoint (ready while `ready` says so), installs the signal handlers, and
-/// returns the token that SIGTERM/SIGINT cancel.
+/// returns the token that SIGTERM/SIGINT cancel. The admin endpoint answers until the process
+/// exits, through the drain: a liveness probe must not fail while open streams finish.
 async fn serve_admin(
     config: &isthmus_config::AdminConfig,
     registry: Registry,
@@ -136,7 +137,7 @@ async fn serve_admin(
         Arc::new(registry),
         Arc::new(ready),
         config.limits,
-        shutdown.child_token(),
+        CancellationToken::new(),
     ));
     tokio::spawn(signals(shutdown.clone()));
     Ok(shutdown)
