@@ -100,6 +100,8 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let session = shared.sessions.add(peer, send.clone(), &shared.metrics);
     tracing::info!(session = session.id, %peer, rtt_ms = rtt.as_secs_f64() * 1e3, "agent session active");
     let mut ticker = tokio::time::interval(shared.probe_interval);
+    // After a slow probe the next one waits an interval, not one per tick missed meanwhile.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
     // One probe at a time, bounded by `keepalive_timeout`, beside the loop (not in it: the
     // loop must see the connection end and the server stop while a probe waits).
