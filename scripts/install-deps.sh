@@ -42,6 +42,11 @@ d="$(dirname "${BASH_SOURCE[0]}")"
 "$d/build-kubernetes.sh"
 "$d/build-go-tool.sh" kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version
 "$d/build-go-tool.sh" coredns v1.12.1 github.com/coredns/coredns -version
+# gardener-resource-manager and the gardenlet-install harness (Gardener v1.149.3): the chart
+# installed the way gardenlet installs an Extension (tests/gardenlet_install.rs), and the
+# node's NetworkPolicies the Gardener way.
+"$d/build-go-tool.sh" gardener-resource-manager v1.149.3 github.com/gardener/gardener/cmd/gardener-resource-manager --version
+"$d/build-gardenlet-install.sh"
 # helm and prometheus/promtool: the chart and monitoring tests.
 "$d/build-helm.sh"
 "$d/build-prometheus.sh"
