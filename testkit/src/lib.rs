@@ -52,6 +52,13 @@ pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
 pub mod flags;
 pub use flags::{ApiServerAuth, ApiServerFlags};
 
+/// gardenlet's install path of a seed extension (the `gardenlet-install` harness, Gardener
+/// v1.149.3), the real gardener-resource-manager that applies it, and the
+/// kube-controller-manager controllers an uninstall needs without a node.
+pub mod controller_manager;
+pub mod gardenlet;
+pub mod resource_manager;
+
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;
 /// The pinned helm and Prometheus builds, and the seed CRDs the chart uses.
