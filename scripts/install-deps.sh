@@ -45,6 +45,11 @@ d="$(dirname "${BASH_SOURCE[0]}")"
 # Gardener's own etcd deploy, secrets manager and health checks (the gardener-etcd harness of
 # the Gardener-contract tests, testkit::gardener).
 "$d/build-gardener-etcd.sh"
+# gardener-resource-manager and the gardenlet-install harness (Gardener v1.149.3): the chart
+# installed the way gardenlet installs an Extension (tests/gardenlet_install.rs), and the
+# node's NetworkPolicies the Gardener way.
+"$d/build-go-tool.sh" gardener-resource-manager v1.149.3 github.com/gardener/gardener/cmd/gardener-resource-manager --version
+"$d/build-gardenlet-install.sh"
 # helm and prometheus/promtool: the chart and monitoring tests.
 "$d/build-helm.sh"
 "$d/build-prometheus.sh"

@@ -55,6 +55,12 @@ pub use flags::{ApiServerAuth, ApiServerFlags};
 /// Gardener's own etcd deploy, secrets manager and health checks (the `gardener-etcd`
 /// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
 pub mod gardener;
+/// gardenlet's install path of a seed extension (the `gardenlet-install` harness, Gardener
+/// v1.149.3), the real gardener-resource-manager that applies it, and the
+/// kube-controller-manager controllers an uninstall needs without a node.
+pub mod controller_manager;
+pub mod gardenlet;
+pub mod resource_manager;
 
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The pinned helm (built from `helm.sh/helm/v3`).
-pub const HELM_VERSION: &str = "v3.20.2";
+/// The pinned helm (built from `helm.sh/helm/v4`; the library Gardener v1.149.3 renders with).
+pub const HELM_VERSION: &str = "v4.2.3";
 /// The pinned Prometheus (Go module `github.com/prometheus/prometheus` v0.310.0).
 pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
