@@ -52,6 +52,9 @@ pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
 pub mod flags;
 pub use flags::{ApiServerAuth, ApiServerFlags};
 
+/// The fast and the full tier: the guard of every helper that needs root or a one-time build.
+pub mod tier;
+
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;
 /// The pinned helm and Prometheus builds, and the seed CRDs the chart uses.
