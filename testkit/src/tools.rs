@@ -11,6 +11,7 @@ pub const HELM_VERSION: &str = "v4.2.3";
 pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
+    crate::tier::full_only(&format!("{name} (the one-time build {script})"));
     let p = crate::cache::dir().join(dir).join(name);
     assert!(p.is_file(), "{} is missing: run {script}", p.display());
     p
@@ -18,6 +19,7 @@ fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
 
 /// `helm`, overridable with `ISTHMUS_HELM`.
 pub fn helm() -> PathBuf {
+    crate::tier::full_only("helm (the one-time build scripts/build-helm.sh)");
     if let Some(p) = std::env::var_os("ISTHMUS_HELM") {
         return PathBuf::from(p);
     }
