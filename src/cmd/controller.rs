@@ -79,6 +79,13 @@ pub struct Args {
     /// `spec.internalDomain` (the seed's). Comma-separated or repeated. Default: none.
     #[arg(long, value_delimiter = ',', value_name = "DOMAIN")]
     pub vpn_dns_parent: Vec<String>,
+    /// Patch an annotation (`isthmus.dev/routes`) onto each proxy pod that does not serve a
+    /// new route file yet, so that kubelet delivers the file within about a second instead
+    /// of at its periodic sync (about a minute). Needs `patch` on pods in the proxy namespace
+    /// (the chart grants it, narrowed to that annotation on the proxy pods by an admission
+    /// policy). `false`: wait for kubelet's sync.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub nudge_proxy_pods: bool,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -146,6 +153,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace,
         poll: Duration::from_secs(5),
         resync: Duration::from_secs(300),
+        rollout_poll: Duration::from_secs(1),
+        nudge_proxy_pods: args.nudge_proxy_pods,
         etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));

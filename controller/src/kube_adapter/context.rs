@@ -42,6 +42,13 @@ pub struct Settings {
     pub poll: Duration,
     /// Requeue interval once a step is ready (drift check).
     pub resync: Duration,
+    /// Requeue interval while a written route file is not served by every proxy pod yet:
+    /// the pods get it within about a second when nudged, and each step that changes routes
+    /// waits for it.
+    pub rollout_poll: Duration,
+    /// Nudge kubelet to deliver a new route file to a proxy pod at once (`nudge`), instead
+    /// of at its periodic sync (about a minute).
+    pub nudge_proxy_pods: bool,
     /// `host:port` → address to dial for etcd's exposed client URLs instead of resolving
     /// them (curl's `--connect-to`); empty in a cluster.
     pub etcd_connect_to: std::collections::BTreeMap<String, std::net::SocketAddr>,

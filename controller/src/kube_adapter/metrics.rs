@@ -24,6 +24,13 @@ pub struct StepLabels {
     pub ready: String,
 }
 
+/// Label of the nudge counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NudgeLabels {
+    /// `patched` or `failed`.
+    pub outcome: String,
+}
+
 /// The controller's metrics.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -33,6 +40,8 @@ pub struct Metrics {
     pub failures: Family<FailureLabels, Counter>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// Proxy pods nudged to get a new route file at once, by outcome (`super::nudge`).
+    pub nudges: Family<NudgeLabels, Counter>,
 }
 
 impl Metrics {
@@ -55,6 +64,21 @@ impl Metrics {
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
         );
+        r.register(
+            "proxy_nudges",
+            "Proxy pods nudged to get a new route file at once, by outcome",
+            m.nudges.clone(),
+        );
         m
+    }
+
+    /// Counts one nudge of a proxy pod.
+    pub fn nudge(&self, patched: bool) {
+        let outcome = if patched { "patched" } else { "failed" };
+        self.nudges
+            .get_or_create(&NudgeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 }

@@ -13,6 +13,7 @@ mod etcd_service;
 pub mod lease;
 mod membership;
 mod metrics;
+pub mod nudge;
 pub mod probe;
 mod proxy;
 mod reconcile;

@@ -147,7 +147,9 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
             ready: plan.status.step_ready.to_string(),
         })
         .inc();
-    Ok(Action::requeue(if plan.status.step_ready {
+    Ok(Action::requeue(if !synced.rolled_out && synced.delivering {
+        ctx.settings.rollout_poll
+    } else if plan.status.step_ready {
         ctx.settings.resync
     } else {
         ctx.settings.poll

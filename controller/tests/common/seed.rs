@@ -256,6 +256,8 @@ impl Seed {
             namespace: None,
             poll: Duration::from_millis(300),
             resync: Duration::from_secs(5),
+            rollout_poll: Duration::from_millis(300),
+            nudge_proxy_pods: true,
             etcd_connect_to: connect_to,
         };
         let fetcher = Arc::new(KubeletAndProxyStandIn {
