@@ -37,39 +37,77 @@ async fn the_controller_may_change_only_the_nudge_annotation_of_a_proxy_pod() {
     k.apply_yaml(&root.join("deploy/controller.yaml")).await;
     let admin: Api<Pod> = Api::namespaced(k.admin().await, SYSTEM);
     for (name, app) in [("isthmus-proxy-a", "isthmus-proxy"), ("other", "something")] {
-        admin.create(&PostParams::default(), &pod(name, app)).await.unwrap();
+        admin
+            .create(&PostParams::default(), &pod(name, app))
+            .await
+            .unwrap();
     }
-    let pods: Api<Pod> = Api::namespaced(k.service_account(SYSTEM, "isthmus-controller").await, SYSTEM);
+    let pods: Api<Pod> = Api::namespaced(
+        k.service_account(SYSTEM, "isthmus-controller").await,
+        SYSTEM,
+    );
     let proxy = admin.get("isthmus-proxy-a").await.unwrap();
 
     // The policy is read through an informer, like RBAC: wait until it refuses.
     let label = json!({"metadata": {"labels": {"app.kubernetes.io/name": "hijacked"}}});
-    isthmus_testkit::wait_until("the admission policy in effect", Duration::from_secs(30), || {
-        let pods = pods.clone();
-        let label = label.clone();
-        async move {
-            pods.patch("isthmus-proxy-a", &PatchParams::default(), &Patch::Merge(label))
+    isthmus_testkit::wait_until(
+        "the admission policy in effect",
+        Duration::from_secs(30),
+        || {
+            let pods = pods.clone();
+            let label = label.clone();
+            async move {
+                pods.patch(
+                    "isthmus-proxy-a",
+                    &PatchParams::default(),
+                    &Patch::Merge(label),
+                )
                 .await
                 .is_err()
-        }
-    })
+            }
+        },
+    )
     .await;
 
     assert!(nudge::nudge(&pods, &proxy, "h1", 1_000, 1_000).await);
     let after = admin.get("isthmus-proxy-a").await.unwrap();
-    assert_eq!(after.annotations().get(ANNOTATION).map(String::as_str), Some("h1@1000@1000"));
-    assert_eq!(after.annotations().get("kept").map(String::as_str), Some("yes"));
+    assert_eq!(
+        after.annotations().get(ANNOTATION).map(String::as_str),
+        Some("h1@1000@1000")
+    );
+    assert_eq!(
+        after.annotations().get("kept").map(String::as_str),
+        Some("yes")
+    );
     assert_eq!(after.labels(), proxy.labels(), "nothing else changed");
     // A second nudge for the same hash is accepted too (the re-nudge after a second).
     assert!(nudge::nudge(&pods, &after, "h1", 1_000, 2_000).await);
 
     let refused = [
-        ("isthmus-proxy-a", json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}})),
-        ("isthmus-proxy-a", json!({"metadata": {"annotations": {"kept": "no"}}})),
-        ("isthmus-proxy-a", json!({"metadata": {"annotations": {"kept": null}}})),
-        ("isthmus-proxy-a", json!({"metadata": {"annotations": {"new": "x"}}})),
-        ("isthmus-proxy-a", json!({"spec": {"activeDeadlineSeconds": 5}})),
-        ("other", json!({"metadata": {"annotations": {ANNOTATION: "h1@1@1"}}})),
+        (
+            "isthmus-proxy-a",
+            json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}),
+        ),
+        (
+            "isthmus-proxy-a",
+            json!({"metadata": {"annotations": {"kept": "no"}}}),
+        ),
+        (
+            "isthmus-proxy-a",
+            json!({"metadata": {"annotations": {"kept": null}}}),
+        ),
+        (
+            "isthmus-proxy-a",
+            json!({"metadata": {"annotations": {"new": "x"}}}),
+        ),
+        (
+            "isthmus-proxy-a",
+            json!({"spec": {"activeDeadlineSeconds": 5}}),
+        ),
+        (
+            "other",
+            json!({"metadata": {"annotations": {ANNOTATION: "h1@1@1"}}}),
+        ),
     ];
     for (name, patch) in refused {
         let err = pods
@@ -85,11 +123,24 @@ async fn the_controller_may_change_only_the_nudge_annotation_of_a_proxy_pod() {
     // The refusals changed nothing.
     let last = admin.get("isthmus-proxy-a").await.unwrap();
     assert_eq!(last.labels(), proxy.labels());
-    assert_eq!(last.annotations().get("kept").map(String::as_str), Some("yes"));
-    assert!(admin.get("other").await.unwrap().annotations().get(ANNOTATION).is_none());
+    assert_eq!(
+        last.annotations().get("kept").map(String::as_str),
+        Some("yes")
+    );
+    assert!(admin
+        .get("other")
+        .await
+        .unwrap()
+        .annotations()
+        .get(ANNOTATION)
+        .is_none());
     // An admin is not bound by the policy.
     admin
-        .patch("other", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})))
+        .patch(
+            "other",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
         .await
         .unwrap();
 }

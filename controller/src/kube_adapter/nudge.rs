@@ -67,8 +67,7 @@ pub fn decide(pod: &Pod, hash: &str, now: u128) -> Decision {
             fresh: true,
         };
     };
-    let wait = (n.last.saturating_sub(n.first))
-        .clamp(RENUDGE_MS, RENUDGE_MAX_MS);
+    let wait = (n.last.saturating_sub(n.first)).clamp(RENUDGE_MS, RENUDGE_MAX_MS);
     Decision {
         nudge_first: (now.saturating_sub(n.last) >= wait).then_some(n.first),
         fresh: now.saturating_sub(n.first) < FAST_CHECKS_MS,

@@ -147,13 +147,15 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
             ready: plan.status.step_ready.to_string(),
         })
         .inc();
-    Ok(Action::requeue(if !synced.rolled_out && synced.delivering {
-        ctx.settings.rollout_poll
-    } else if plan.status.step_ready {
-        ctx.settings.resync
-    } else {
-        ctx.settings.poll
-    }))
+    Ok(Action::requeue(
+        if !synced.rolled_out && synced.delivering {
+            ctx.settings.rollout_poll
+        } else if plan.status.step_ready {
+            ctx.settings.resync
+        } else {
+            ctx.settings.poll
+        },
+    ))
 }
 
 /// Everything the planner reads from the API: the load balancer's address, our DNS records,
