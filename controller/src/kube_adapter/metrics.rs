@@ -24,6 +24,13 @@ pub struct StepLabels {
     pub ready: String,
 }
 
+/// Label of the overwrite counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverwriteLabels {
+    /// The `EtcdSpecOverwritten` reason (`Reasserted`, `ReplicasRaised`, `BootstrapRemoved`).
+    pub reason: String,
+}
+
 /// The controller's metrics.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -33,6 +40,8 @@ pub struct Metrics {
     pub failures: Family<FailureLabels, Counter>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// Findings that another writer removed or changed isthmus' fields on an `Etcd`.
+    pub overwritten: Family<OverwriteLabels, Counter>,
 }
 
 impl Metrics {
@@ -49,6 +58,11 @@ impl Metrics {
             "failures",
             "Failed reconciliations by reason",
             m.failures.clone(),
+        );
+        r.register(
+            "etcd_overwritten",
+            "Findings that another writer (gardenlet's Deploy) removed or changed isthmus' fields on an Etcd, by reason",
+            m.overwritten.clone(),
         );
         r.register(
             "leader",
