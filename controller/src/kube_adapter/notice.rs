@@ -1,6 +1,6 @@
 //! Saying where an operator looks what another writer did to isthmus' fields on the `Etcd`
 //! (gardenlet's `Deploy`, `plan::overwrite`): beside the `EtcdSpecOverwritten` condition the
-//! planner writes, a Warning Event on the `EtcdMigration`, a log line and
+//! planner writes, a Warning Event on the `EtcdMigration` (reason: the finding's), a log line and
 //! `isthmus_controller_etcd_overwritten_total{reason}`, once per finding — when the condition
 //! turns `True` or changes its reason, not on every pass that carries it.
 
@@ -38,9 +38,12 @@ pub(super) async fn overwritten(
             reason: c.reason.clone(),
         })
         .inc();
+    // The finding's reason, not the condition type: the recorder counts an Event with the
+    // same reason as a repeat of the first (its note unchanged), so a later, graver finding
+    // would not show.
     let event = Event {
         type_: EventType::Warning,
-        reason: cond::OVERWRITTEN.into(),
+        reason: c.reason.clone(),
         note: Some(truncate(&c.message, 1000)),
         action: "Reconcile".into(),
         secondary: None,
