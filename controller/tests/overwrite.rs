@@ -2,6 +2,8 @@
 //! the real API server is `apiserver_gardenlet.rs`): what is written again, what cannot be and
 //! is said, and that no step that could lose quorum goes on (`plan::overwrite`).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;
