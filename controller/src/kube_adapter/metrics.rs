@@ -31,6 +31,13 @@ pub struct NudgeLabels {
     pub outcome: String,
 }
 
+/// Label of the overwrite counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverwriteLabels {
+    /// The `EtcdSpecOverwritten` reason (`Reasserted`, `ReplicasRaised`, `BootstrapRemoved`).
+    pub reason: String,
+}
+
 /// The controller's metrics.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -42,6 +49,8 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Proxy pods nudged to get a new route file at once, by outcome (`super::nudge`).
     pub nudges: Family<NudgeLabels, Counter>,
+    /// Findings that another writer removed or changed isthmus' fields on an `Etcd`.
+    pub overwritten: Family<OverwriteLabels, Counter>,
 }
 
 impl Metrics {
@@ -58,6 +67,11 @@ impl Metrics {
             "failures",
             "Failed reconciliations by reason",
             m.failures.clone(),
+        );
+        r.register(
+            "etcd_overwritten",
+            "Findings that another writer (gardenlet's Deploy) removed or changed isthmus' fields on an Etcd, by reason",
+            m.overwritten.clone(),
         );
         r.register(
             "leader",
