@@ -133,9 +133,18 @@ fn controller_refuses_a_layout_no_proxy_could_bind() {
 #[test]
 fn controller_refuses_a_listen_address_and_namespace_labels_it_cannot_use() {
     for (args, want) in [
-        (&["--listen-address", "127.0.0.1"][..], "--listen-address: 127.0.0.1 is not a wildcard"),
-        (&["--listen-address", "::1"][..], "--listen-address: ::1 is not a wildcard"),
-        (&["--proxy-namespace-labels", "isthmus"][..], "--proxy-namespace-labels"),
+        (
+            &["--listen-address", "127.0.0.1"][..],
+            "--listen-address: 127.0.0.1 is not a wildcard",
+        ),
+        (
+            &["--listen-address", "::1"][..],
+            "--listen-address: ::1 is not a wildcard",
+        ),
+        (
+            &["--proxy-namespace-labels", "isthmus"][..],
+            "--proxy-namespace-labels",
+        ),
         (&["--proxy-namespace-labels", "=x"][..], "want KEY=VALUE"),
     ] {
         let out = Command::new(BIN)

@@ -6,11 +6,18 @@
 //! (`pkg/component/shared/resourcemanager.go` `runtimeGardenerResourceManagerDefaultValues`,
 //! `pkg/component/gardener/resourcemanager` `ensureConfigMap`).
 //!
+//! Of its webhooks, the one an extension's chart relies on: high-availability-config (the
+//! replicas and spread of Deployments labelled `high-availability-config.resources.gardener.cloud/type`
+//! in namespaces labelled `…/consider`), registered with the API server as the seed's
+//! MutatingWebhookConfiguration registers it (`NewHighAvailabilityConfigMutatingWebhook` and
+//! `buildWebhookNamespaceSelector` of `pkg/component/gardener/resourcemanager`), by URL.
+//!
 //! Differences from a seed, each because there is no pod here: a node process (with a token of
 //! its ServiceAccount, bound to cluster-admin: the seed's ClusterRole is nearly as wide), no
-//! leader election, and no webhooks (a seed registers them with the API server; nothing here calls them). Its
-//! serving certificate (the webhook server starts regardless) comes from rcgen. Its log is
-//! kept ([`ResourceManager::lines`]).
+//! leader election, the other webhooks off (projected tokens, seccomp profiles and the like
+//! act on pods, which never run here), the webhook reached at 127.0.0.1 by URL instead of
+//! its Service. Its serving certificate comes from rcgen. Its log is kept
+//! ([`ResourceManager::lines`]).
 
 use crate::{free_port, KubeApiServer, Logged, Scratch, TestPki};
 use std::net::SocketAddr;
@@ -92,15 +99,15 @@ impl ResourceManager {
             .await;
         let scratch = Scratch::new("grm");
         std::fs::create_dir_all(scratch.join("tls")).unwrap();
-        TestPki::new()
-            .server_cert(&["127.0.0.1", "gardener-resource-manager"])
+        let pki = TestPki::new();
+        pki.server_cert(&["127.0.0.1", "gardener-resource-manager"])
             .write(&scratch.join("tls"), "tls");
         for _ in 0..5 {
-            let health = free_port();
+            let (health, webhooks) = (free_port(), free_port());
             let config = scratch.join("config.yaml");
             std::fs::write(
                 &config,
-                config_yaml(&kubeconfig, &scratch, cluster_id, health),
+                config_yaml(&kubeconfig, &scratch, cluster_id, health, webhooks),
             )
             .unwrap();
             // It logs to stderr, but prints the error it exits with to stdout.
@@ -112,6 +119,10 @@ impl ResourceManager {
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 if let Ok((200, _)) = crate::http_get(addr, "/readyz").await {
+                    server
+                        .apply_yaml_str(&ha_webhook_yaml(webhooks, &pki.ca_pem()))
+                        .await;
+                    ha_webhook_answers(server).await;
                     return ResourceManager {
                         process,
                         _scratch: scratch,
@@ -148,9 +159,101 @@ fn log(process: &Logged, scratch: &Scratch) -> String {
     format!("{}\n{stdout}", process.lines().join("\n"))
 }
 
+/// Waits until the API server calls the webhook: a dry-run Deployment of type `controller`
+/// with one replica comes back with the two the webhook gives a controller.
+async fn ha_webhook_answers(server: &KubeApiServer) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let ns = "grm-webhook-probe";
+    server
+        .apply_yaml_str(&format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    \
+             gardener.cloud/role: probe\n    \
+             high-availability-config.resources.gardener.cloud/consider: \"true\"\n"
+        ))
+        .await;
+    let probe: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "probe", "labels": {"high-availability-config.resources.gardener.cloud/type": "controller"}},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "probe"}},
+            "template": {"metadata": {"labels": {"app": "probe"}},
+                         "spec": {"containers": [{"name": "c", "image": "probe"}]}},
+        },
+    }))
+    .expect("a Deployment");
+    let api: kube::Api<Deployment> = kube::Api::namespaced(server.admin().await, ns);
+    let pp = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = api.create(&pp, &probe).await;
+        let replicas = answer.as_ref().ok().and_then(|d| d.spec.as_ref()?.replicas);
+        if replicas == Some(2) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the high-availability-config webhook does not answer after 60 s: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The seed's registration of the high-availability-config webhook (module doc), at
+/// `https://127.0.0.1:<port>`, as JSON.
+fn ha_webhook_yaml(port: u16, ca_pem: &str) -> String {
+    // k8s-openapi's ByteString serialises as base64, as `caBundle` wants.
+    let ca = serde_json::to_value(k8s_openapi::ByteString(ca_pem.as_bytes().to_vec()))
+        .expect("a byte string serialises");
+    let ha = "high-availability-config.resources.gardener.cloud";
+    serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": "gardener-resource-manager"},
+        "webhooks": [{
+            "name": ha,
+            "rules": [
+                {"apiGroups": ["apps"], "apiVersions": ["v1"],
+                 "resources": ["deployments", "statefulsets"], "operations": ["CREATE", "UPDATE"]},
+                {"apiGroups": ["autoscaling"], "apiVersions": ["v2"],
+                 "resources": ["horizontalpodautoscalers"], "operations": ["CREATE", "UPDATE"]},
+            ],
+            "namespaceSelector": {
+                "matchLabels": {format!("{ha}/consider"): "true"},
+                "matchExpressions": [
+                    {"key": "gardener.cloud/role", "operator": "Exists"},
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                     "values": ["kube-system", "kubernetes-dashboard"]},
+                ],
+            },
+            "objectSelector": {"matchExpressions": [
+                {"key": format!("{ha}/skip"), "operator": "DoesNotExist"},
+            ]},
+            "clientConfig": {
+                "url": format!("https://127.0.0.1:{port}/webhooks/high-availability-config"),
+                "caBundle": ca,
+            },
+            "admissionReviewVersions": ["v1beta1", "v1"],
+            "failurePolicy": "Fail",
+            "matchPolicy": "Equivalent",
+            "sideEffects": "None",
+            "timeoutSeconds": 10,
+        }],
+    })
+    .to_string()
+}
+
 /// The seed instance's configuration (see the module doc) with loopback ports.
-fn config_yaml(kubeconfig: &Path, scratch: &Scratch, cluster_id: &str, health: u16) -> String {
-    let (webhooks, metrics) = (free_port(), free_port());
+fn config_yaml(
+    kubeconfig: &Path,
+    scratch: &Scratch,
+    cluster_id: &str,
+    health: u16,
+    webhooks: u16,
+) -> String {
+    let metrics = free_port();
     let tls = scratch.join("tls");
     format!(
         r#"apiVersion: resourcemanager.config.gardener.cloud/v1alpha1
@@ -184,6 +287,9 @@ server:
     port: {metrics}
 logLevel: info
 logFormat: json
+webhooks:
+  highAvailabilityConfig:
+    enabled: true
 controllers:
   clusterID: {cluster_id}
   resourceClass: seed
