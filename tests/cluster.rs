@@ -27,6 +27,8 @@ mod node;
 mod policies;
 #[path = "cluster/release.rs"]
 mod release;
+#[path = "cluster/routes.rs"]
+mod routes;
 #[path = "cluster/shoot.rs"]
 mod shoot;
 #[path = "cluster/traffic.rs"]
@@ -53,6 +55,7 @@ fn isthmus_in_a_real_node() {
     let shoot = shoot::Shoot::deploy(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);
+    routes::delivery_figures(&node);
     policies::network_policies(&node);
     checks::lease_hand_over(&node);
     upgrade::rolling_update_without_failed_connections(&node, &client);
