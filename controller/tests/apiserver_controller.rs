@@ -12,15 +12,15 @@
 
 mod common;
 
-use common::druid_standin::{DruidStandIn, Side};
-use common::etcd::{free_run, MemberDef, TestEtcd};
-use common::seed::Seed;
 use common::{spec, NS};
 use isthmus_controller::crd::{
     EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
 };
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
+use isthmus_seed_world::druid::{DruidStandIn, Side};
+use isthmus_seed_world::etcd::{free_run, MemberDef, TestEtcd};
+use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
@@ -566,7 +566,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .items
         .is_empty());
     let cm_a: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.a.admin.clone(), common::seed::SYSTEM);
+        Api::namespaced(w.a.admin.clone(), SYSTEM);
     let text = cm_a
         .get("isthmus-proxy-routes")
         .await
@@ -612,8 +612,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     assert!(e["spec"]["etcd"]
         .get("additionalAdvertisePeerURLs")
         .is_none());
-    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
+    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(w.b.admin.clone(), SYSTEM);
     let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.json"].clone();
     assert!(
         !text.contains("shoot--foo--bar"),

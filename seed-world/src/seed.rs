@@ -10,7 +10,7 @@
 //! - `KubeletAndProxyStandIn`: the proxy pods' `/config` answer: the hash of the route
 //!   ConfigMap as it is in the API *after* the proxy's own loader accepted it (a real proxy
 //!   refuses a file its loader rejects, and then keeps serving the old hash).
-//! - etcd-druid: see `apiserver_controller.rs` (it drives the real etcd of `etcd.rs`).
+//! - etcd-druid: `crate::druid` (it drives the real etcd of `crate::etcd`).
 
 use futures::future::BoxFuture;
 use isthmus_controller::crd::PortScheme;
@@ -41,6 +41,15 @@ pub struct Seed {
     pub admin: Client,
     pub lb: String,
     tasks: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Seed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seed")
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Drop for Seed {

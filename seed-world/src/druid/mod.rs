@@ -24,15 +24,18 @@
 //! - every tick it writes the health status etcd-druid's status flow writes (`ready`,
 //!   `readyReplicas`, `members`, `AllMembersUpdated` — `False` while a generation is being
 //!   reconciled —, and `bootstrapWithExistingCluster` once, when the join is done);
-//! - the member removal is etcd-druid#1426's, and so is its bookkeeping (`druid_scale.rs`):
+//! - the member removal is etcd-druid#1426's, and so is its bookkeeping (`scale.rs`):
 //!   `ScaleOperationComplete`, a change its CEL rules would refuse recorded as a violation,
 //!   and the join record pruned once the source members are gone.
 
-use super::druid_scale;
-use super::etcd::TestEtcd;
+use crate::etcd::TestEtcd;
+
+/// etcd-druid#1426's bookkeeping of a scale operation.
+pub mod scale;
 use isthmus_controller::gardener::etcd_resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
+use scale as druid_scale;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +55,7 @@ pub enum Side {
     Destination,
 }
 
+#[derive(Debug)]
 pub struct DruidStandIn {
     pub promote: Arc<AtomicBool>,
     /// Contract violations seen (a request for a generation already reconciled).
