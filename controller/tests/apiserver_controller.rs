@@ -19,7 +19,7 @@ use isthmus_controller::crd::{
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
 use isthmus_seed_world::druid::{DruidStandIn, Side};
-use isthmus_seed_world::etcd::{free_run, MemberDef, TestEtcd};
+use isthmus_seed_world::etcd::test_etcd::{free_run, MemberDef, TestEtcd};
 use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;

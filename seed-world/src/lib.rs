@@ -13,7 +13,13 @@
 
 /// etcd-druid's parts that cannot run here.
 pub mod druid;
-/// A real etcd cluster whose members advertise the planner's names.
+mod error;
+/// A real etcd cluster, run as etcd-druid's pods would run it.
 pub mod etcd;
+/// Where the stand-ins note what they did.
+pub mod journal;
 /// A seed: its API server, its objects, the DNS provider, the proxy pods, the controller.
 pub mod seed;
+
+pub use error::{Error, Result};
+pub use journal::Journal;

@@ -30,13 +30,18 @@
 
 use crate::etcd::TestEtcd;
 
+/// What etcd-druid's pods do for a spec, one operation per pass.
+pub mod pods;
 /// etcd-druid#1426's bookkeeping of a scale operation.
 pub mod scale;
+/// What etcd-druid reads of an `Etcd`'s spec.
+pub mod spec;
 use isthmus_controller::gardener::etcd_resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::Client;
 use scale as druid_scale;
 use serde_json::{json, Value};
+pub use spec::DruidSpec;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

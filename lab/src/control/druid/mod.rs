@@ -9,7 +9,7 @@
 //!   changed without the annotation does not reach the members and its generation stays
 //!   unobserved;
 //! - the membership operations and rolling updates are the planner-driven runs' own
-//!   (`crate::druid`, `crate::rolling`), one per pass; once a generation needs none, it writes
+//!   (the seed world's `druid::pods` and `etcd::rolling`), one per pass; once a generation needs none, it writes
 //!   `status.observedGeneration` and only then removes the annotation;
 //! - a request for a generation it already reconciled is a violation (the annotation put back
 //!   after its removal makes etcd-druid reconcile the same generation twice);
@@ -24,17 +24,15 @@ mod status;
 
 pub use state::DruidState;
 
-use crate::druid;
 use crate::error::{Error, Result};
-use crate::etcd;
 use crate::lab::Lab;
 use crate::member::{self, MemberRef};
 use crate::migration::Migration;
-use crate::rolling;
 use crate::side::Side;
 use crate::specs;
 use isthmus_controller::gardener::etcd_observe;
 use isthmus_controller::plan::{EtcdFields, EtcdObs};
+use isthmus_seed_world::druid::{pods, DruidSpec};
 use kube::api::{Api, DynamicObject};
 use status::{drop_request, status_to_write, write_status};
 use std::time::{Duration, Instant};
@@ -142,7 +140,7 @@ async fn gone(lab: &mut Lab, m: &mut Migration, side: Side, st: &mut DruidState)
     let mut pass = Pass::default();
     if side == Side::Destination && m.obs.etcd.take().is_some() {
         forget_unlisted(lab, side).await?;
-        lab.world.etcd.forget_side(side);
+        lab.world.forget_side(side);
         pass.written.push("Etcd deleted".into());
     }
     *st = DruidState::default();
@@ -159,17 +157,17 @@ async fn reconcile(
     st: &mut DruidState,
     tag: &str,
 ) -> Result<bool> {
+    let spec = DruidSpec::from_fields(specs::ETCD, fields, override_default_url);
     if side == Side::Source {
         // A rolling update runs within the pass.
-        let wanted = druid::wanted_urls(&lab.world, side, override_default_url, fields)?;
-        rolling::roll(lab, side, &wanted, tag).await?;
+        pods::step(&mut lab.world.etcd, &spec, &mut lab.record, tag).await?;
         return Ok(false);
     }
     let joined = previous.as_ref().and_then(|p| p.joined_at.clone());
     if fields.replicas.unwrap_or(0) == 0 {
         return Ok(false);
     }
-    let sources_left = lab.world.etcd.has(Side::Source);
+    let sources_left = lab.world.has(Side::Source);
     if fields.bootstrap_members.is_empty() && joined.is_some() && sources_left {
         // etcd-druid removes the source members once the bootstrap members are cleared
         // (its proposed removal, DEP #1355), one at a time.
@@ -185,31 +183,16 @@ async fn reconcile(
         }
         return Ok(true);
     }
-    druid::destination(lab, override_default_url, fields, tag).await
+    Ok(pods::step(&mut lab.world.etcd, &spec, &mut lab.record, tag).await?)
 }
 
 /// Forgets `side`'s members that etcd no longer lists (the controller removes the learners
 /// of an aborted join itself, through etcd's API), stopping their processes.
 async fn forget_unlisted(lab: &mut Lab, side: Side) -> Result<()> {
-    let Ok(mut c) = etcd::connect(&lab.world.voter_urls()).await else {
-        return Ok(());
-    };
-    let Ok(listed) = etcd::list(&mut c).await else {
-        return Ok(());
-    };
-    let gone: Vec<MemberRef> = lab
-        .world
-        .etcd
-        .members
-        .iter()
-        .copied()
-        .filter(|m| m.side == side && !listed.iter().any(|l| m.listed_as(l)))
-        .collect();
-    for m in gone {
-        lab.world.etcd.forget(m);
+    let own: Vec<String> = member::of(side).iter().map(MemberRef::name).collect();
+    for name in lab.world.etcd.forget_unlisted(&own).await? {
         lab.record.event(format!(
-            "etcd-druid stand-in: {} left etcd, its pod stopped",
-            m.name()
+            "etcd-druid stand-in: {name} left etcd, its pod stopped"
         ));
     }
     Ok(())
@@ -220,13 +203,17 @@ async fn remove_sources(lab: &mut Lab, tag: &str) -> Result<bool> {
     let leaving: Vec<String> = member::source().iter().map(MemberRef::name).collect();
     let next = lab
         .world
-        .etcd
-        .members
-        .iter()
+        .members()
+        .into_iter()
         .find(|m| m.side == Side::Source)
-        .map(MemberRef::name);
+        .map(|m| m.name());
     match next {
-        Some(name) => druid::remove(lab, &name, &leaving, tag).await,
+        Some(name) => {
+            let etcd = &mut lab.world.etcd;
+            Ok(etcd
+                .remove_moving_leader(&name, &leaving, &mut lab.record, tag)
+                .await?)
+        }
         None => Ok(false),
     }
 }

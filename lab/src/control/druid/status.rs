@@ -30,8 +30,7 @@ pub(super) async fn status_to_write(
         .into_iter()
         .filter(|n| {
             lab.world
-                .etcd
-                .members
+                .members()
                 .iter()
                 .any(|m| m.side == side && &m.name() == n)
         })

@@ -1,0 +1,74 @@
+//! What etcd-druid reads of an `Etcd`'s spec to run its members: how many, their names
+//! (`memberNamePrefix`, `<prefix>-<etcd>-<i>`), the peer URLs each advertises
+//! (`additionalAdvertisePeerURLs` of v0.38.1, or the newer `additionalAdvertisedURLs` with
+//! `overrideDefaultURL`), and the existing cluster it joins (`bootstrapWithExistingCluster`).
+
+use crate::error::{Error, Result};
+use crate::etcd::MemberDef;
+use isthmus_controller::crd::MemberUrls;
+use isthmus_controller::plan::EtcdFields;
+
+/// An `Etcd`'s spec as etcd-druid acts on it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DruidSpec {
+    /// The `Etcd`'s name (`metadata.name`).
+    pub etcd: String,
+    pub replicas: u16,
+    pub member_name_prefix: Option<String>,
+    /// Extra advertised peer URLs per member.
+    pub advertised: Vec<MemberUrls>,
+    /// The advertised URLs replace the in-cluster one instead of joining it.
+    pub override_default_url: bool,
+    /// The members of the cluster it joins; empty when not set.
+    pub bootstrap: Vec<MemberUrls>,
+}
+
+impl DruidSpec {
+    /// The spec of `fields` (an `Etcd` named `etcd`) as the controller writes it.
+    pub fn from_fields(etcd: &str, fields: &EtcdFields, override_default_url: bool) -> Self {
+        Self {
+            etcd: etcd.to_string(),
+            replicas: fields
+                .replicas
+                .and_then(|r| u16::try_from(r).ok())
+                .unwrap_or(0),
+            member_name_prefix: fields.member_name_prefix.clone(),
+            advertised: fields.advertise.clone(),
+            override_default_url,
+            bootstrap: fields.bootstrap_members.clone(),
+        }
+    }
+
+    /// The name of member `i` (etcd-druid's pod name with the member-name prefix).
+    pub fn member(&self, i: u16) -> String {
+        match &self.member_name_prefix {
+            Some(p) => format!("{p}-{}-{i}", self.etcd),
+            None => format!("{}-{i}", self.etcd),
+        }
+    }
+
+    /// The names of its `replicas` members.
+    pub fn members(&self) -> Vec<String> {
+        (0..self.replicas).map(|i| self.member(i)).collect()
+    }
+
+    /// The peer URLs etcd-druid starts `def` with: the advertised ones, after the in-cluster
+    /// one unless `overrideDefaultURL`; the in-cluster one alone when not advertised. An
+    /// advertised URL must be the member's exposed one (the only other name the seeds' DNS and
+    /// proxies serve).
+    pub fn peer_urls(&self, def: &MemberDef) -> Result<Vec<String>> {
+        let Some(a) = self.advertised.iter().find(|a| a.name == def.name) else {
+            return Ok(vec![def.in_cluster_peer_url.clone()]);
+        };
+        if a.peer_urls != [def.exposed_peer_url.clone()] {
+            return Err(Error::State(format!(
+                "the Etcd advertises {} at {:?}; the seeds serve it at {} only",
+                def.name, a.peer_urls, def.exposed_peer_url
+            )));
+        }
+        Ok(match self.override_default_url {
+            true => a.peer_urls.clone(),
+            false => [vec![def.in_cluster_peer_url.clone()], a.peer_urls.clone()].concat(),
+        })
+    }
+}
