@@ -3,7 +3,8 @@
 //! running as its ServiceAccount under Lease leader election, and one real etcd cluster
 //! (Debian's etcd 3.4) whose members advertise the exposed names the planner spells. The
 //! orchestrator (gardenlet) is the test body; etcd-druid and the DNS provider are the small
-//! stand-ins of `common/` (they act only through the API and etcd's own API).
+//! stand-ins of the seed world (`isthmus_seed_world`, the lab's too: they act only through the
+//! API and etcd's own API).
 //!
 //! Needs root (`unshare -m` for the members' private `/etc/hosts`), the kube-apiserver build
 //! and the upstream CRDs (`scripts/install-deps.sh`).
@@ -18,8 +19,8 @@ use isthmus_controller::crd::{
 };
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
-use isthmus_seed_world::druid::{DruidStandIn, Side};
-use isthmus_seed_world::etcd::test_etcd::{free_run, MemberDef, TestEtcd};
+use isthmus_seed_world::druid::{DruidTask, EtcdDruid};
+use isthmus_seed_world::etcd::{free_run, Cluster, Loopback};
 use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
@@ -27,9 +28,11 @@ use isthmus_testkit::wait_until;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Mutex;
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -69,18 +72,12 @@ fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
 }
 
 /// Every member either seed may have, with the planner's names and URLs.
-fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> TestEtcd {
-    let defs = plan::members(src, NS)
+fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> Loopback {
+    let members: Vec<plan::Member> = plan::members(src, NS)
         .into_iter()
         .chain(plan::members(dst, NS))
-        .map(|m| MemberDef {
-            name: m.member.clone(),
-            dns: m.dns_name.clone(),
-            peer_port: m.peer_port,
-            client_port: m.client_port,
-        })
         .collect();
-    TestEtcd::new(defs)
+    Loopback::new(&members, NS, "etcd-main")
 }
 
 fn migrations(c: &Client) -> Api<EtcdMigration> {
@@ -160,13 +157,15 @@ async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
     }
 }
 
-fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
-    let mut m: Vec<(String, bool)> = etcd
-        .lock()
+/// etcd's members (name, learner), sorted.
+async fn members_of(etcd: &Mutex<Cluster>) -> Vec<(String, bool)> {
+    let c = etcd.lock().await;
+    let mut m: Vec<(String, bool)> = c
+        .list()
+        .await
         .unwrap()
-        .members()
-        .into_iter()
-        .map(|m| (m.1, m.3))
+        .iter()
+        .map(|l| (c.name_of(l), l.learner))
         .collect();
     m.sort();
     m
@@ -175,20 +174,22 @@ fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
 struct World {
     a: Seed,
     b: Seed,
-    etcd: Arc<Mutex<TestEtcd>>,
+    etcd: Arc<Mutex<Cluster>>,
+    connect_to: BTreeMap<String, SocketAddr>,
     src: EtcdMigrationSpec,
     dst: EtcdMigrationSpec,
-    druid_a: DruidStandIn,
-    druid_b: DruidStandIn,
+    druid_a: Box<dyn EtcdDruid>,
+    druid_b: Box<dyn EtcdDruid>,
     /// etcd's CA, a client certificate and its key (PEM).
     tls: (String, String, String),
 }
 
 impl World {
-    /// Neither etcd-druid stand-in was asked to reconcile a generation it had reconciled.
+    /// Neither etcd-druid was asked to reconcile a generation it had reconciled, nor to make a
+    /// change etcd-druid#1426's CEL rules refuse.
     fn assert_druid_contract(&self) {
         for (seed, d) in [("source", &self.druid_a), ("destination", &self.druid_b)] {
-            let v = d.violations.lock().unwrap().clone();
+            let v = d.violations();
             assert!(v.is_empty(), "{seed}: {v:?}");
         }
     }
@@ -203,15 +204,16 @@ async fn world() -> World {
         .with_test_writer()
         .try_init();
     let (src, dst) = specs();
-    let mut etcd = etcd_for(&src, &dst);
-    etcd.start("etcd-main-0", &["etcd-main-0"], "new");
-    etcd.wait_healthy();
-    let (ca, cert, key) = (
-        etcd.ca_pem(),
-        etcd.client.cert_pem.clone(),
-        etcd.client.key_pem.clone(),
-    );
-    let etcd = Arc::new(Mutex::new(etcd));
+    let Loopback {
+        mut cluster,
+        ca_pem: ca,
+        client,
+        connect_to,
+    } = etcd_for(&src, &dst);
+    // The source's one member, as druid runs it before any migration.
+    cluster.bootstrap(&["etcd-main-0".into()]).await.unwrap();
+    let (cert, key) = (client.cert_pem.clone(), client.key_pem.clone());
+    let etcd = Arc::new(Mutex::new(cluster));
     let (mut a, mut b) = tokio::join!(
         Seed::start("seed-a", "203.0.113.7", NS),
         Seed::start("seed-b", "198.51.100.9", NS)
@@ -231,29 +233,23 @@ async fn world() -> World {
         .create(&PostParams::default(), &gardenlet_etcd)
         .await
         .unwrap();
-    let sources = vec!["etcd-main-0".to_string()];
-    let druid_a = DruidStandIn::start(
-        a.admin.clone(),
-        NS,
-        Side::Source,
-        etcd.clone(),
-        sources.clone(),
-    );
-    let druid_b = DruidStandIn::start(
+    let druid_a = DruidTask::spawn(a.admin.clone(), NS, "etcd-main", "source", etcd.clone());
+    let druid_b = DruidTask::spawn(
         b.admin.clone(),
         NS,
-        Side::Destination,
+        "etcd-main",
+        "destination",
         etcd.clone(),
-        sources,
     );
     World {
         a,
         b,
         etcd,
+        connect_to,
         src,
         dst,
-        druid_a,
-        druid_b,
+        druid_a: Box::new(druid_a),
+        druid_b: Box::new(druid_b),
         tls: (ca, cert, key),
     }
 }
@@ -395,7 +391,7 @@ async fn rotate_client_secret(w: &World, etcds: &Api<DynamicObject>, gardenlet: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     let w = world().await;
-    let connect = w.etcd.lock().unwrap().connect_to();
+    let connect = w.connect_to.clone();
     let (_ctl_a, leader_a) = w.a.controller("controller-a-0", connect.clone()).await;
     let (ctl_b0, leader_b0) = w.b.controller("controller-b-0", connect.clone()).await;
     wait_until("destination replica 0 leads", STEP_TIMEOUT, || {
@@ -492,7 +488,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "PeersJoinedSuccessfully".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -521,7 +517,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
 
     set_step(&w.b.admin, Step::Grow).await;
     reach(&w.b.admin, Step::Grow, "grow").await;
-    assert_eq!(members_of(&w.etcd).len(), 4);
+    assert_eq!(members_of(&w.etcd).await.len(), 4);
 
     // Shrink: leadership moves to a destination member first; druid removes the source.
     set_step(&w.b.admin, Step::Shrink).await;
@@ -531,7 +527,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "SourceMembersRemoved".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -642,8 +638,8 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     if let Some(d) = w.dst.destination.as_mut() {
         d.join_timeout = Some("3s".into());
     }
-    w.druid_b.promote.store(false, Ordering::SeqCst);
-    let connect = w.etcd.lock().unwrap().connect_to();
+    w.etcd.lock().await.hold_promotion = true;
+    let connect = w.connect_to.clone();
     let _ctl_a = w.a.controller("controller-a-0", connect.clone()).await;
     let _ctl_b = w.b.controller("controller-b-0", connect.clone()).await;
     expose_both(&w).await;
@@ -657,7 +653,11 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         ("False", "JoinTimedOut"),
     )
     .await;
-    let learners: Vec<(String, bool)> = members_of(&w.etcd).into_iter().filter(|m| m.1).collect();
+    let learners: Vec<(String, bool)> = members_of(&w.etcd)
+        .await
+        .into_iter()
+        .filter(|m| m.1)
+        .collect();
     assert!(!learners.is_empty(), "a learner joined");
 
     set_step(&w.b.admin, Step::Abort).await;
@@ -667,7 +667,10 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         condition(&s, "LiveMigrationAborted"),
         Some(("True".into(), "CleanedUp".into()))
     );
-    assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
+    assert_eq!(
+        members_of(&w.etcd).await,
+        vec![("etcd-main-0".into(), false)]
+    );
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
     assert!(
         etcds_b.get_opt("etcd-main").await.unwrap().is_none(),
@@ -683,6 +686,11 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         .is_empty());
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
-    w.etcd.lock().unwrap().wait_healthy();
+    let urls = w.etcd.lock().await.voter_urls();
+    for url in urls {
+        isthmus_seed_world::etcd::wait_serving(&url, STEP_TIMEOUT)
+            .await
+            .unwrap();
+    }
     w.assert_druid_contract();
 }

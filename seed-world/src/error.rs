@@ -54,7 +54,6 @@ impl Error {
             source,
         }
     }
-    #[allow(dead_code)] // the stand-ins' calls to a seed's API server (the next step)
     pub(crate) fn kube(what: impl Into<String>, source: kube::Error) -> Self {
         Self::Kube {
             what: what.into(),

@@ -17,7 +17,7 @@ pub struct Rolled {
 }
 
 /// What the stand-ins and the etcd harness report.
-pub trait Journal {
+pub trait Journal: Send {
     /// Something done or seen (a learner added, a leader moved, a member removed).
     fn event(&mut self, what: String);
     /// A member was rolled onto new peer URLs.

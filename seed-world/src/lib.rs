@@ -23,3 +23,10 @@ pub mod seed;
 
 pub use error::{Error, Result};
 pub use journal::Journal;
+
+/// The wall clock as RFC 3339, to the second: the times the stand-ins write into objects.
+pub(crate) fn now() -> String {
+    use k8s_openapi::jiff::Timestamp;
+    let secs = Timestamp::now().as_second();
+    Timestamp::from_second(secs).map_or_else(|_| String::new(), |t| t.to_string())
+}

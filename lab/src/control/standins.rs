@@ -5,15 +5,16 @@
 //! - the DNS provider: every `DNSRecord` of both seeds → both seeds' hosts files (the lab's DNS,
 //!   split horizon, `crate::world::hosts`), then `status.observedGeneration` and
 //!   `lastOperation: Succeeded`, and the `gardener.cloud/operation` annotation taken away;
-//! - etcd-druid (`druid.rs`): the `Etcd`, on a reconcile request only → membership
-//!   operations and rolling updates (`crate::druid`, `crate::rolling`: the same code the
-//!   planner-driven runs use), then the status etcd-druid writes.
+//! - etcd-druid (the seed world's `DruidStandIn`, the one the controller's tests run): the
+//!   `Etcd`, on a reconcile request only → its pods' membership operations and rolling
+//!   updates (`isthmus_seed_world::druid::pods`: the same code the planner-driven runs use),
+//!   and the status etcd-druid writes.
 //!
 //! Every change a stand-in sees is recorded (the report's list of what the controllers wrote),
 //! and so is every condition change of both migrations (the condition timeline) and every
 //! change of the controllers' Lease holders.
 
-use super::{druid, Controllers, MIGRATION, ROUTES, SYSTEM};
+use super::{Controllers, MIGRATION, ROUTES, SYSTEM};
 use crate::clock;
 use crate::error::{Error, Result};
 use crate::lab::Lab;
@@ -22,7 +23,9 @@ use crate::side::Side;
 use crate::specs::{self, NAMESPACE};
 use crate::world::hosts;
 use isthmus_controller::crd::EtcdMigration;
-use isthmus_controller::gardener::{dnsrecord_observe, dnsrecord_resource, etcd_resource};
+use isthmus_controller::gardener::{
+    dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource,
+};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::json;
@@ -165,16 +168,32 @@ impl Controllers {
         Ok(())
     }
 
-    /// One pass of the etcd-druid stand-in (`druid.rs`) over `side`, recorded.
+    /// One pass of the etcd-druid stand-in over `side`; a new generation of the `Etcd` (or
+    /// its deletion) and every breach of the contract recorded.
     async fn druid_tick(&mut self, lab: &mut Lab, side: Side) -> Result<()> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.plane.admin(side), NAMESPACE, &etcd_resource());
         let i = side.index();
-        let mut state = std::mem::take(&mut self.druid[i]);
-        let pass = druid::pass(lab, &mut self.migrations[i], side, &api, &mut state).await;
-        self.druid[i] = state;
-        let pass = pass?;
-        for w in pass.written {
+        let etcd = &mut lab.world.etcd;
+        let pass = self.druid[i].pass(&api, etcd, &mut lab.record).await?;
+        let m = &mut self.migrations[i];
+        let seen = pass.etcd.map(|v| etcd_observe(&v, m.spec.druid_api));
+        let written = match (&m.obs.etcd, &seen) {
+            (Some(_), None) => Some("Etcd deleted".to_string()),
+            (before, Some(e)) if before.as_ref().map(|b| b.generation) != Some(e.generation) => {
+                let f = &e.fields;
+                Some(format!(
+                    "Etcd generation {}: replicas {:?}, {} bootstrap members, {} advertised URLs",
+                    e.generation,
+                    f.replicas,
+                    f.bootstrap_members.len(),
+                    f.advertise.len()
+                ))
+            }
+            _ => None,
+        };
+        m.obs.etcd = seen;
+        if let Some(w) = written {
             self.written(lab, side, w);
         }
         for v in pass.violations {

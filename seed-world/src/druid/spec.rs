@@ -4,9 +4,10 @@
 //! `overrideDefaultURL`), and the existing cluster it joins (`bootstrapWithExistingCluster`).
 
 use crate::error::{Error, Result};
-use crate::etcd::MemberDef;
+use crate::etcd::{Cluster, MemberDef};
 use isthmus_controller::crd::MemberUrls;
 use isthmus_controller::plan::EtcdFields;
+use serde_json::Value;
 
 /// An `Etcd`'s spec as etcd-druid acts on it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -24,6 +25,43 @@ pub struct DruidSpec {
 }
 
 impl DruidSpec {
+    /// The spec of `etcd` (the whole object) as etcd-druid reads it, in either API
+    /// generation (etcd-druid v0.38.1 `api/core/v1alpha1/types_etcd.go`; the newer
+    /// `additionalAdvertisedURLs` of etcd-druid#1438).
+    pub fn read(etcd: &Value) -> Self {
+        let spec = &etcd["spec"];
+        let newer = &spec["etcd"]["additionalAdvertisedURLs"]["peerURLs"];
+        let (advertised, override_default_url) = match newer.is_object() {
+            true => (
+                members(&newer["members"], "name", "urls"),
+                newer["overrideDefaultURL"].as_bool().unwrap_or(false),
+            ),
+            false => (
+                members(
+                    &spec["etcd"]["additionalAdvertisePeerURLs"],
+                    "memberName",
+                    "urls",
+                ),
+                false,
+            ),
+        };
+        Self {
+            etcd: etcd["metadata"]["name"].as_str().unwrap_or_default().into(),
+            replicas: spec["replicas"]
+                .as_u64()
+                .and_then(|r| u16::try_from(r).ok())
+                .unwrap_or(0),
+            member_name_prefix: spec["memberNamePrefix"].as_str().map(String::from),
+            advertised,
+            override_default_url,
+            bootstrap: members(
+                &spec["etcd"]["bootstrapWithExistingCluster"]["members"],
+                "name",
+                "peerUrls",
+            ),
+        }
+    }
+
     /// The spec of `fields` (an `Etcd` named `etcd`) as the controller writes it.
     pub fn from_fields(etcd: &str, fields: &EtcdFields, override_default_url: bool) -> Self {
         Self {
@@ -52,6 +90,15 @@ impl DruidSpec {
         (0..self.replicas).map(|i| self.member(i)).collect()
     }
 
+    /// Every member of this `Etcd` the harness defines, at any index: its pods, whatever
+    /// `replicas` says now.
+    pub fn pods(&self, c: &Cluster) -> Vec<String> {
+        (0..)
+            .map(|i| self.member(i))
+            .take_while(|n| c.def(n).is_ok())
+            .collect()
+    }
+
     /// The peer URLs etcd-druid starts `def` with: the advertised ones, after the in-cluster
     /// one unless `overrideDefaultURL`; the in-cluster one alone when not advertised. An
     /// advertised URL must be the member's exposed one (the only other name the seeds' DNS and
@@ -71,4 +118,22 @@ impl DruidSpec {
             false => [vec![def.in_cluster_peer_url.clone()], a.peer_urls.clone()].concat(),
         })
     }
+}
+
+/// `[{<name>: .., <urls>: [..]}]` as member names and peer URLs.
+fn members(list: &Value, name: &str, urls: &str) -> Vec<MemberUrls> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| MemberUrls {
+            name: m[name].as_str().unwrap_or_default().into(),
+            peer_urls: m[urls]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|u| u.as_str().map(String::from))
+                .collect(),
+            client_urls: Vec::new(),
+        })
+        .collect()
 }

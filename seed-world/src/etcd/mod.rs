@@ -12,17 +12,16 @@
 //! listener is the controller's (client certificates of the cluster's CA).
 
 pub mod cluster;
+pub mod loopback;
 pub mod member;
 pub mod membership;
 pub mod process;
 pub mod rolling;
-/// The controller tests' cluster before it moves onto [`Cluster`].
-pub mod test_etcd;
 
 pub use cluster::Cluster;
+pub use loopback::{free_run, Loopback};
 pub use member::{Listed, MemberDef, Place};
 pub use membership::{add_learner, move_leader, promote, remove, update_peer_urls};
-pub use test_etcd::{free_run, TestEtcd};
 
 use crate::error::{Error, Result};
 use etcd_client::{Client, ConnectOptions};

@@ -11,6 +11,7 @@ mod reads;
 use super::process::MemberProcess;
 use super::MemberDef;
 use crate::error::{Error, Result};
+use isthmus_testkit::Scratch;
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -34,6 +35,8 @@ pub struct Cluster {
     /// The pods leave learners unpromoted (a learner still catching up): the window an abort
     /// needs, which a controller's reaction time would otherwise miss.
     pub hold_promotion: bool,
+    /// The directory, removed last, when the cluster owns it.
+    scratch: Option<Scratch>,
 }
 
 impl Cluster {
@@ -49,7 +52,15 @@ impl Cluster {
             removed: BTreeSet::new(),
             pre_vote,
             hold_promotion: false,
+            scratch: None,
         }
+    }
+
+    /// [`Cluster::new`] in `scratch`, which goes with the cluster.
+    pub fn in_scratch(scratch: Scratch, defs: Vec<MemberDef>, pre_vote: bool) -> Self {
+        let mut c = Self::new(scratch.path(), defs, pre_vote);
+        c.scratch = Some(scratch);
+        c
     }
 
     /// The directory of its files.
