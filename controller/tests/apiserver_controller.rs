@@ -21,6 +21,7 @@ use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
 use isthmus_seed_world::druid::{DruidTask, EtcdDruid};
 use isthmus_seed_world::etcd::{free_run, Cluster, Loopback};
+use isthmus_seed_world::gardenlet;
 use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
@@ -91,12 +92,9 @@ async fn etcd_service(c: &Client) -> Option<Value> {
     Some(serde_json::to_value(s).unwrap())
 }
 
+/// gardenlet sets the migration's step.
 async fn set_step(c: &Client, step: Step) {
-    let patch = json!({"spec": {"step": step}});
-    migrations(c)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
+    gardenlet::set_step(c, NS, "shoot", step).await.unwrap();
 }
 
 async fn status(c: &Client) -> Value {
@@ -227,10 +225,7 @@ async fn world() -> World {
     a.grant(&src, NS).await;
     b.grant(&dst, NS).await;
     // gardenlet's source Etcd: the running member (one replica here).
-    let gardenlet_etcd: DynamicObject =
-        serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();
-    Api::<DynamicObject>::namespaced_with(a.admin.clone(), NS, &etcd_resource())
-        .create(&PostParams::default(), &gardenlet_etcd)
+    gardenlet::create_etcd(&a.admin, &minimal_etcd("etcd-main", NS, 1))
         .await
         .unwrap();
     let druid_a = DruidTask::spawn(a.admin.clone(), NS, "etcd-main", "source", etcd.clone());
@@ -336,20 +331,15 @@ impl Bad {
     }
 }
 
-async fn create(c: &Client, spec: &EtcdMigrationSpec) {
-    migrations(c)
-        .create(
-            &PostParams::default(),
-            &EtcdMigration::new("shoot", spec.clone()),
-        )
+/// Exposes both seeds and hands the source's exposed members to the destination, as gardenlet
+/// does.
+async fn expose_both(w: &World) {
+    gardenlet::create_migration(&w.a.admin, NS, "shoot", &w.src)
         .await
         .unwrap();
-}
-
-/// Exposes both seeds and hands the source's exposed members to the destination.
-async fn expose_both(w: &World) {
-    create(&w.a.admin, &w.src).await;
-    create(&w.b.admin, &w.dst).await;
+    gardenlet::create_migration(&w.b.admin, NS, "shoot", &w.dst)
+        .await
+        .unwrap();
     let s = reach(&w.a.admin, Step::Expose, "source").await;
     assert_eq!(
         condition(&s, "SourceEtcdPreparedForPeerJoin"),
@@ -357,11 +347,10 @@ async fn expose_both(w: &World) {
     );
     reach(&w.b.admin, Step::Expose, "destination").await;
     let exposed: Vec<MemberUrls> = serde_json::from_value(s["exposedMembers"].clone()).unwrap();
-    let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
-    migrations(&w.b.admin)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+    let copied = gardenlet::copy_exposed_members(&w.a.admin, &w.b.admin, NS, "shoot")
         .await
         .unwrap();
+    assert_eq!(copied, exposed);
 }
 
 /// A rotation of the source's etcd client certificate as gardenlet's secrets manager does it

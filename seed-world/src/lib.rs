@@ -11,15 +11,23 @@
 // Test support moved from `controller/tests/common`: a panic is a test failure.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+/// The DNS provider's part.
+pub mod dns;
 /// etcd-druid's parts that cannot run here.
 pub mod druid;
 mod error;
 /// A real etcd cluster, run as etcd-druid's pods would run it.
 pub mod etcd;
+/// gardenlet's part.
+pub mod gardenlet;
 /// Where the stand-ins note what they did.
 pub mod journal;
-/// A seed: its API server, its objects, the DNS provider, the proxy pods, the controller.
+/// The proxy pods' `/config/hash`.
+pub mod proxy_pods;
+/// A controller test's seed: its API server, the stand-ins, the controller.
 pub mod seed;
+/// What a seed has before any migration.
+pub mod setup;
 
 pub use error::{Error, Result};
 pub use journal::Journal;

@@ -43,6 +43,8 @@ pub mod sched;
 /// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
 pub mod link;
 
+/// Server-side apply of one manifest, as an installer does it.
+pub mod apply;
 /// Gardener's etcd client Secrets, as its secrets manager writes them.
 pub mod gardener;
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for

@@ -1,6 +1,7 @@
 //! The controllers driver (`--controllers`): each seed gets its own real kube-apiserver
 //! (`apiserver.rs`) with the pinned upstream CRDs (etcd-druid's `Etcd`, Gardener's
-//! `DNSRecord`), isthmus' `EtcdMigration` CRD and `deploy/`'s RBAC (`install.rs`), and runs
+//! `DNSRecord`), isthmus' `EtcdMigration` CRD and `deploy/`'s RBAC (the seed world's set-up,
+//! the one the controller's tests install), and runs
 //! the production `isthmus controller` (`controller.rs`) as its ServiceAccount (`plane.rs`).
 //! The controller plans and writes the objects; stand-ins for the controllers that cannot run
 //! here act on them, each only through the API:
@@ -19,7 +20,6 @@ pub mod apiserver;
 pub mod controller;
 mod faults;
 pub mod gardenlet;
-mod install;
 pub mod kubelet;
 pub mod plane;
 pub mod record;
