@@ -153,7 +153,7 @@ pub fn with_advertised_urls(crd: &mut Value) -> Result<()> {
                            "urls": {"type": "array", "items": {"type": "string"}}}}},
     }});
     let field = json!({"type": "object",
-        "description": "etcd-druid's newer advertised-URL API, added to the pinned schema by isthmus' seed world",
+        "description": "etcd-druid's newer advertised-URL API, declared by isthmus' seed world",
         "properties": {"peerURLs": members.clone(), "clientURLs": members}});
     let versions = crd
         .pointer_mut("/spec/versions")

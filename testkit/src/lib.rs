@@ -37,6 +37,9 @@ pub use netns::Netns;
 mod process;
 pub use process::{free_port, Logged};
 
+mod kubelet_stop;
+pub use kubelet_stop::stop_like_kubelet;
+
 /// A thread's scheduling policy (`/proc`).
 pub mod sched;
 

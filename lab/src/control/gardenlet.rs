@@ -17,8 +17,8 @@ use kube::api::Api;
 
 /// `side`'s spec as gardenlet writes it for the seeds' real API servers: the lab's spec
 /// (etcd-druid's newer `additionalAdvertisedURLs` with `overrideDefaultURL`, see
-/// `isthmus_seed_world::setup::with_advertised_urls` for why), the proxy's Service in the controller's
-/// namespace, and a destination template the pinned CRD accepts.
+/// `isthmus_seed_world::setup::with_advertised_urls` for why), the proxy's Service in the
+/// controller's namespace, and a destination template the pinned CRD accepts.
 pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
     let mut s = specs::spec(side, step);
     s.load_balancer = ObjectRef {

@@ -28,6 +28,7 @@
 //! is the seam a test holds instead of the stand-in.
 
 pub mod pods;
+mod reconcile;
 /// etcd-druid#1426's bookkeeping of a scale operation.
 pub mod scale;
 pub mod spec;
@@ -40,7 +41,7 @@ pub use task::{DruidTask, EtcdDruid};
 use crate::error::{Error, Result};
 use crate::etcd::Cluster;
 use crate::journal::Journal;
-use isthmus_controller::plan::{DRUID_OPERATION, OPERATION, SUSPEND_SPEC_RECONCILE};
+use isthmus_controller::plan::{DRUID_OPERATION, OPERATION};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 use std::time::Instant;
@@ -128,9 +129,11 @@ impl DruidStandIn {
         self.check_cel(&v);
         self.reconcile_spec(&v, requested);
         let spec = DruidSpec::read(self.st.sts.as_ref().unwrap_or(&v));
-        let sources = joined(&v);
-        let rolling = pods::step(c, &spec, j, &tag).await?
-            || pods::remove_sources(c, &spec, &sources, &mut self.st.last_removal, j, &tag).await?;
+        // No spec reconciled yet (a suspended creation): no StatefulSet, no pods.
+        let rolling = match self.st.sts.is_some() {
+            true => self.roll_out(c, &spec, &joined(&v), j, &tag).await?,
+            false => false,
+        };
         if !rolling {
             self.st.scale_op = None;
         }
@@ -159,48 +162,21 @@ impl DruidStandIn {
         })
     }
 
-    /// A spec change etcd-druid#1426's CEL rules would refuse while an operation runs.
-    fn check_cel(&mut self, v: &Value) {
-        if self.st.seen.as_ref() == Some(&v["spec"]) {
-            return;
+    /// One operation of the pods towards `spec`, or #1426's next removal of `sources`;
+    /// whether the rollout goes on.
+    async fn roll_out(
+        &mut self,
+        c: &mut Cluster,
+        spec: &DruidSpec,
+        sources: &[String],
+        j: &mut dyn Journal,
+        tag: &str,
+    ) -> Result<bool> {
+        if pods::step(c, spec, j, tag).await? {
+            return Ok(true);
         }
-        if let Some(prev) = &self.st.seen {
-            if let Some(why) = scale::refused(prev, &v["spec"], self.st.scale_op) {
-                self.violations.push(format!("{}: {why}", self.label));
-            }
-        }
-        self.st.seen = Some(v["spec"].clone());
-    }
-
-    /// Hands the spec of a requested (or new) generation to the StatefulSet, unless the
-    /// `Etcd` is suspended; a request for a generation already answered is a violation.
-    fn reconcile_spec(&mut self, v: &Value, requested: bool) {
-        let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
-        let created = v["status"]["observedGeneration"].is_null() && self.st.observed.is_none();
-        let suspended = v["metadata"]["annotations"]
-            .get(SUSPEND_SPEC_RECONCILE)
-            .is_some();
-        if suspended || !(requested || created) {
-            return;
-        }
-        if self.st.observed == Some(generation) {
-            if requested && self.st.answered == Some(generation) {
-                self.violations.push(format!(
-                    "{}: reconcile requested again for Etcd generation {generation}, which etcd-druid had reconciled",
-                    self.label
-                ));
-                self.st.answered = None;
-            }
-            return;
-        }
-        let before = self.st.sts.as_ref().map(|s| &s["spec"]);
-        if let Some(op) = scale::on_target(before, &v["spec"]) {
-            self.st.scale_op = Some(op);
-            self.st.scale_seen = true;
-        }
-        self.st.sts = Some(v.clone());
-        self.st.observed = Some(generation);
-        self.st.reconciled.push(generation);
+        let last = &mut self.st.last_removal;
+        pods::remove_sources(c, spec, sources, last, j, tag).await
     }
 
     /// No `Etcd` (any more): its pods stop, their members leave the harness, and druid

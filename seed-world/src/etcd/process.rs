@@ -7,7 +7,7 @@ use super::MemberDef;
 use crate::error::{Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running etcd process (killed on drop).
 #[derive(Debug)]
@@ -92,38 +92,12 @@ impl MemberProcess {
     /// Stops it as kubelet stops a pod: SIGTERM (a leader hands its leadership over first),
     /// SIGKILL after `grace`. Says which it took.
     pub async fn stop(&mut self, grace: Duration) -> Result<String> {
-        let t0 = Instant::now();
-        let pid = self.child.id().to_string();
-        let out = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .output()
+        isthmus_testkit::stop_like_kubelet(&mut self.child, grace)
+            .await
             .map_err(|e| Error::Command {
-                command: format!("kill -TERM {pid}"),
+                command: format!("stopping etcd {}", self.name),
                 detail: e.to_string(),
-            })?;
-        if !out.status.success() {
-            return Err(Error::Command {
-                command: format!("kill -TERM {pid}"),
-                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-            });
-        }
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => {
-                    return Ok(format!(
-                        "SIGTERM, exited after {:.1} s",
-                        t0.elapsed().as_secs_f64()
-                    ))
-                }
-                Ok(None) if t0.elapsed() < grace => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                _ => {
-                    self.kill9();
-                    return Ok(format!("SIGTERM, SIGKILL after {} s", grace.as_secs()));
-                }
-            }
-        }
+            })
     }
 
     /// `kill -9`: the process dies without a word to its peers (a crashed container).
