@@ -137,3 +137,64 @@ fn members(list: &Value, name: &str, urls: &str) -> Vec<MemberUrls> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::etcd::Place;
+    use serde_json::json;
+
+    fn def(name: &str) -> MemberDef {
+        MemberDef {
+            name: name.into(),
+            exposed_peer_url: "https://etcd-main-0.ns.seed-b.example.com:2380".into(),
+            in_cluster_peer_url: "https://etcd-main-0.etcd-main-peer.ns.svc:12380".into(),
+            listen_peer_url: "https://127.0.0.1:12380".into(),
+            client_url: "http://127.0.0.1:22379".into(),
+            tls_client_url: "https://127.0.0.1:24379".into(),
+            place: Place::PrivateHosts("/tmp/hosts".into()),
+        }
+    }
+
+    #[test]
+    fn both_api_generations_are_read_and_the_default_url_kept_unless_overridden() {
+        let exposed = "https://etcd-main-0.ns.seed-b.example.com:2380";
+        let old = json!({"metadata": {"name": "etcd-main"}, "spec": {
+            "replicas": 2, "memberNamePrefix": "dest",
+            "etcd": {"additionalAdvertisePeerURLs": [{"memberName": "dest-etcd-main-0", "urls": [exposed]}],
+                     "bootstrapWithExistingCluster": {"members": [{"name": "etcd-main-0",
+                         "peerUrls": ["https://etcd-main-0.ns.seed-a.example.com:2380"]}]}}}});
+        let s = DruidSpec::read(&old);
+        assert_eq!(s.members(), ["dest-etcd-main-0", "dest-etcd-main-1"]);
+        assert_eq!(s.bootstrap[0].name, "etcd-main-0");
+        let d = def("dest-etcd-main-0");
+        assert_eq!(
+            s.peer_urls(&d).unwrap(),
+            [d.in_cluster_peer_url.clone(), exposed.into()]
+        );
+        let not_advertised = s.peer_urls(&def("dest-etcd-main-1")).unwrap();
+        assert_eq!(not_advertised, std::slice::from_ref(&d.in_cluster_peer_url));
+
+        let newer = json!({"metadata": {"name": "etcd-main"}, "spec": {"replicas": 3, "etcd": {
+            "additionalAdvertisedURLs": {"peerURLs": {"overrideDefaultURL": true,
+                "members": [{"name": "dest-etcd-main-0", "urls": [exposed]}]}}}}});
+        let s = DruidSpec::read(&newer);
+        assert_eq!(s.members(), ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+        assert!(s.bootstrap.is_empty());
+        assert_eq!(s.peer_urls(&d).unwrap(), [exposed]);
+    }
+
+    #[test]
+    fn an_advertised_url_the_seeds_do_not_serve_is_refused() {
+        let s = DruidSpec::read(
+            &json!({"metadata": {"name": "etcd-main"}, "spec": {"etcd": {
+            "additionalAdvertisePeerURLs": [{"memberName": "dest-etcd-main-0",
+                                             "urls": ["https://elsewhere.example.com:2380"]}]}}}),
+        );
+        let e = s
+            .peer_urls(&def("dest-etcd-main-0"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("elsewhere.example.com"), "{e}");
+    }
+}
