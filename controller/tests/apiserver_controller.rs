@@ -3,7 +3,8 @@
 //! running as its ServiceAccount under Lease leader election, and one real etcd cluster
 //! (Debian's etcd 3.4) whose members advertise the exposed names the planner spells. The
 //! orchestrator (gardenlet) is the test body; etcd-druid and the DNS provider are the small
-//! stand-ins of `common/` (they act only through the API and etcd's own API).
+//! stand-ins of the seed world (`isthmus_seed_world`, the lab's too: they act only through the
+//! API and etcd's own API).
 //!
 //! Needs root (`unshare -m` for the members' private `/etc/hosts`), the kube-apiserver build
 //! and the upstream CRDs (`scripts/install-deps.sh`).
@@ -12,24 +13,27 @@
 
 mod common;
 
-use common::druid_standin::{DruidStandIn, Side};
-use common::etcd::{free_run, MemberDef, TestEtcd};
-use common::seed::Seed;
 use common::{spec, NS};
 use isthmus_controller::crd::{
     EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
 };
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
+use isthmus_seed_world::druid::{DruidTask, EtcdDruid};
+use isthmus_seed_world::etcd::{free_run, Cluster, Loopback};
+use isthmus_seed_world::gardenlet;
+use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Mutex;
 
 const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -69,18 +73,12 @@ fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
 }
 
 /// Every member either seed may have, with the planner's names and URLs.
-fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> TestEtcd {
-    let defs = plan::members(src, NS)
+fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> Loopback {
+    let members: Vec<plan::Member> = plan::members(src, NS)
         .into_iter()
         .chain(plan::members(dst, NS))
-        .map(|m| MemberDef {
-            name: m.member.clone(),
-            dns: m.dns_name.clone(),
-            peer_port: m.peer_port,
-            client_port: m.client_port,
-        })
         .collect();
-    TestEtcd::new(defs)
+    Loopback::new(&members, NS, "etcd-main")
 }
 
 fn migrations(c: &Client) -> Api<EtcdMigration> {
@@ -94,12 +92,9 @@ async fn etcd_service(c: &Client) -> Option<Value> {
     Some(serde_json::to_value(s).unwrap())
 }
 
+/// gardenlet sets the migration's step.
 async fn set_step(c: &Client, step: Step) {
-    let patch = json!({"spec": {"step": step}});
-    migrations(c)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
+    gardenlet::set_step(c, NS, "shoot", step).await.unwrap();
 }
 
 async fn status(c: &Client) -> Value {
@@ -160,13 +155,15 @@ async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
     }
 }
 
-fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
-    let mut m: Vec<(String, bool)> = etcd
-        .lock()
+/// etcd's members (name, learner), sorted.
+async fn members_of(etcd: &Mutex<Cluster>) -> Vec<(String, bool)> {
+    let c = etcd.lock().await;
+    let mut m: Vec<(String, bool)> = c
+        .list()
+        .await
         .unwrap()
-        .members()
-        .into_iter()
-        .map(|m| (m.1, m.3))
+        .iter()
+        .map(|l| (c.name_of(l), l.learner))
         .collect();
     m.sort();
     m
@@ -175,20 +172,22 @@ fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
 struct World {
     a: Seed,
     b: Seed,
-    etcd: Arc<Mutex<TestEtcd>>,
+    etcd: Arc<Mutex<Cluster>>,
+    connect_to: BTreeMap<String, SocketAddr>,
     src: EtcdMigrationSpec,
     dst: EtcdMigrationSpec,
-    druid_a: DruidStandIn,
-    druid_b: DruidStandIn,
+    druid_a: Box<dyn EtcdDruid>,
+    druid_b: Box<dyn EtcdDruid>,
     /// etcd's CA, a client certificate and its key (PEM).
     tls: (String, String, String),
 }
 
 impl World {
-    /// Neither etcd-druid stand-in was asked to reconcile a generation it had reconciled.
+    /// Neither etcd-druid was asked to reconcile a generation it had reconciled, nor to make a
+    /// change etcd-druid#1426's CEL rules refuse.
     fn assert_druid_contract(&self) {
         for (seed, d) in [("source", &self.druid_a), ("destination", &self.druid_b)] {
-            let v = d.violations.lock().unwrap().clone();
+            let v = d.violations();
             assert!(v.is_empty(), "{seed}: {v:?}");
         }
     }
@@ -203,15 +202,16 @@ async fn world() -> World {
         .with_test_writer()
         .try_init();
     let (src, dst) = specs();
-    let mut etcd = etcd_for(&src, &dst);
-    etcd.start("etcd-main-0", &["etcd-main-0"], "new");
-    etcd.wait_healthy();
-    let (ca, cert, key) = (
-        etcd.ca_pem(),
-        etcd.client.cert_pem.clone(),
-        etcd.client.key_pem.clone(),
-    );
-    let etcd = Arc::new(Mutex::new(etcd));
+    let Loopback {
+        mut cluster,
+        ca_pem: ca,
+        client,
+        connect_to,
+    } = etcd_for(&src, &dst);
+    // The source's one member, as druid runs it before any migration.
+    cluster.bootstrap(&["etcd-main-0".into()]).await.unwrap();
+    let (cert, key) = (client.cert_pem.clone(), client.key_pem.clone());
+    let etcd = Arc::new(Mutex::new(cluster));
     let (mut a, mut b) = tokio::join!(
         Seed::start("seed-a", "203.0.113.7", NS),
         Seed::start("seed-b", "198.51.100.9", NS)
@@ -225,35 +225,26 @@ async fn world() -> World {
     a.grant(&src, NS).await;
     b.grant(&dst, NS).await;
     // gardenlet's source Etcd: the running member (one replica here).
-    let gardenlet_etcd: DynamicObject =
-        serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();
-    Api::<DynamicObject>::namespaced_with(a.admin.clone(), NS, &etcd_resource())
-        .create(&PostParams::default(), &gardenlet_etcd)
+    gardenlet::create_etcd(&a.admin, &minimal_etcd("etcd-main", NS, 1))
         .await
         .unwrap();
-    let sources = vec!["etcd-main-0".to_string()];
-    let druid_a = DruidStandIn::start(
-        a.admin.clone(),
-        NS,
-        Side::Source,
-        etcd.clone(),
-        sources.clone(),
-    );
-    let druid_b = DruidStandIn::start(
+    let druid_a = DruidTask::spawn(a.admin.clone(), NS, "etcd-main", "source", etcd.clone());
+    let druid_b = DruidTask::spawn(
         b.admin.clone(),
         NS,
-        Side::Destination,
+        "etcd-main",
+        "destination",
         etcd.clone(),
-        sources,
     );
     World {
         a,
         b,
         etcd,
+        connect_to,
         src,
         dst,
-        druid_a,
-        druid_b,
+        druid_a: Box::new(druid_a),
+        druid_b: Box::new(druid_b),
         tls: (ca, cert, key),
     }
 }
@@ -340,20 +331,15 @@ impl Bad {
     }
 }
 
-async fn create(c: &Client, spec: &EtcdMigrationSpec) {
-    migrations(c)
-        .create(
-            &PostParams::default(),
-            &EtcdMigration::new("shoot", spec.clone()),
-        )
+/// Exposes both seeds and hands the source's exposed members to the destination, as gardenlet
+/// does.
+async fn expose_both(w: &World) {
+    gardenlet::create_migration(&w.a.admin, NS, "shoot", &w.src)
         .await
         .unwrap();
-}
-
-/// Exposes both seeds and hands the source's exposed members to the destination.
-async fn expose_both(w: &World) {
-    create(&w.a.admin, &w.src).await;
-    create(&w.b.admin, &w.dst).await;
+    gardenlet::create_migration(&w.b.admin, NS, "shoot", &w.dst)
+        .await
+        .unwrap();
     let s = reach(&w.a.admin, Step::Expose, "source").await;
     assert_eq!(
         condition(&s, "SourceEtcdPreparedForPeerJoin"),
@@ -361,11 +347,10 @@ async fn expose_both(w: &World) {
     );
     reach(&w.b.admin, Step::Expose, "destination").await;
     let exposed: Vec<MemberUrls> = serde_json::from_value(s["exposedMembers"].clone()).unwrap();
-    let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
-    migrations(&w.b.admin)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+    let copied = gardenlet::copy_exposed_members(&w.a.admin, &w.b.admin, NS, "shoot")
         .await
         .unwrap();
+    assert_eq!(copied, exposed);
 }
 
 /// A rotation of the source's etcd client certificate as gardenlet's secrets manager does it
@@ -395,7 +380,7 @@ async fn rotate_client_secret(w: &World, etcds: &Api<DynamicObject>, gardenlet: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     let w = world().await;
-    let connect = w.etcd.lock().unwrap().connect_to();
+    let connect = w.connect_to.clone();
     let (_ctl_a, leader_a) = w.a.controller("controller-a-0", connect.clone()).await;
     let (ctl_b0, leader_b0) = w.b.controller("controller-b-0", connect.clone()).await;
     wait_until("destination replica 0 leads", STEP_TIMEOUT, || {
@@ -492,7 +477,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "PeersJoinedSuccessfully".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -521,7 +506,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
 
     set_step(&w.b.admin, Step::Grow).await;
     reach(&w.b.admin, Step::Grow, "grow").await;
-    assert_eq!(members_of(&w.etcd).len(), 4);
+    assert_eq!(members_of(&w.etcd).await.len(), 4);
 
     // Shrink: leadership moves to a destination member first; druid removes the source.
     set_step(&w.b.admin, Step::Shrink).await;
@@ -531,7 +516,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "SourceMembersRemoved".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -566,7 +551,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .items
         .is_empty());
     let cm_a: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.a.admin.clone(), common::seed::SYSTEM);
+        Api::namespaced(w.a.admin.clone(), SYSTEM);
     let text = cm_a
         .get("isthmus-proxy-routes")
         .await
@@ -612,8 +597,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     assert!(e["spec"]["etcd"]
         .get("additionalAdvertisePeerURLs")
         .is_none());
-    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
+    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(w.b.admin.clone(), SYSTEM);
     let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.json"].clone();
     assert!(
         !text.contains("shoot--foo--bar"),
@@ -643,8 +627,8 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     if let Some(d) = w.dst.destination.as_mut() {
         d.join_timeout = Some("3s".into());
     }
-    w.druid_b.promote.store(false, Ordering::SeqCst);
-    let connect = w.etcd.lock().unwrap().connect_to();
+    w.etcd.lock().await.hold_promotion = true;
+    let connect = w.connect_to.clone();
     let _ctl_a = w.a.controller("controller-a-0", connect.clone()).await;
     let _ctl_b = w.b.controller("controller-b-0", connect.clone()).await;
     expose_both(&w).await;
@@ -658,7 +642,11 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         ("False", "JoinTimedOut"),
     )
     .await;
-    let learners: Vec<(String, bool)> = members_of(&w.etcd).into_iter().filter(|m| m.1).collect();
+    let learners: Vec<(String, bool)> = members_of(&w.etcd)
+        .await
+        .into_iter()
+        .filter(|m| m.1)
+        .collect();
     assert!(!learners.is_empty(), "a learner joined");
 
     set_step(&w.b.admin, Step::Abort).await;
@@ -668,7 +656,10 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         condition(&s, "LiveMigrationAborted"),
         Some(("True".into(), "CleanedUp".into()))
     );
-    assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
+    assert_eq!(
+        members_of(&w.etcd).await,
+        vec![("etcd-main-0".into(), false)]
+    );
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
     assert!(
         etcds_b.get_opt("etcd-main").await.unwrap().is_none(),
@@ -684,6 +675,11 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         .is_empty());
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
-    w.etcd.lock().unwrap().wait_healthy();
+    let urls = w.etcd.lock().await.voter_urls();
+    for url in urls {
+        isthmus_seed_world::etcd::wait_serving(&url, STEP_TIMEOUT)
+            .await
+            .unwrap();
+    }
     w.assert_druid_contract();
 }
