@@ -48,7 +48,9 @@ async fn the_controller_may_change_only_the_nudge_annotation_of_a_proxy_pod() {
     );
     let proxy = admin.get("isthmus-proxy-a").await.unwrap();
 
-    // The policy is read through an informer, like RBAC: wait until it refuses.
+    // The policy is read through an informer, like RBAC: wait until it refuses (422;
+    // RBAC's 403 means the Role is not in effect yet). The probe is
+    // a dry run: before the policy is in effect it would otherwise relabel the proxy pod.
     let label = json!({"metadata": {"labels": {"app.kubernetes.io/name": "hijacked"}}});
     isthmus_testkit::wait_until(
         "the admission policy in effect",
@@ -59,11 +61,11 @@ async fn the_controller_may_change_only_the_nudge_annotation_of_a_proxy_pod() {
             async move {
                 pods.patch(
                     "isthmus-proxy-a",
-                    &PatchParams::default(),
+                    &PatchParams::default().dry_run(),
                     &Patch::Merge(label),
                 )
                 .await
-                .is_err()
+                .is_err_and(|e| matches!(e, kube::Error::Api(s) if s.code == 422))
             }
         },
     )

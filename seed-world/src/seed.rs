@@ -123,6 +123,7 @@ impl Seed {
         let gauge = metrics.leader.clone();
         let settings = Settings {
             proxy_namespace: SYSTEM.into(),
+            proxy_namespace_labels: isthmus_controller::network::namespace_name_labels(SYSTEM),
             shoot_alias: "all-shoots".into(),
             proxy_configmap: ROUTES.into(),
             proxy_selector: "app.kubernetes.io/name=isthmus-proxy".into(),

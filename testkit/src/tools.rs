@@ -63,14 +63,17 @@ pub fn run_ok(cmd: &mut Command) -> String {
     stdout
 }
 
-/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.139.0):
-/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`; and the garden's `Extension`.
+/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.149.3):
+/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`, fluent-operator's `ClusterParser`
+/// and `ClusterFilter`; and the garden's `Extension`.
 pub fn seed_crd_paths() -> Vec<PathBuf> {
     let dir = crate::cache::upstream_crds();
     [
         "autoscaling.k8s.io_verticalpodautoscalers.yaml",
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_prometheusrules.yaml",
+        "fluentbit.fluent.io_clusterparsers.yaml",
+        "fluentbit.fluent.io_clusterfilters.yaml",
         "operator.gardener.cloud_extensions.yaml",
     ]
     .iter()

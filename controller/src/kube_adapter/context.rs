@@ -18,9 +18,12 @@ pub const FINALIZER: &str = "isthmus.dev/cleanup";
 /// Where the shared proxy lives on this seed.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Namespace of the proxy DaemonSet and its ConfigMap: the namespace the shoot
-    /// namespaces' `isthmus-etcd` Services admit (`crate::network`).
+    /// Namespace of the proxy DaemonSet and its ConfigMap.
     pub proxy_namespace: String,
+    /// Labels of that namespace: the shoot namespaces' `isthmus-etcd` Services admit the
+    /// namespaces carrying them (`crate::network`; under gardenlet its registration label,
+    /// since the namespace's name changes with every install).
+    pub proxy_namespace_labels: std::collections::BTreeMap<String, String>,
     /// gardener-resource-manager's alias of shoot namespaces in the proxy pods' egress labels
     /// (`all-shoots`).
     pub shoot_alias: String,
