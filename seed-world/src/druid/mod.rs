@@ -24,6 +24,9 @@
 //!   (`scale.rs`): `ScaleOperationComplete`, and a change its CEL rules would refuse recorded
 //!   as a violation.
 //!
+//! It notes the generations it reconciled and those whose rollout was done (the members ran
+//! that spec): a test's figures of what druid did with a spec before the next one came.
+//!
 //! Where a node runs the real etcd-druid (issue 44), it replaces all of this: [`EtcdDruid`]
 //! is the seam a test holds instead of the stand-in.
 
@@ -36,7 +39,7 @@ mod status;
 mod task;
 
 pub use spec::DruidSpec;
-pub use task::{DruidTask, EtcdDruid};
+pub use task::{DruidTask, EtcdDruid, Generations};
 
 use crate::error::{Error, Result};
 use crate::etcd::Cluster;
@@ -67,6 +70,8 @@ struct State {
     observed: Option<i64>,
     /// Every generation reconciled, in order.
     reconciled: Vec<i64>,
+    /// Every generation the members ran once reconciled (its rollout done), in order.
+    rolled_out: Vec<i64>,
     /// The generation whose request was answered (its annotations removed).
     answered: Option<i64>,
     /// The spec as seen last pass (what etcd-druid#1426's CEL rules compare a change with).
@@ -102,9 +107,14 @@ impl DruidStandIn {
         &self.violations
     }
 
-    /// The generations reconciled, in order.
+    /// The generations reconciled (handed to the StatefulSet), in order.
     pub fn reconciled(&self) -> &[i64] {
         &self.st.reconciled
+    }
+
+    /// The generations whose rollout was done (the members ran that spec), in order.
+    pub fn rolled_out(&self) -> &[i64] {
+        &self.st.rolled_out
     }
 
     /// One pass over the `Etcd` (read through `api`), its pods acting on `c`.
@@ -136,6 +146,12 @@ impl DruidStandIn {
         };
         if !rolling {
             self.st.scale_op = None;
+        }
+        // Seen after the pass' operation: a roll done in it counts, though the status says
+        // so only next pass (a newer generation may replace it first).
+        let ran = self.st.sts.is_some() && pods::runs(c, &spec);
+        if ran && self.st.rolled_out.last() != self.st.observed.as_ref() {
+            self.st.rolled_out.extend(self.st.observed);
         }
         let facts = status::Facts {
             spec: &spec,
@@ -192,6 +208,7 @@ impl DruidStandIn {
         }
         self.st = State {
             reconciled: std::mem::take(&mut self.st.reconciled),
+            rolled_out: std::mem::take(&mut self.st.rolled_out),
             ..State::default()
         };
     }

@@ -80,6 +80,20 @@ pub async fn step(
     c.roll(&wanted, j, tag).await
 }
 
+/// Whether the members run `spec` (its StatefulSet rolled out): each of its members that was
+/// not removed votes, advertising the peer URLs `spec` gives it; at `replicas: 0`, none runs.
+pub fn runs(c: &Cluster, spec: &DruidSpec) -> bool {
+    if spec.replicas == 0 {
+        let running = c.running();
+        return !spec.pods(c).iter().any(|p| running.contains(p));
+    }
+    let urls = |n: &str| c.def(n).and_then(|d| spec.peer_urls(d)).ok();
+    spec.members()
+        .iter()
+        .filter(|n| !c.was_removed(n))
+        .all(|n| c.is_voter(n) && urls(n) == Some(c.peer_urls(n)))
+}
+
 /// etcd-druid#1426's removal of the members of the cluster this `Etcd` joined (`sources`, its
 /// join record) once its bootstrap members were cleared: one at a time, [`REMOVAL_INTERVAL`]
 /// apart, leadership moved off a leaving leader first. Returns whether one is still in etcd.

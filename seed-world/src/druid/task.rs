@@ -25,7 +25,18 @@ pub trait EtcdDruid: Send + Sync + std::fmt::Debug {
 #[derive(Debug)]
 pub struct DruidTask {
     violations: Arc<Mutex<Vec<String>>>,
+    generations: Arc<Mutex<Generations>>,
     task: JoinHandle<()>,
+}
+
+/// The generations the stand-in acted on, as of its last pass (a test's figures: what druid
+/// did with a spec between two writes).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Generations {
+    /// Reconciled (handed to the StatefulSet), in order: [`DruidStandIn::reconciled`].
+    pub reconciled: Vec<i64>,
+    /// Rolled out (the members ran it), in order: [`DruidStandIn::rolled_out`].
+    pub rolled_out: Vec<i64>,
 }
 
 impl Drop for DruidTask {
@@ -48,11 +59,17 @@ impl DruidTask {
         let mut druid = DruidStandIn::new(etcd, label);
         let violations = Arc::new(Mutex::new(Vec::new()));
         let seen = violations.clone();
+        let generations = Arc::new(Mutex::new(Generations::default()));
+        let acted = generations.clone();
         let task = tokio::spawn(async move {
             loop {
                 let pass = {
                     let mut c = cluster.lock().await;
                     druid.pass(&api, &mut c, &mut Log).await
+                };
+                *acted.lock().unwrap_or_else(|e| e.into_inner()) = Generations {
+                    reconciled: druid.reconciled().to_vec(),
+                    rolled_out: druid.rolled_out().to_vec(),
                 };
                 match pass {
                     Ok(p) => seen
@@ -64,7 +81,19 @@ impl DruidTask {
                 tokio::time::sleep(Duration::from_millis(150)).await;
             }
         });
-        Self { violations, task }
+        Self {
+            violations,
+            generations,
+            task,
+        }
+    }
+
+    /// The generations it acted on so far.
+    pub fn generations(&self) -> Generations {
+        self.generations
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

@@ -5,6 +5,7 @@
 //! ([`Place::PrivateHosts`]) that resolves every name to 127.0.0.1, so the machine's resolver
 //! is untouched and the test stays in the host's network namespace. Each seed's two ports of
 //! a member are distinct (the tests pick runs far apart), so the in-cluster URLs are unique.
+//! Their certificates come from a CA of the test's own, or from one it brings ([`MemberCa`]).
 
 use super::{Cluster, MemberDef, Place};
 use isthmus_controller::plan::Member;
@@ -48,15 +49,53 @@ pub fn free_run(n: u16) -> u16 {
     panic!("no free run of {n} loopback ports in 20000..32000");
 }
 
+/// The CA that issues the members' certificates: a fresh one of the test's own
+/// ([`TestPki`], [`Loopback::new`]), or one the test brings ([`Loopback::cluster_of_ca`]).
+pub trait MemberCa {
+    /// The CA's certificate (PEM): what the members trust, from peers and from clients.
+    fn ca_pem(&self) -> String;
+    /// A certificate for server and client use (an etcd peer's) naming `names`: PEM
+    /// certificate and key.
+    fn peer_pem(&self, names: &[&str]) -> (String, String);
+}
+
+impl MemberCa for TestPki {
+    fn ca_pem(&self) -> String {
+        TestPki::ca_pem(self)
+    }
+    fn peer_pem(&self, names: &[&str]) -> (String, String) {
+        let c = self.peer_cert(names);
+        (c.cert_pem, c.key_pem)
+    }
+}
+
 impl Loopback {
     /// The cluster of `members` (of the `Etcd` `etcd` in `namespace`, every seed's), their
     /// certificates, hosts file and client certificate written into a scratch directory.
     pub fn new(members: &[Member], namespace: &str, etcd: &str) -> Self {
+        let pki = TestPki::new();
+        let (cluster, connect_to) = Self::cluster_of_ca(members, namespace, etcd, &pki);
+        Self {
+            ca_pem: pki.ca_pem(),
+            client: pki.client_cert("isthmus-controller"),
+            cluster,
+            connect_to,
+        }
+    }
+
+    /// [`Loopback::new`]'s cluster and `connect_to`, the members' certificates issued by `ca`
+    /// and trusting it alone: a shoot's `ca-etcd`, whose owner (Gardener's secrets manager)
+    /// issues the clients' certificates, so none is made here.
+    pub fn cluster_of_ca(
+        members: &[Member],
+        namespace: &str,
+        etcd: &str,
+        ca: &dyn MemberCa,
+    ) -> (Cluster, BTreeMap<String, SocketAddr>) {
         let dir = Scratch::new("etcd");
         let hosts = dir.join("hosts");
         let in_cluster = |m: &Member| format!("{}.{etcd}-peer.{namespace}.svc", m.pod);
-        let pki = TestPki::new();
-        pki.write_ca(dir.path());
+        std::fs::write(dir.join("ca.crt"), ca.ca_pem()).unwrap();
         let mut lines = String::from("127.0.0.1 localhost\n");
         let mut defs = Vec::new();
         // The harness' plain client ports: a run of their own.
@@ -68,7 +107,9 @@ impl Loopback {
                 "localhost",
                 "127.0.0.1",
             ];
-            pki.peer_cert(&names).write(dir.path(), &m.member);
+            let (cert, key) = ca.peer_pem(&names);
+            std::fs::write(dir.join(&format!("{}.crt", m.member)), cert).unwrap();
+            std::fs::write(dir.join(&format!("{}.key", m.member)), key).unwrap();
             lines += &format!("127.0.0.1 {} {}\n", m.dns_name, in_cluster(m));
             defs.push(MemberDef {
                 name: m.member.clone(),
@@ -88,11 +129,6 @@ impl Loopback {
                 (format!("{}:{}", m.dns_name, m.client_port), to)
             })
             .collect();
-        Self {
-            ca_pem: pki.ca_pem(),
-            client: pki.client_cert("isthmus-controller"),
-            cluster: Cluster::in_scratch(dir, defs, false),
-            connect_to,
-        }
+        (Cluster::in_scratch(dir, defs, false), connect_to)
     }
 }

@@ -19,7 +19,7 @@ pub mod process;
 pub mod rolling;
 
 pub use cluster::Cluster;
-pub use loopback::{free_run, Loopback};
+pub use loopback::{free_run, Loopback, MemberCa};
 pub use member::{Listed, MemberDef, Place};
 pub use membership::{add_learner, move_leader, promote, remove, update_peer_urls};
 
