@@ -12,15 +12,14 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/two_seeds.rs"]
+mod two_seeds;
 
-use common::{spec, NS};
-use isthmus_controller::crd::{
-    EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
-};
+use common::NS;
+use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, Step};
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
-use isthmus_controller::plan;
-use isthmus_seed_world::druid::{DruidTask, EtcdDruid};
-use isthmus_seed_world::etcd::{free_run, Cluster, Loopback};
+use isthmus_seed_world::druid::EtcdDruid;
+use isthmus_seed_world::etcd::{Cluster, Loopback};
 use isthmus_seed_world::gardenlet;
 use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
@@ -34,35 +33,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Mutex;
+use two_seeds::*;
 
-const STEP_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The two specs with ports on free loopback ports (the exposure's ports are the etcd
-/// members' real ports here: no proxy in between), the source with one member.
+/// The two-seed specs, the destination with the `etcdTemplate` of a minimal `Etcd`.
 fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
-    let pa = free_run(1);
-    let pb = loop {
-        let p = free_run(3);
-        if p.abs_diff(pa) > 300 {
-            break p;
-        }
-    };
-    let mut src = spec(Role::Source, Step::Expose);
-    src.members = 1;
-    src.ports = PortScheme {
-        peer_base: pa,
-        client_base: pa - 100,
-    };
-    let mut dst = spec(Role::Destination, Step::Expose);
-    dst.ports = PortScheme {
-        peer_base: pb,
-        client_base: pb - 100,
-    };
+    let (src, mut dst) = two_seeds::specs();
     let tmpl = minimal_etcd("etcd-main", NS, 2);
     let mut tspec = tmpl["spec"].clone();
     tspec.as_object_mut().unwrap().remove("replicas");
     if let Some(d) = dst.destination.as_mut() {
-        d.source_members = Vec::new();
         d.etcd_template = Some(EtcdTemplate {
             labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
             annotations: Default::default(),
@@ -74,15 +53,7 @@ fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
 
 /// Every member either seed may have, with the planner's names and URLs.
 fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> Loopback {
-    let members: Vec<plan::Member> = plan::members(src, NS)
-        .into_iter()
-        .chain(plan::members(dst, NS))
-        .collect();
-    Loopback::new(&members, NS, "etcd-main")
-}
-
-fn migrations(c: &Client) -> Api<EtcdMigration> {
-    Api::namespaced(c.clone(), NS)
+    Loopback::new(&members(src, dst), NS, "etcd-main")
 }
 
 /// The shoot namespace's `isthmus-etcd` Service, if there is one.
@@ -90,83 +61,6 @@ async fn etcd_service(c: &Client) -> Option<Value> {
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(c.clone(), NS);
     let s = api.get_opt("isthmus-etcd").await.unwrap()?;
     Some(serde_json::to_value(s).unwrap())
-}
-
-/// gardenlet sets the migration's step.
-async fn set_step(c: &Client, step: Step) {
-    gardenlet::set_step(c, NS, "shoot", step).await.unwrap();
-}
-
-async fn status(c: &Client) -> Value {
-    let m = migrations(c).get("shoot").await.unwrap();
-    serde_json::to_value(m.status.unwrap_or_default()).unwrap()
-}
-
-fn condition(status: &Value, t: &str) -> Option<(String, String)> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["reason"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-}
-
-/// Waits until `step` is planned and ready.
-async fn reach(c: &Client, step: Step, what: &str) -> Value {
-    let mut last = Value::Null;
-    let step_json = serde_json::to_value(step).unwrap();
-    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        if s["step"] == step_json && s["stepReady"] == true {
-            return s;
-        }
-        if s != last {
-            last = s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: {step:?} not ready after {STEP_TIMEOUT:?}: {last:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
-    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        if condition(&s, t)
-            .as_ref()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            == Some(want)
-        {
-            return s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{t} never {want:?}: {s:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// etcd's members (name, learner), sorted.
-async fn members_of(etcd: &Mutex<Cluster>) -> Vec<(String, bool)> {
-    let c = etcd.lock().await;
-    let mut m: Vec<(String, bool)> = c
-        .list()
-        .await
-        .unwrap()
-        .iter()
-        .map(|l| (c.name_of(l), l.learner))
-        .collect();
-    m.sort();
-    m
 }
 
 struct World {
@@ -228,14 +122,7 @@ async fn world() -> World {
     gardenlet::create_etcd(&a.admin, &minimal_etcd("etcd-main", NS, 1))
         .await
         .unwrap();
-    let druid_a = DruidTask::spawn(a.admin.clone(), NS, "etcd-main", "source", etcd.clone());
-    let druid_b = DruidTask::spawn(
-        b.admin.clone(),
-        NS,
-        "etcd-main",
-        "destination",
-        etcd.clone(),
-    );
+    let (druid_a, druid_b) = druids(&a, &b, &etcd);
     World {
         a,
         b,
@@ -675,11 +562,6 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         .is_empty());
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
-    let urls = w.etcd.lock().await.voter_urls();
-    for url in urls {
-        isthmus_seed_world::etcd::wait_serving(&url, STEP_TIMEOUT)
-            .await
-            .unwrap();
-    }
+    wait_healthy(&w.etcd).await;
     w.assert_druid_contract();
 }
