@@ -32,6 +32,7 @@ mod limits;
 mod pace;
 mod spares;
 mod table;
+mod timers;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
@@ -40,21 +41,20 @@ use crate::sources::ActiveGuard;
 use flow::Flow;
 use isthmus_config::KeepaliveConfig;
 use keepalive::{Deferred, Plan, Tag};
+use limits::Extra;
 pub use limits::{End, Limits};
-use limits::{Extra, Timer};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 pub use pace::BusyPoll;
 use pace::Pacer;
 use prometheus_client::metrics::counter::Counter;
 use spares::Spares;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use table::{Keys, Table};
+use timers::Timers;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, warn};
 
@@ -191,6 +191,9 @@ struct Inner {
     /// Hand-overs that woke the loop, for tests of when they do.
     #[cfg(test)]
     wakes: std::sync::atomic::AtomicUsize,
+    /// Timer entries the loop holds after its last turn, for tests that none is left behind.
+    #[cfg(test)]
+    timers: std::sync::atomic::AtomicUsize,
 }
 
 /// What handles leave for the loop: pairs under the keys their sockets are registered with.
@@ -208,8 +211,8 @@ type Arrival = (usize, Instant, Pair<TcpStream>);
 #[derive(Debug)]
 struct State {
     conns: Table<Conn>,
-    timers: BinaryHeap<Reverse<Timer>>,
-    next_gen: u32,
+    /// When to look at the limits of each open connection that has one.
+    timers: Timers,
     spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
     arrived: Vec<Arrival>,
@@ -265,6 +268,8 @@ impl Splicer {
             open: Default::default(),
             #[cfg(test)]
             wakes: Default::default(),
+            #[cfg(test)]
+            timers: Default::default(),
         });
         let task = inner.clone();
         std::thread::Builder::new().name(name).spawn(move || {
@@ -325,6 +330,12 @@ impl Splicer {
             self.inner.waker.wake()?;
         }
         Ok(())
+    }
+
+    /// Timer entries the loop held after its last turn.
+    #[cfg(test)]
+    pub fn timers(&self) -> usize {
+        self.inner.timers.load(Ordering::Acquire)
     }
 
     /// Connections this splicer holds.
@@ -413,6 +424,8 @@ impl Inner {
             if st.policy.tick(now) {
                 st.counters.demoted.inc();
             }
+            #[cfg(test)]
+            self.timers.store(st.timers.len(), Ordering::Release);
             #[cfg(test)]
             self.open.store(st.conns.len(), Ordering::Release);
         }
@@ -509,8 +522,7 @@ impl State {
     fn new(busy_poll: BusyPoll, counters: Contention) -> State {
         State {
             conns: Table::default(),
-            timers: BinaryHeap::new(),
-            next_gen: 0,
+            timers: Timers::default(),
             spares: Spares::default(),
             arrived: Vec::new(),
             pacer: Pacer::new(busy_poll),
@@ -536,10 +548,8 @@ impl State {
         }
         let limited = pair.limits != Limits::default();
         let extra = (limited || !pair.span.is_disabled()).then(|| {
-            self.next_gen = self.next_gen.wrapping_add(1);
             Box::new(Extra {
                 limits: pair.limits,
-                gen: self.next_gen,
                 started: adopted,
                 last: adopted,
                 metrics: pair.metrics,
@@ -547,9 +557,7 @@ impl State {
                 span: pair.span,
             })
         });
-        let deadline = extra
-            .as_deref()
-            .and_then(|x| x.deadline().map(|at| (at, x.gen)));
+        let deadline = extra.as_deref().and_then(Extra::deadline);
         self.conns.insert(
             key,
             Conn {
@@ -561,14 +569,15 @@ impl State {
                 extra,
             },
         );
-        if let Some((at, gen)) = deadline {
-            self.timers.push(Reverse(Timer { at, key, gen }));
+        if let Some(at) = deadline {
+            self.timers.set(key, at);
         }
     }
 
     fn dispatch(&mut self, events: &Events, registry: &mio::Registry) {
         let State {
             conns,
+            timers,
             spares,
             pacer,
             policy,
@@ -608,6 +617,7 @@ impl State {
                 }
             };
             if let Some(c) = conns.remove(key) {
+                timers.remove(key);
                 c.close(end);
             }
         }
@@ -641,40 +651,27 @@ impl State {
     }
 
     /// Closes connections whose limit passed and re-arms the others; returns the next
-    /// deadline.
+    /// deadline. A connection's entry is set from its limits and last activity, and moved on
+    /// only when it comes due: bytes moving do not touch the heap.
     fn expire(&mut self, now: Instant) -> Option<Instant> {
-        while let Some(Reverse(t)) = self.timers.peek() {
-            if t.at > now {
-                break;
-            }
-            let Some(Reverse(t)) = self.timers.pop() else {
-                break;
-            };
-            let Some(conn) = self.conns.get_mut(t.key) else {
-                continue;
-            };
-            let Some(x) = conn.extra.as_deref().filter(|x| x.gen == t.gen) else {
+        while let Some(key) = self.timers.pop_due(now) {
+            let Some(x) = self.conns.get_mut(key).and_then(|c| c.extra.as_deref()) else {
                 continue;
             };
             match x.expired(now) {
                 Some(end) => {
-                    if let Some(c) = self.conns.remove(t.key) {
+                    if let Some(c) = self.conns.remove(key) {
                         c.close(end);
                     }
                 }
                 None => {
                     if let Some(at) = x.deadline() {
-                        let gen = x.gen;
-                        self.timers.push(Reverse(Timer {
-                            at,
-                            key: t.key,
-                            gen,
-                        }));
+                        self.timers.set(key, at);
                     }
                 }
             }
         }
-        self.timers.peek().map(|Reverse(t)| t.at)
+        self.timers.next()
     }
 }
 
