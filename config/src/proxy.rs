@@ -161,8 +161,9 @@ pub struct HttpLimits {
     /// closes the connection, with the bytes it held. Default `10s`.
     #[serde(default = "defaults::write_timeout")]
     pub write_timeout: Duration,
-    /// Admin endpoints: a connection this old finishes the response in progress (within
-    /// `write_timeout`) and is closed, however it is used. Default `60s`.
+    /// Admin endpoints: a connection is closed at this age, however it is used and whatever
+    /// it is doing (a response a slow client is still reading included); from this age minus
+    /// `write_timeout` (or half of it, if less) it takes no new request. Default `60s`.
     #[serde(default = "defaults::connection_timeout")]
     pub connection_timeout: Duration,
 }

@@ -1,7 +1,10 @@
 //! The proxy's Prometheus series, registered into a registry handed down from `main`.
 //!
 //! Per-route handles are resolved once per config snapshot (see `snapshot.rs`), so that the
-//! per-connection cost is a few atomic increments and no label hashing or allocation.
+//! per-connection cost is a few atomic increments and no label hashing or allocation. A
+//! reload removes the series of the routes, upstreams and names it took out (`forget.rs`).
+
+mod forget;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
