@@ -50,6 +50,12 @@ pub struct ProxyConfig {
     /// listed", what the controller renders). Applies to a listener's `default_upstream` too.
     #[serde(default)]
     pub routes_without_allowed_sources: UnlistedSources,
+    /// Lets listeners and the admin endpoint take ports below 1024. Binding one needs
+    /// `CAP_NET_BIND_SERVICE`, which the chart's pods do not have: a file with such a port
+    /// may start where the process has it and crash-loop every pod started without it, so it
+    /// is refused unless this says the process has the capability. Default `false`.
+    #[serde(default, skip_serializing_if = "defaults::is_default")]
+    pub allow_privileged_ports: bool,
 }
 
 /// Which sources a route without `allowed_sources` admits.
@@ -77,6 +83,7 @@ impl Default for ProxyConfig {
             resolver: ResolverConfig::default(),
             allow_large_removal: false,
             routes_without_allowed_sources: UnlistedSources::Allow,
+            allow_privileged_ports: false,
         }
     }
 }
