@@ -141,7 +141,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     p
 }
 
-/// The per-source limits, the allow-list and the trusted PROXY peers of one listener.
+/// The connection limits, the allow-list and the trusted PROXY peers of one listener.
 fn sources(p: &mut Problems, at: &str, l: &crate::ListenerConfig) {
     if l.max_pending_hellos_per_source == 0 {
         p.push((
@@ -154,6 +154,9 @@ fn sources(p: &mut Problems, at: &str, l: &crate::ListenerConfig) {
             format!("{at}.max_connections_per_source"),
             "must be at least 1".into(),
         ));
+    }
+    if l.max_connections == Some(0) {
+        p.push((format!("{at}.max_connections"), "must be at least 1".into()));
     }
     match (l.proxy_protocol, l.trusted_proxies.is_empty()) {
         (crate::ProxyProtocolMode::None, false) => p.push((

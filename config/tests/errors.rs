@@ -224,6 +224,7 @@ listeners:
     allowed_sources: [\"10.0.0.0/8\"]
     max_pending_hellos_per_source: 0
     max_connections_per_source: 0
+    max_connections: 0
   - name: b
     address: \"0.0.0.0:2381\"
     proxy_protocol: require
@@ -232,11 +233,12 @@ listeners:
     trusted_proxies: [\"192.0.2.0/24\"]
 ";
     let e = errors(yaml);
-    assert_eq!(e.len(), 4, "{e:#?}");
+    assert_eq!(e.len(), 5, "{e:#?}");
     let text = e.join("\n");
     for want in [
         "listeners[0].max_pending_hellos_per_source: must be at least 1",
         "listeners[0].max_connections_per_source: must be at least 1",
+        "listeners[0].max_connections: must be at least 1",
         "listeners[1].trusted_proxies: required with proxy_protocol",
         "listeners[2].trusted_proxies: only used with proxy_protocol",
     ] {
@@ -263,8 +265,11 @@ listeners:
     assert_eq!(l.allowed_sources.len(), 3);
     assert_eq!(l.allowed_sources[2].to_string(), "192.0.2.7/32");
     assert_eq!(l.max_connections_per_source, Some(100));
-    let defaults: ProxyConfig =
-        parse_proxy("p.yaml", "listeners: [{ name: a, address: \"0.0.0.0:1024\" }]").unwrap();
+    let defaults: ProxyConfig = parse_proxy(
+        "p.yaml",
+        "listeners: [{ name: a, address: \"0.0.0.0:1024\" }]",
+    )
+    .unwrap();
     assert_eq!(defaults.listeners[0].max_pending_hellos_per_source, 32);
     assert_eq!(defaults.listeners[0].max_connections_per_source, None);
 }

@@ -181,7 +181,8 @@ impl Metrics {
             "proxy_hello_rejections",
             "Connections closed before routing, by listener and reason (no_sni, unknown_sni, \
              not_tls, malformed, too_large, timeout, client_closed, proxy_protocol, evicted, \
-             too_many_connections, too_many_connections_per_source, source_not_allowed, \
+             too_many_connections, too_many_listener_connections, \
+             too_many_connections_per_source, source_not_allowed, \
              route_source_not_allowed, untrusted_proxy; http_connect: not_connect, malformed, \
              missing_route_header, unknown_header_value)",
             m.hello_rejections.clone(),

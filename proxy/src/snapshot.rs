@@ -45,6 +45,8 @@ pub struct ListenerSpec {
     pub max_pending: usize,
     pub max_pending_per_source: usize,
     pub max_connections_per_source: Option<usize>,
+    /// The listener's own cap on open connections.
+    pub max_connections: Option<usize>,
     /// Empty: any source.
     pub allowed_sources: Vec<Cidr>,
     pub trusted_proxies: Vec<Cidr>,
@@ -234,6 +236,7 @@ fn compile_listener(
         max_pending: l.max_pending_hellos,
         max_pending_per_source: l.max_pending_hellos_per_source,
         max_connections_per_source: l.max_connections_per_source,
+        max_connections: l.max_connections,
         allowed_sources: l.allowed_sources.clone(),
         trusted_proxies: l.trusted_proxies.clone(),
         keepalive: l.tcp_keepalive,

@@ -349,6 +349,21 @@ fn listener(
     }
     l.allowed_sources = allowed_sources;
     l.max_connections_per_source = Some(super::connections_per_source(routes.len()));
+    if l.name.starts_with(VPN_LISTENER) {
+        l.max_connections = Some(vpn_connections(routes.len()));
+    }
     l.routes = routes;
     l
+}
+
+/// The prefix of the VPN listener's name (`vpn-8443`, see `plan::names`).
+const VPN_LISTENER: &str = "vpn-";
+
+/// The VPN listener's own `max_connections`: it admits any source (the shoot's nodes dial
+/// from anywhere), and without a cap of its own one stranger's connections could take the
+/// proxy's whole `max_connections` from the etcd listeners. A shoot's agents hold a few
+/// sessions each (one per address of the tunnel server, two while one rotates), so 64 per
+/// migration's VPN route, at least 512.
+pub(super) fn vpn_connections(routes: usize) -> usize {
+    routes.saturating_mul(64).max(512)
 }
