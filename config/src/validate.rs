@@ -210,6 +210,12 @@ fn upstream<'a>(
     if u.max_connections == Some(0) {
         p.push((at("max_connections"), "must be at least 1".into()));
     }
+    if u.max_connections_per_source == Some(0) {
+        p.push((
+            at("max_connections_per_source"),
+            "must be at least 1".into(),
+        ));
+    }
     let outlier = &u.outlier_detection;
     if outlier.max_ejection_percent > 100 {
         p.push((

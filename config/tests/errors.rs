@@ -272,6 +272,12 @@ listeners:
     .unwrap();
     assert_eq!(defaults.listeners[0].max_pending_hellos_per_source, 32);
     assert_eq!(defaults.listeners[0].max_connections_per_source, None);
+    let zero =
+        "upstreams: [{ name: u, endpoints: [\"10.0.0.1:1\"], max_connections_per_source: 0 }]";
+    assert_eq!(
+        errors(zero),
+        ["p.yaml:1:79: upstreams[0].max_connections_per_source: must be at least 1"]
+    );
 }
 
 /// Issue 47, point 1: a listener on the admin endpoint's port (its probes were spread over

@@ -20,7 +20,9 @@ pub struct OutcomeLabels {
     pub listener: String,
     pub route: String,
     pub upstream: String,
-    /// `forwarded` (spliced to an upstream) or `upstream_unavailable` (every endpoint failed).
+    /// `forwarded` (spliced to an upstream), `upstream_unavailable` (every endpoint failed),
+    /// `overflow` (the upstream's `max_connections`) or `source_overflow` (its
+    /// `max_connections_per_source`).
     pub outcome: &'static str,
 }
 

@@ -82,6 +82,7 @@ pub struct RouteCounters {
     pub forwarded: Counter,
     pub unavailable: Counter,
     pub overflow: Counter,
+    pub source_overflow: Counter,
     pub bytes_to_upstream: Counter,
     pub bytes_to_downstream: Counter,
 }
@@ -279,6 +280,7 @@ impl Route {
                 forwarded: outcome("forwarded"),
                 unavailable: outcome("upstream_unavailable"),
                 overflow: outcome("overflow"),
+                source_overflow: outcome("source_overflow"),
                 bytes_to_upstream: bytes("downstream_to_upstream"),
                 bytes_to_downstream: bytes("upstream_to_downstream"),
             }

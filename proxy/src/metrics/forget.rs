@@ -17,7 +17,12 @@ use isthmus_config::{Endpoint, ListenerKind, ProxyConfig};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// `isthmus_proxy_connections_total{outcome}` (see `snapshot::RouteCounters`).
-const OUTCOMES: [&str; 3] = ["forwarded", "upstream_unavailable", "overflow"];
+const OUTCOMES: [&str; 4] = [
+    "forwarded",
+    "upstream_unavailable",
+    "overflow",
+    "source_overflow",
+];
 /// `isthmus_proxy_bytes_total{direction}`.
 const DIRECTIONS: [&str; 2] = ["downstream_to_upstream", "upstream_to_downstream"];
 /// `isthmus_proxy_upstream_connect_errors_total{reason}` (see `upstream::connect`).
