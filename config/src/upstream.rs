@@ -109,8 +109,9 @@ pub enum LoadBalancing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutlierDetection {
-    /// Consecutive failed connects that eject an endpoint; `0` turns detection off.
-    /// Default `5`.
+    /// Consecutive failed connects that eject an endpoint (a dial this process could not
+    /// make, for lack of a descriptor, an ephemeral port or memory, does not count); `0`
+    /// turns detection off. Default `5`.
     #[serde(default = "defaults::consecutive_failures")]
     pub consecutive_failures: u32,
     /// An ejection lasts this long times the number of times the endpoint has been ejected

@@ -54,7 +54,9 @@ pub struct UpstreamLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamErrorLabels {
     pub upstream: String,
-    /// `refused`, `timeout`, `unreachable`, `resolve`, `other`.
+    /// `refused`, `timeout`, `unreachable`, `resolve`, `other`, or `local` (this process
+    /// could not dial: no descriptor, ephemeral port or buffer; never held against the
+    /// endpoint by outlier detection).
     pub reason: &'static str,
 }
 
@@ -197,7 +199,9 @@ impl Metrics {
         );
         r.register(
             "proxy_upstream_connect_errors",
-            "Failed TCP connects to upstream endpoints, by upstream and reason",
+            "Failed TCP connects to upstream endpoints, by upstream and reason (refused, \
+             timeout, unreachable, resolve, other; local: this process could not dial, which \
+             outlier detection does not hold against the endpoint)",
             m.upstream_connect_errors.clone(),
         );
         r.register(

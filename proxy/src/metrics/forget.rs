@@ -26,7 +26,14 @@ const OUTCOMES: [&str; 4] = [
 /// `isthmus_proxy_bytes_total{direction}`.
 const DIRECTIONS: [&str; 2] = ["downstream_to_upstream", "upstream_to_downstream"];
 /// `isthmus_proxy_upstream_connect_errors_total{reason}` (see `upstream::connect`).
-const CONNECT_ERRORS: [&str; 5] = ["refused", "timeout", "unreachable", "resolve", "other"];
+const CONNECT_ERRORS: [&str; 6] = [
+    "refused",
+    "timeout",
+    "unreachable",
+    "resolve",
+    "other",
+    "local",
+];
 /// `isthmus_proxy_closed_by_limit_total{limit}` (see `splice::Conn::close`).
 const LIMITS: [&str; 2] = ["idle_timeout", "max_connection_duration"];
 /// `isthmus_proxy_dns_resolutions_total{result}`.
