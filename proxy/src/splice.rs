@@ -19,6 +19,11 @@
 //! nesting alone added 9–13 µs to every proxied round trip of a minimal C relay, and moving
 //! the splicer to its own thread took 5–10 µs off isthmus's (BENCHMARKS.md, issue 28, round 5).
 //!
+//! Fairness: a turn moves at most `flow::TURN_BUDGET` bytes per direction of a connection; a
+//! connection with more to move is driven again in the next turn, after that turn's events,
+//! and the loop does not block while one waits. Before, a busy connection was driven until
+//! `EAGAIN`, while every other connection of the worker waited.
+//!
 //! Busy polling ([`BusyPoll`]): after handling events the splicer may keep polling for a
 //! bounded time instead of parking. On virtual machines waking a parked thread costs
 //! microseconds; the answer to a request just forwarded often comes back within that window.
@@ -222,6 +227,11 @@ struct State {
     counters: Contention,
     /// Young connections whose upstream socket waits for its keepalive.
     keepalive: Deferred,
+    /// Connections that stopped at their turn's budget with bytes to move: driven again in
+    /// the next turn, after its events.
+    again: Vec<usize>,
+    /// The previous turn's `again`, being driven (kept for its allocation).
+    again_now: Vec<usize>,
 }
 
 /// What a splicer counts of a contended CPU.
@@ -387,7 +397,9 @@ impl Inner {
         loop {
             self.parks_until(deadline);
             self.parked.store(true, Ordering::SeqCst);
-            let timeout = if self.quit.load(Ordering::SeqCst) || !lock(&self.inbox).pairs.is_empty()
+            let timeout = if self.quit.load(Ordering::SeqCst)
+                || !st.again.is_empty()
+                || !lock(&self.inbox).pairs.is_empty()
             {
                 Some(Duration::ZERO)
             } else {
@@ -488,8 +500,12 @@ impl Inner {
     /// an event can only be of a pair registered before the poll, so the table then holds it.
     fn handle(&self, st: &mut State, events: &Events) {
         self.take_in(st);
+        std::mem::swap(&mut st.again, &mut st.again_now);
         if !events.is_empty() {
             st.dispatch(events, &self.registry);
+        }
+        if !st.again_now.is_empty() {
+            st.drive_again(&self.registry);
         }
     }
 
@@ -529,6 +545,8 @@ impl State {
             policy: Demotion::of_this_thread(),
             counters,
             keepalive: Deferred::new(Instant::now()),
+            again: Vec::new(),
+            again_now: Vec::new(),
         }
     }
 
@@ -581,6 +599,7 @@ impl State {
             spares,
             pacer,
             policy,
+            again,
             ..
         } = self;
         for ev in events.iter() {
@@ -601,26 +620,35 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let end = match conn
-                .drive(spares, pacer, policy.traffic())
-                .and_then(|done| {
-                    if !done {
-                        conn.watch(key, registry)?;
-                    }
-                    Ok(done)
-                }) {
-                Ok(false) => continue,
-                Ok(true) => End::Closed,
-                Err(e) => {
-                    conn.debug_error(&e);
-                    End::Failed
-                }
+            let Some(end) = conn.turn(key, registry, spares, pacer, policy.traffic(), again) else {
+                continue;
             };
             if let Some(c) = conns.remove(key) {
                 timers.remove(key);
                 c.close(end);
             }
         }
+    }
+
+    /// Drives the connections the last turn left with bytes to move (or a connection now at
+    /// one's key, which then has nothing to do).
+    fn drive_again(&mut self, registry: &mio::Registry) {
+        let mut due = std::mem::take(&mut self.again_now);
+        for key in due.drain(..) {
+            let Some(conn) = self.conns.get_mut(key) else {
+                continue;
+            };
+            let traffic = self.policy.traffic();
+            let (spares, pacer, again) = (&mut self.spares, &mut self.pacer, &mut self.again);
+            let Some(end) = conn.turn(key, registry, spares, pacer, traffic, again) else {
+                continue;
+            };
+            if let Some(c) = self.conns.remove(key) {
+                self.timers.remove(key);
+                c.close(end);
+            }
+        }
+        self.again_now = due;
     }
 
     /// Does what is due by `now`: closes connections whose limit passed, sets the keepalive
@@ -676,6 +704,39 @@ impl State {
 }
 
 impl Conn {
+    /// One turn of the connection at `key`: drives both directions and watches for room
+    /// where a destination pushed back; what ended it, if it ended. Queued in `again` when a
+    /// direction stopped at its budget with bytes to move.
+    fn turn(
+        &mut self,
+        key: usize,
+        registry: &mio::Registry,
+        spares: &mut Spares,
+        pacer: &mut Pacer,
+        traffic: Option<&mut Traffic>,
+        again: &mut Vec<usize>,
+    ) -> Option<End> {
+        let driven = self.drive(spares, pacer, traffic).and_then(|done| {
+            if !done {
+                self.watch(key, registry)?;
+            }
+            Ok(done)
+        });
+        match driven {
+            Ok(false) => {
+                if self.d2u.more() || self.u2d.more() {
+                    again.push(key);
+                }
+                None
+            }
+            Ok(true) => Some(End::Closed),
+            Err(e) => {
+                self.debug_error(&e);
+                Some(End::Failed)
+            }
+        }
+    }
+
     /// Drives both directions; `Ok(true)` when both are over.
     fn drive(
         &mut self,
@@ -684,9 +745,14 @@ impl Conn {
         traffic: Option<&mut Traffic>,
     ) -> io::Result<bool> {
         let up_done = self.u2d.finished();
-        let to_up = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
+        let budget = flow::TURN_BUDGET;
+        let to_up = self
+            .d2u
+            .drive(&self.down, &self.up, spares, up_done, budget)?;
         let down_done = self.d2u.finished();
-        let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
+        let to_down = self
+            .u2d
+            .drive(&self.up, &self.down, spares, down_done, budget)?;
         let moved = to_up + to_down;
         let burst = flow::BUF_SIZE as u64;
         let (up, down) = (Moved::of(to_up, burst), Moved::of(to_down, burst));
