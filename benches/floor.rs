@@ -1,7 +1,7 @@
 //! The machine's floor under the peer comparison: what one system call, parking a thread and
 //! one 1 KiB loopback TCP round trip cost here. Every proxy pays these per connection and per
 //! message whatever its code does, so they bound what any change to isthmus (an io_uring path
-//! included) could gain. See BENCHMARKS.md, "Issue 28, round 3".
+//! included) could gain. See docs/benchmarks-history.md, "Issue 28, round 3".
 //!
 //! `cargo bench --bench floor [-- --samples N] [--gap-us MICROSECONDS]` (default 2000 samples,
 //! 2000 µs apart); prints one table, writes no files. Run it on a quiet machine: the polling

@@ -12,7 +12,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
 "$root/scripts/build-helm.sh"
-helm="${ISTHMUS_HELM:-$ISTHMUS_CACHE/helm-v3.20.2/helm}"
+helm="${ISTHMUS_HELM:-$ISTHMUS_CACHE/helm-v4.2.3/helm}"
 chart="$root/charts/isthmus"
 out="$root/target/chart"
 

@@ -5,7 +5,8 @@
 # user 65532, nsswitch.conf), user 65532:65532, entrypoint /isthmus, no shell. deploy/Dockerfile
 # builds the same layout from the same deploy/rootfs/.
 #
-# Output: target/image/isthmus.oci.tar, an OCI image archive (image layout in a tar) holding one
+# Output: target/image/isthmus.oci.tar (and target/image/isthmus.cdx.json, the binary's
+# software bill of materials, scripts/sbom.sh), an OCI image archive (image layout in a tar) holding one
 # image named docker.io/library/isthmus:<tag> (default `latest`, what deploy/ runs), importable
 # with `ctr -n k8s.io images import` (scripts/cluster.sh load) or `skopeo copy oci-archive:…`.
 # Usage: scripts/image.sh [TAG]   (ISTHMUS_IMAGE_VERSION sets an `org.opencontainers.image.version`
@@ -77,4 +78,6 @@ mkdir -p "$out"
 tar -C "$layout" --sort=name --owner=0 --group=0 --numeric-owner -cf "$out/isthmus.oci.tar.tmp" .
 mv "$out/isthmus.oci.tar.tmp" "$out/isthmus-$tag.oci.tar"
 [[ "$tag" == latest ]] && ln -sf "isthmus-$tag.oci.tar" "$out/isthmus.oci.tar"
+# The bill of materials of the binary, offline (scripts/sbom.sh: CycloneDX from cargo tree).
+"$root/scripts/sbom.sh" "$out/isthmus.cdx.json"
 echo "image.sh: $name ($(du -k "$out/isthmus-$tag.oci.tar" | cut -f1) KiB archive, binary $(du -k "$bin" | cut -f1) KiB) -> $out/isthmus-$tag.oci.tar"

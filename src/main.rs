@@ -10,7 +10,8 @@ use std::process::ExitCode;
 // jemalloc, not glibc's malloc: with two worker threads glibc's per-thread arenas returned
 // h2's 64 KiB frame buffers to the kernel after each DATA frame and faulted them in again
 // (~125k page faults per tunnelled GB); jemalloc keeps freed extents for reuse. Measured in
-// BENCHMARKS.md ("Issue 28, round 2"), proxy and tunnel alike, since this binary is both.
+// docs/benchmarks-history.md ("Issue 28, round 2"; BENCHMARKS.md keeps the figures), proxy
+// and tunnel alike, since this binary is both.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -6,35 +6,31 @@
 
 mod common;
 
-use common::chart::{annotation_json, args, find, lint, pod_templates, render, render_text};
+use common::chart::{
+    annotation_json, args, find, lint, pod_templates, render, render_text, SEED, TUNNEL,
+};
 use serde_json::Value;
 use std::collections::BTreeSet;
 
-const GARDENER: &str = "examples/gardener-values.yaml";
 const PLAIN: &str = "examples/plain-values.yaml";
 const NP: &str = "networking.resources.gardener.cloud/";
 
 #[test]
 fn helm_lint_passes_with_defaults_and_both_examples() {
     lint(&[]);
-    lint(&[GARDENER]);
+    lint(&SEED);
     lint(&[PLAIN]);
 }
 
 #[test]
 fn every_workload_follows_the_seed_conventions() {
-    let docs = render(
-        &[GARDENER],
-        &["tunnel.servers[0].namespace=shoot--foo--bar"],
-    );
+    let docs = render(&SEED, &TUNNEL);
     let pods = pod_templates(&docs);
     assert_eq!(pods.len(), 3, "proxy, controller, one tunnel server");
     for (id, t) in &pods {
         let spec = &t["spec"];
-        assert_eq!(
-            spec["priorityClassName"], "gardener-system-critical",
-            "{id}"
-        );
+        // Which class each runs at: tests/chart_conventions.rs.
+        assert!(spec["priorityClassName"].is_string(), "{id}");
         let psc = &spec["securityContext"];
         assert_eq!(psc["runAsNonRoot"], true, "{id}");
         assert_eq!(psc["runAsUser"], 65532, "{id}");
@@ -71,7 +67,8 @@ fn every_workload_follows_the_seed_conventions() {
             d["metadata"]["name"]
         );
     }
-    // A VPA per seed-wide workload: requests only, in place where possible.
+    // A VPA per seed-wide workload, in place where possible (its policies:
+    // tests/chart_conventions.rs).
     for (kind, name) in [
         ("DaemonSet", "isthmus-proxy"),
         ("Deployment", "isthmus-controller"),
@@ -82,18 +79,12 @@ fn every_workload_follows_the_seed_conventions() {
             vpa["spec"]["updatePolicy"]["updateMode"],
             "InPlaceOrRecreate"
         );
-        for p in vpa["spec"]["resourcePolicy"]["containerPolicies"]
-            .as_array()
-            .unwrap()
-        {
-            assert_eq!(p["controlledValues"], "RequestsOnly", "{name}");
-        }
     }
 }
 
 #[test]
 fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() {
-    let docs = render(&[GARDENER], &[]);
+    let docs = render(&SEED, &[]);
     let ds = find(&docs, "DaemonSet", "isthmus-proxy");
     let spec = &ds["spec"]["template"]["spec"];
     // No toleration of every taint (an empty key with Exists): only the load balancer's nodes.
@@ -110,7 +101,7 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     );
     assert_eq!(terms[0]["matchExpressions"][0]["operator"], "DoesNotExist");
     let docs = render(
-        &[GARDENER],
+        &SEED,
         &[
             "proxy.tolerations[0].key=pool",
             "proxy.tolerations[0].value=lb",
@@ -125,12 +116,10 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "admin");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
-    // The new pod is Ready before the old one stops (tests/cluster.rs: 0 failed connections).
+    // The new pod is Ready before the old one stops (tests/cluster.rs: 0 failed connections);
+    // how many nodes at once: tests/chart_conventions.rs.
     let rolling = &ds["spec"]["updateStrategy"]["rollingUpdate"];
-    assert_eq!(
-        (&rolling["maxSurge"], &rolling["maxUnavailable"]),
-        (&serde_json::json!(1), &serde_json::json!(0))
-    );
+    assert_eq!(rolling["maxUnavailable"], serde_json::json!(0));
     let grace = spec["terminationGracePeriodSeconds"].as_i64().unwrap();
     let pre_stop = c["lifecycle"]["preStop"]["sleep"]["seconds"]
         .as_i64()
@@ -161,7 +150,7 @@ fn default_allowed_sources_only_when_set() {
 
 #[test]
 fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
-    let docs = render(&[GARDENER], &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
+    let docs = render(&SEED, &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
     let ann = &svc["metadata"]["annotations"];
     assert_eq!(
@@ -175,9 +164,9 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     assert_eq!(svc["spec"]["loadBalancerClass"], "service.k8s.aws/nlb");
     assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
     // proxyProtocol.allowed: the controller renders `proxy_protocol: accept` trusting the
-    // seed's node network, and so does the bootstrap file.
+    // load balancer's ranges (the operator's value), and so does the bootstrap file.
     let ctl = find(&docs, "Deployment", "isthmus-controller");
-    assert!(args(&ctl["spec"]["template"]).contains(&"--trusted-proxies=10.250.0.0/16".to_owned()));
+    assert!(args(&ctl["spec"]["template"]).contains(&"--trusted-proxies=10.250.0.0/26".to_owned()));
     let boot: Value = serde_json::from_str(
         find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
             .as_str()
@@ -186,7 +175,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     .unwrap();
     for l in boot["listeners"].as_array().unwrap() {
         assert_eq!(l["proxy_protocol"], "accept");
-        assert_eq!(l["trusted_proxies"], serde_json::json!(["10.250.0.0/16"]));
+        assert_eq!(l["trusted_proxies"], serde_json::json!(["10.250.0.0/26"]));
     }
     // Without seed settings: no class, Local (client addresses for allowed_sources), no PROXY.
     let docs = render(&[], &[]);
@@ -199,7 +188,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
         .any(|a| a.starts_with("--trusted-proxies")));
     // The seed's Cluster policy is honoured too.
     let docs = render(
-        &[GARDENER],
+        &SEED,
         &["gardener.seed.spec.settings.loadBalancerServices.externalTrafficPolicy=Cluster"],
     );
     assert_eq!(
@@ -231,6 +220,26 @@ fn bad_values_fail_with_a_message_that_names_the_value() {
         (
             vec!["tunnel.servers[0].name=x"],
             "tunnel.servers[]: every entry needs a namespace",
+        ),
+        // Issue 47 points 2 and 7: what protects a tunnel server is required, not hoped for.
+        (
+            vec!["tunnel.servers[0].namespace=shoot--a"],
+            "tunnel.servers[0].agentClientNames: required",
+        ),
+        (
+            vec![
+                "tunnel.servers[0].namespace=shoot--a",
+                "tunnel.servers[0].agentClientNames[0]=agent.shoot--a",
+            ],
+            "tunnel.servers[0].connectClientNames: required",
+        ),
+        (TUNNEL.to_vec(), "tunnel.trustedProxies: required"),
+        (
+            vec![
+                "proxy.proxyProtocol.enabled=true",
+                "proxy.proxyProtocol.trustedProxies[0]=0.0.0.0/0",
+            ],
+            "proxy.proxyProtocol.trustedProxies: 0.0.0.0/0 trusts every address",
         ),
     ];
     for (sets, want) in cases {
@@ -323,7 +332,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
         );
     }
     // seedIngress: load-balancer ports 2380+i and 2379 onto listeners 12380+i and 12379.
-    let docs = render(&[GARDENER], &["exposure.scheme=seedIngress"]);
+    let docs = render(&SEED, &["exposure.scheme=seedIngress"]);
     let svc = find(&docs, "Service", "isthmus-proxy");
     let map: Vec<(i64, i64)> = svc["spec"]["ports"]
         .as_array()
@@ -357,7 +366,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
 
 #[test]
 fn bootstrap_routes_file_is_valid_for_the_proxy() {
-    for values in [&[][..], &[GARDENER][..]] {
+    for values in [&[][..], &SEED[..]] {
         let docs = render(values, &[]);
         let text = find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
             .as_str()
@@ -417,7 +426,7 @@ fn as_f64(v: &Value) -> Value {
     }
 }
 
-/// The label gardener-resource-manager's NetworkPolicy controller (Gardener v1.139.0,
+/// The label gardener-resource-manager's NetworkPolicy controller (Gardener v1.149.3,
 /// pkg/resourcemanager/controller/networkpolicy) asks of a client in `client_ns` for each
 /// port of `svc`: `to-[<alias or namespace>-]<service>-<protocol>-<targetPort>`, the alias
 /// (or namespace) only across namespaces.
@@ -449,10 +458,7 @@ fn grm_labels(svc: &Value, client_ns: &str) -> Vec<String> {
 
 #[test]
 fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
-    let docs = render(
-        &[GARDENER],
-        &["tunnel.servers[0].namespace=shoot--foo--bar"],
-    );
+    let docs = render(&SEED, &TUNNEL);
     let proxy =
         &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["metadata"]["labels"];
     let controller =
@@ -474,16 +480,24 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         uid: "0".into(),
         pod_labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
     };
+    let namespace_labels = flag("proxy-namespace-labels")
+        .split(',')
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
     let trigger = isthmus_controller::network::etcd_service(
         "shoot--foo--bar",
         &[user],
-        flag("proxy-namespace"),
+        &namespace_labels,
         flag("shoot-alias"),
     )
     .unwrap();
+    // gardenlet's namespace by its registration label, not its name (which changes).
     assert_eq!(
         annotation_json(&trigger, &format!("{NP}namespace-selectors")),
-        serde_json::json!([{"matchLabels": {"kubernetes.io/metadata.name": "extension-isthmus"}}])
+        serde_json::json!([{"matchLabels": {"controllerregistration.core.gardener.cloud/name": "isthmus"}}])
     );
     for l in grm_labels(&trigger, "extension-isthmus") {
         assert!(has(proxy, &l), "proxy lacks {l}");
@@ -503,13 +517,11 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         has(proxy, &labels[0]) && !has(proxy, &labels[1]),
         "{labels:?}"
     );
-    assert_eq!(
-        annotation_json(
-            tunnel,
-            &format!("{NP}from-all-webhook-targets-allowed-ports")
-        ),
-        serde_json::json!([{"port": 8132, "protocol": "TCP"}])
-    );
+    // kube-apiserver -> the CONNECT front: the chart's own policies, not the resource
+    // manager's all-webhook-targets (issue 47 point 7; tests/chart_hardening.rs).
+    assert!(tunnel["metadata"]["annotations"]
+        .get(format!("{NP}from-all-webhook-targets-allowed-ports"))
+        .is_none());
     // Controller -> proxy admin (rollout check), same namespace; the seed Prometheus -> admin.
     let admin = find(&docs, "Service", "isthmus-proxy-admin");
     for l in grm_labels(admin, "extension-isthmus") {

@@ -101,6 +101,83 @@ fn subcommands_are_the_production_ones_and_help_shows_no_implementation_notes() 
     assert!(!help.contains("Boxed"), "{help}");
 }
 
+/// Issue 47 point 1: flags that would make every rendered file unloadable (the VPN listener on
+/// the admin port or on a member listener, a port below 1024) stop the controller at start,
+/// naming the flags, before it talks to any cluster.
+#[test]
+fn controller_refuses_a_layout_no_proxy_could_bind() {
+    for (args, want) in [
+        (&["--vpn-port", "9901"][..], "admin port"),
+        (&["--vpn-port", "2380"][..], "is already used by listener"),
+        (&["--vpn-port", "443"][..], "below 1024"),
+        (&["--proxy-admin-port", "8443"][..], "admin port"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("controller")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(
+            err.contains("--members, --vpn-port and --proxy-admin-port") && err.contains(want),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// Issue 46: the proxies' listen address must be a wildcard (the controller reads each pod's
+/// `/config` at the pod's own IP) and the namespace labels `KEY=VALUE`; both stop the start,
+/// naming the flag, before any cluster is asked.
+#[test]
+fn controller_refuses_a_listen_address_and_namespace_labels_it_cannot_use() {
+    for (args, want) in [
+        (
+            &["--listen-address", "127.0.0.1"][..],
+            "--listen-address: 127.0.0.1 is not a wildcard",
+        ),
+        (
+            &["--listen-address", "::1"][..],
+            "--listen-address: ::1 is not a wildcard",
+        ),
+        (
+            &["--proxy-namespace-labels", "isthmus"][..],
+            "--proxy-namespace-labels",
+        ),
+        (&["--proxy-namespace-labels", "=x"][..], "want KEY=VALUE"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("controller")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
+/// Issue 47 point 7: a PROXY header names any client, so only the load balancer's ranges may
+/// send one; a catch-all `--trusted-proxies` stops the start.
+#[test]
+fn controller_refuses_to_trust_every_address_with_proxy_headers() {
+    for all in ["0.0.0.0/0", "10.250.0.0/16,::/0"] {
+        let out = Command::new(BIN)
+            .args(["controller", "--trusted-proxies", all])
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{all} started");
+        assert!(
+            err.contains("--trusted-proxies") && err.contains("trusts every address"),
+            "{all}: {err}"
+        );
+    }
+}
+
 /// The image's binary must not link the lab or its etcd client (tonic, prost), and must build
 /// without protoc: `cargo tree -p isthmus` over normal and build dependencies names none of them.
 #[test]

@@ -2,7 +2,7 @@
 //! "the two commands" are two, every `isthmus …` command they show is a real subcommand and
 //! every subcommand is documented, every proxy metric is in the metrics table, and each
 //! subcommand's `--help` says what its line in `isthmus --help` says and nothing meant for
-//! the code's readers.
+//! the code's readers, and the README quotes no measured figure that BENCHMARKS.md lacks.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -232,5 +232,56 @@ fn the_metrics_table_lists_every_proxy_metric() {
     assert!(
         missing.is_empty() && stale.is_empty(),
         "README.md's metrics table: missing {missing:?}, not a metric {stale:?}"
+    );
+}
+
+/// The measured figure that ends at byte `end` of `text` (`0.24–0.28` before `×`, `35.7–38.7`
+/// before ` µs`): digits, points and en-dash ranges, read backwards.
+fn figure_before(text: &str, end: usize) -> &str {
+    let start = text[..end]
+        .char_indices()
+        .rev()
+        .take_while(|(_, c)| c.is_ascii_digit() || matches!(c, '.' | '–' | ','))
+        .last()
+        .map_or(end, |(i, _)| i);
+    &text[start..end]
+}
+
+/// README quotes only what BENCHMARKS.md holds: every ratio it gives (`0.24–0.28×`) and every
+/// measured range in µs or MiB (`612–752 MiB`) is on the results page, and the idle memory per
+/// 10,000 connections it sizes a seed with is the peers run of record's.
+#[test]
+fn the_readme_quotes_only_figures_of_the_results_page() {
+    let readme = read("README.md");
+    let results = read("BENCHMARKS.md");
+    let mut quoted = Vec::new();
+    for (at, _) in readme.match_indices('×') {
+        quoted.push(format!("{}×", figure_before(&readme, at)));
+    }
+    for unit in [" µs", " MiB"] {
+        for (at, _) in readme.match_indices(unit) {
+            let figure = figure_before(&readme, at);
+            if figure.contains('–') {
+                quoted.push(format!("{figure}{unit}"));
+            }
+        }
+    }
+    let quoted: Vec<String> = quoted.into_iter().filter(|q| q.len() > 3).collect();
+    assert!(quoted.len() >= 4, "{quoted:?}");
+    let missing: Vec<&String> = quoted.iter().filter(|q| !results.contains(*q)).collect();
+    assert!(
+        missing.is_empty(),
+        "README.md quotes {missing:?}, which BENCHMARKS.md does not hold"
+    );
+
+    let row = "| memory per 10k idle connections (MiB) | ";
+    let idle = results
+        .split(row)
+        .nth(1)
+        .expect("the peers table's idle memory row");
+    let idle = idle.split(' ').next().unwrap();
+    assert!(
+        readme.contains(&format!("cost {idle} MiB of RSS per 10,000")),
+        "README.md's sizing does not use the run of record's {idle} MiB per 10k idle connections"
     );
 }

@@ -1,5 +1,6 @@
 //! The admin and observability HTTP of every isthmus component (proxy, tunnel, controller),
-//! and the one accept-error backoff of every accept loop.
+//! and what every long-running component shares besides: the accept-error backoff, rate-limited
+//! logs, the file watch.
 //!
 //! - [`http1`]: HTTP/1 servers no client can hold (header timeout, head size cap, a
 //!   connection cap that closes the oldest connection; for the admin endpoints also a write
@@ -9,6 +10,8 @@
 //!   bodies are encoded one at a time and shared between the clients that hold them
 //!   ([`bodies`]).
 //! - [`backoff`]: what an accept loop does after `accept` failed.
+//! - [`ratelog`]: at most one log line per key and interval under attack, with the count.
+//! - [`watch`]: when a file read at start (configuration, certificates) was replaced.
 //!
 //! What it must never do: let any number of clients, however slow, keep `/readyz` from
 //! answering or hold memory beyond the documented bound.
@@ -19,6 +22,8 @@ pub mod backoff;
 pub mod bodies;
 pub mod deadline;
 pub mod http1;
+pub mod ratelog;
 pub mod routes;
+pub mod watch;
 
 pub use routes::{serve, ConfigSource, Endpoints};

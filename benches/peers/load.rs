@@ -53,8 +53,8 @@ pub struct Bulk {
 /// that reached the client after `ramp`, over the time from then to the last end of stream:
 /// the first moments are slow start, and on a VM whose host takes back the memory a guest
 /// leaves free (free page reporting), the host's refill of the socket buffers the transfer
-/// first fills (BENCHMARKS.md, "round 10"), which falls on whichever contender is measured
-/// first after a quiet spell.
+/// first fills (docs/benchmarks-history.md, "round 10"), which falls on whichever contender
+/// is measured first after a quiet spell.
 pub async fn bulk(
     addr: SocketAddr,
     hello: Arc<[u8]>,

@@ -34,6 +34,12 @@ pub struct TunnelServerConfig {
     /// After SIGTERM, how long open streams may take to finish. Default `30s`.
     #[serde(default = "defaults::drain_timeout")]
     pub drain_timeout: Duration,
+    /// How often this file and the TLS files it names are checked for changes (rewritten, or
+    /// a Secret volume's symlink swap); a change re-reads `agents.tls` and `connect.tls` for
+    /// the handshakes that follow, as SIGHUP does. Sessions already up are kept. Default
+    /// `1s`; `0s` disables watching (SIGHUP still reloads).
+    #[serde(default = "defaults::watch_interval")]
+    pub watch_interval: Duration,
 }
 
 /// The agents' listener.
@@ -49,9 +55,11 @@ pub struct AgentsListenerConfig {
     /// An agent needs about two round trips. Default `5s`.
     #[serde(default = "defaults::handshake_timeout")]
     pub handshake_timeout: Duration,
-    /// Most TLS handshakes in progress at once. One more connection closes the oldest
-    /// handshake of the source that holds the most (`isthmus_tunnel_refused_total{reason=
-    /// "evicted"}`), so a flood from many addresses cannot keep an agent out. Default `256`.
+    /// Most TLS handshakes in progress at once. One more connection closes a handshake of the
+    /// source that holds the most (`isthmus_tunnel_refused_total{reason="evicted"}`), never
+    /// one of a source that has completed a handshake before while such sources hold fewer
+    /// than a quarter of the slots: a flood from any number of addresses cannot close the
+    /// handshake of an agent that has connected before. Default `256`.
     #[serde(default = "defaults::max_handshakes")]
     pub max_handshakes: usize,
     /// Most handshakes in progress from one source address (IPv6: one /64; behind a trusted
@@ -62,7 +70,8 @@ pub struct AgentsListenerConfig {
     /// CIDRs of the peers (the seed's isthmus proxies, `send_proxy_protocol: v2`) whose
     /// PROXY v2 header is believed: its client address is the source that the per-source
     /// share and the logs use. Their connections may also come without a header; another
-    /// peer's header fails its TLS handshake. Default: none.
+    /// peer's header is refused (`reason="untrusted_proxy_header"`, logged at `error`).
+    /// Default: none.
     #[serde(default)]
     pub trusted_proxies: Vec<Cidr>,
     /// Most agent sessions at once (a shoot has one regular agent, one temporary one and
@@ -70,6 +79,13 @@ pub struct AgentsListenerConfig {
     /// counted (`reason="too_many_sessions"`). Default `16`.
     #[serde(default = "defaults::max_sessions")]
     pub max_sessions: usize,
+    /// Time from the end of the TLS handshake until the session is verified: the HTTP/2
+    /// handshake and the round trip of the server's first probe; then the session is closed
+    /// and counted (`reason="setup_timeout"`). An agent needs about two round trips; a peer
+    /// that holds a certificate but never answers would otherwise keep one of the
+    /// `max_sessions` places. Default `10s`.
+    #[serde(default = "defaults::setup_timeout")]
+    pub setup_timeout: Duration,
 }
 
 /// The CONNECT listener: exactly one of `address` (TCP, optionally TLS) or `unix`.
@@ -239,6 +255,24 @@ impl TunnelServerConfig {
                 "kube-apiserver, into the shoot's networks",
             ));
         }
+        if let Some(c) = self.connect.tls.as_ref() {
+            let a = &self.agents.tls;
+            let names_apart = !a.allowed_client_names.is_empty()
+                && !c.allowed_client_names.is_empty()
+                && !a.allowed_client_names.iter().any(|n| {
+                    c.allowed_client_names
+                        .iter()
+                        .any(|m| m.eq_ignore_ascii_case(n))
+                });
+            if c.client_ca == a.client_ca && !names_apart {
+                w.push(
+                    "agents.tls.client_ca and connect.tls.client_ca are the same file: an \
+                     agent's certificate opens the CONNECT front into the shoot's networks; use \
+                     a CA per role, or allowed_client_names that tell the roles apart"
+                        .to_owned(),
+                );
+            }
+        }
         w
     }
 }
@@ -340,6 +374,7 @@ impl Schema for TunnelServerConfig {
         for (at, d) in [
             ("connect_timeout", self.connect_timeout),
             ("agents.handshake_timeout", self.agents.handshake_timeout),
+            ("agents.setup_timeout", self.agents.setup_timeout),
             ("drain_timeout", self.drain_timeout),
         ] {
             if d.get().is_zero() {
@@ -477,6 +512,12 @@ mod defaults {
     }
     pub fn max_sessions() -> usize {
         16
+    }
+    pub fn setup_timeout() -> Duration {
+        Duration::from_secs(10)
+    }
+    pub fn watch_interval() -> Duration {
+        Duration::from_secs(1)
     }
     pub fn session_wait() -> Duration {
         Duration::from_secs(3)
@@ -647,21 +688,64 @@ admin: { address: "0.0.0.0:9903" }
     fn open_client_names_warn_and_wildcards_are_refused() {
         let s: TunnelServerConfig = parse("s.yaml", SERVER).unwrap();
         let w = s.warnings();
-        assert_eq!(w.len(), 2, "{w:?}");
+        assert_eq!(w.len(), 3, "{w:?}");
         assert!(w[0].starts_with("agents.tls.allowed_client_names is empty"));
         assert!(w[1].starts_with("connect.tls.allowed_client_names is empty"));
+        assert!(w[2].starts_with("agents.tls.client_ca and connect.tls.client_ca are the same"));
         let named = SERVER.replace(
             "client_ca: ca.crt } }\nconnect",
             "client_ca: ca.crt, allowed_client_names: [agent.example] } }\nconnect",
         );
         let s: TunnelServerConfig = parse("s.yaml", &named).unwrap();
-        assert_eq!(s.warnings().len(), 1);
+        assert_eq!(s.warnings().len(), 2);
         let wild = named.replace("[agent.example]", "[\"*.example\"]");
         let e = parse::<TunnelServerConfig>("s.yaml", &wild)
             .unwrap_err()
             .to_string();
         assert!(
             e.contains("agents.tls.allowed_client_names[0]: \"*.example\": write an exact name"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn one_ca_for_both_roles_warns_unless_the_names_tell_them_apart() {
+        let apart = SERVER
+            .replace(
+                "s.key, client_ca: ca.crt }",
+                "s.key, client_ca: ca.crt, allowed_client_names: [agent.example] }",
+            )
+            .replace(
+                "c.key, client_ca: ca.crt }",
+                "c.key, client_ca: ca.crt, allowed_client_names: [kube-apiserver.example] }",
+            );
+        let s: TunnelServerConfig = parse("s.yaml", &apart).unwrap();
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+        let same = apart.replace("[kube-apiserver.example]", "[Agent.example]");
+        let s: TunnelServerConfig = parse("s.yaml", &same).unwrap();
+        assert_eq!(s.warnings().len(), 1, "{:?}", s.warnings());
+        let two_cas = same.replace(
+            "c.key, client_ca: ca.crt",
+            "c.key, client_ca: connect-ca.crt",
+        );
+        let s: TunnelServerConfig = parse("s.yaml", &two_cas).unwrap();
+        assert!(s.warnings().is_empty(), "{:?}", s.warnings());
+    }
+
+    #[test]
+    fn setup_timeout_and_watch_interval_default() {
+        let s: TunnelServerConfig = parse("s.yaml", SERVER).unwrap();
+        assert_eq!(s.agents.setup_timeout, Duration::from_secs(10));
+        assert_eq!(s.watch_interval, Duration::from_secs(1));
+        let zero = SERVER.replace(
+            "ca.crt } }\nconnect",
+            "ca.crt }, setup_timeout: 0s }\nconnect",
+        );
+        let e = parse::<TunnelServerConfig>("s.yaml", &zero)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("agents.setup_timeout: must be more than 0s"),
             "{e}"
         );
     }

@@ -1,6 +1,9 @@
 //! An upstream of the proxy: its endpoints and the policy of connections to them.
 
-use crate::{defaults, nullable, Duration, Endpoint, KeepaliveConfig};
+use crate::duration::Duration;
+use crate::endpoint::Endpoint;
+use crate::keepalive::{self, KeepaliveConfig};
+use crate::{defaults, nullable};
 use serde::{Deserialize, Serialize};
 
 /// A named group of endpoints. Serialised, it leaves out every field at its default: a seed's
@@ -56,9 +59,9 @@ pub struct UpstreamConfig {
     pub max_connections_per_source: Option<usize>,
     /// TCP keepalive of upstream sockets; `null` turns it off.
     #[serde(
-        default = "defaults::keepalive",
+        default = "keepalive::on",
         deserialize_with = "nullable::keepalive",
-        skip_serializing_if = "defaults::is_keepalive"
+        skip_serializing_if = "keepalive::is_on"
     )]
     pub tcp_keepalive: Option<KeepaliveConfig>,
     /// Ejection of endpoints that keep failing.
@@ -82,7 +85,7 @@ impl UpstreamConfig {
             max_connection_duration: None,
             max_connections: None,
             max_connections_per_source: None,
-            tcp_keepalive: defaults::keepalive(),
+            tcp_keepalive: keepalive::on(),
             outlier_detection: OutlierDetection::default(),
             send_proxy_protocol: SendProxyProtocol::default(),
         }

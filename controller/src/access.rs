@@ -3,7 +3,7 @@
 //! `EtcdMigration` and deletes once the migration object is gone (its finalizer needs them).
 //! `deploy/controller.yaml` grants nothing that touches a shoot namespace's objects beyond
 //! reading `EtcdMigration`s, `DNSRecord`s and `Etcd`s for the watches; every write, and the
-//! one Secret read, is granted here, in the migration's namespace, and by name wherever
+//! etcd client Secrets' read, is granted here, in the migration's namespace, and by name wherever
 //! Kubernetes allows it. It must never grant more than the controller uses: a verb missing
 //! here fails the controller's tests, which run it as `deploy/`'s ServiceAccount with this
 //! grant.
@@ -40,7 +40,21 @@ impl Default for Subject {
 }
 
 /// The `Role` and the `RoleBinding` that let `subject` carry out `spec` in `namespace`.
-pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [Value; 2] {
+///
+/// `etcd_secrets` are the Secrets the `Etcd`'s `spec.etcd.clientUrlTls` names (Gardener's
+/// `etcd-client-<hash>` and `ca-etcd-bundle-<hash>`: [`crate::gardener::etcd_client_tls`],
+/// [`crate::gardener::EtcdClientTls::secret_names`]), granted `get` by name. The secrets
+/// manager renames them on every rotation, so the orchestrator grants the new names with the
+/// `Etcd` that references them (both old and new while a rotation runs). RBAC cannot restrict a
+/// `list` or `watch` by label (`managed-by=secrets-manager`, `name=etcd-client`): finding them
+/// by label would need `list` of every Secret of the namespace (kubeconfigs, CA keys), and a
+/// `get` without names would read any of them.
+pub fn grant(
+    spec: &EtcdMigrationSpec,
+    namespace: &str,
+    subject: &Subject,
+    etcd_secrets: &[String],
+) -> [Value; 2] {
     let mut records: Vec<String> = members(spec, namespace)
         .into_iter()
         .filter_map(|m| m.record)
@@ -50,33 +64,24 @@ pub fn grant(spec: &EtcdMigrationSpec, namespace: &str, subject: &Subject) -> [V
     }
     let mut rules = vec![json!({
         "apiGroups": [""], "resources": ["secrets"],
-        "resourceNames": [spec.etcd_client.secret_name], "verbs": ["get"],
+        "resourceNames": etcd_secrets, "verbs": ["get"],
     })];
     if !records.is_empty() {
-        // A server-side apply that creates an object needs `create`, which RBAC cannot
-        // restrict by name; changing or deleting is limited to isthmus' own records (never
-        // the shoot's API records next to them).
+        // isthmus' own records only (never the shoot's API records next to them), `create`
+        // included: every write is a server-side apply, and one that creates an object is
+        // authorised as `create` of its name (unlike a POST), so RBAC can name it.
         rules.push(json!({
             "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
-            "verbs": ["create"],
-        }));
-        rules.push(json!({
-            "apiGroups": ["extensions.gardener.cloud"], "resources": ["dnsrecords"],
-            "resourceNames": records, "verbs": ["patch", "delete"],
+            "resourceNames": records, "verbs": ["create", "patch", "delete"],
         }));
     }
     let etcd_verbs = match spec.role {
         // The migration fields of gardenlet's `Etcd`, and their release.
         Role::Source => vec!["patch"],
-        // The destination `Etcd` is created by the controller's first apply; deleted only
-        // by an accepted abort.
-        Role::Destination => vec!["patch", "delete"],
+        // The destination `Etcd` is created by the controller's first apply (by name, as
+        // above); deleted only by an accepted abort.
+        Role::Destination => vec!["create", "patch", "delete"],
     };
-    if spec.role == Role::Destination {
-        rules.push(json!({
-            "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"], "verbs": ["create"],
-        }));
-    }
     rules.push(json!({
         "apiGroups": ["druid.gardener.cloud"], "resources": ["etcds"],
         "resourceNames": [spec.etcd_name], "verbs": etcd_verbs,
@@ -121,9 +126,10 @@ pub fn grant_yaml(
     spec: &EtcdMigrationSpec,
     namespace: &str,
     subject: &Subject,
+    etcd_secrets: &[String],
     header: &str,
 ) -> Result<String, GrantYamlError> {
-    let docs = grant(spec, namespace, subject)
+    let docs = grant(spec, namespace, subject, etcd_secrets)
         .iter()
         .map(serde_saphyr::to_string)
         .collect::<Result<Vec<_>, _>>()

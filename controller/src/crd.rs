@@ -52,6 +52,21 @@ use serde::{Deserialize, Serialize};
         "rule": "!has(self.vpn) || !has(self.seedIngress) || (self.vpn.port != 12379 && (self.vpn.port < 12380 || self.vpn.port >= 12380 + self.members))",
         "message": "vpn.port is one of the seed-ingress member listener ports (12379, 12380 + i)",
         "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port < 2370 || self.vpn.port > 2389",
+        "message": "vpn.port is one of the member listener ports every proxy binds (peer 2380+i, client 2379-i, i < 10): a listener of another name on it would make the proxies refuse the seed's routes",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "!has(self.vpn) || self.vpn.port != 9901",
+        "message": "vpn.port is the proxy's admin port (9901; the controller also refuses its --proxy-admin-port): the kubelet's probes would be spread over a TLS listener",
+        "fieldPath": ".vpn.port"
+    },
+    {
+        "rule": "has(self.seedIngress) || (self.ports.peerBase == 2380 && self.ports.clientBase == 2379) || (!([8443, 9901].exists(p, (self.ports.clientBase - self.members < p && p <= self.ports.clientBase) || (self.ports.peerBase <= p && p < self.ports.peerBase + self.members))) && (self.ports.clientBase < 2370 || self.ports.clientBase - self.members >= 2389) && (self.ports.peerBase > 2389 || self.ports.peerBase + self.members <= 2370))",
+        "message": "ports: the member listener ports overlap the ports every proxy binds under other names (peer 2380+i, client 2379-i for i < 10, the VPN's 8443, the admin port 9901)",
+        "fieldPath": ".ports"
     }
 ]))]
 pub struct EtcdMigrationSpec {
@@ -108,10 +123,6 @@ pub struct EtcdMigrationSpec {
     /// both seeds are spelled alike and resolve to different pods in each seed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub override_default_url: bool,
-    /// How the controller reaches etcd's own member API (member list, leader, learner
-    /// removal) through the client exposure.
-    #[serde(default)]
-    pub etcd_client: EtcdClientSpec,
     /// Expose the members under the seed's wildcard ingress record instead of a `DNSRecord`
     /// per member (the scheme of Gardener's work in progress): SNI
     /// `<seedName>-<etcdName>-<i>-<namespace>.<ingressDomain>`, proxy listeners `12380+i`
@@ -148,33 +159,6 @@ pub struct SeedIngress {
 pub const SEED_INGRESS_PEER_BASE: u16 = 12380;
 /// See [`SEED_INGRESS_PEER_BASE`].
 pub const SEED_INGRESS_CLIENT: u16 = 12379;
-
-/// etcd's client API as the controller uses it: TLS material from a Secret in the migration's
-/// namespace (`ca.crt`, `tls.crt`, `tls.key`).
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct EtcdClientSpec {
-    /// The Secret's name. Default `etcd-client-tls`; the orchestrator's grant in the namespace
-    /// names it (`isthmus_controller::access`).
-    #[serde(default = "default_client_secret")]
-    #[schemars(
-        regex(pattern = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"),
-        length(min = 1, max = 253)
-    )]
-    pub secret_name: String,
-}
-
-fn default_client_secret() -> String {
-    "etcd-client-tls".into()
-}
-
-impl Default for EtcdClientSpec {
-    fn default() -> Self {
-        Self {
-            secret_name: default_client_secret(),
-        }
-    }
-}
 
 fn default_members() -> u8 {
     3
@@ -294,7 +278,12 @@ pub struct DestinationSpec {
     /// (`metadata.labels`/`annotations` and `spec`: `labels`, `backup`, `etcd`, ...). etcd-druid
     /// accepts `bootstrapWithExistingCluster` and `memberNamePrefix` only when an `Etcd` is
     /// created, so isthmus creates the destination `Etcd` from this template plus its own
-    /// fields. Without it, the `Etcd` must already exist with those fields.
+    /// fields. Without it, the `Etcd` must already exist with those fields. Writing an
+    /// EtcdMigration is writing an Etcd: the template is applied as given, images
+    /// (`spec.etcd.image`, `spec.backup.image`), backup store and resources included, with
+    /// the controller's grant, so only whoever may create that `Etcd` (gardenlet) may write
+    /// EtcdMigrations. The live source `Etcd` is on the other seed, out of this controller's
+    /// reach: its images cannot be taken from there.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_template: Option<EtcdTemplate>,
     /// How long `Join` may take before `DestinationEtcdPeersJoined` turns `False` (reason
@@ -302,6 +291,16 @@ pub struct DestinationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(ms|s|m|h))+$"))]
     pub join_timeout: Option<String>,
+    /// The etcd version the destination's etcd-druid deploys, `<major>.<minor>` (a patch is
+    /// ignored): `3.5` with its `UpgradeEtcdVersion` feature gate, `3.4` without. etcd-druid's
+    /// API shows no etcd version (its image vector picks the image), and it joins only a
+    /// source cluster of the same minor version (etcd-druid
+    /// `docs/usage/bootstrapping-with-existing-cluster.md`), so the destination `Etcd` is
+    /// created only once the source cluster's version, read from etcd itself, matches.
+    /// Unset: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"), length(max = 20))]
+    pub etcd_version: Option<String>,
 }
 
 /// The `Etcd` isthmus creates on the destination (see [`DestinationSpec::etcd_template`]).
@@ -371,9 +370,10 @@ pub struct MemberUrls {
 }
 
 /// The temporary VPN's exposure. Its route has no allow-list (the shoot's nodes dial it from
-/// anywhere), so its target is held to the tunnel server's kind of address: a Service of the
-/// migration's namespace (checked by the controller: CEL cannot see the namespace), on a
-/// port that is not etcd's.
+/// anywhere), so its target is held to the tunnel server's kind of address: the fully
+/// qualified name of a Service of the migration's namespace in this cluster's domain
+/// (checked by the controller: CEL sees neither the namespace nor the domain), on a port that
+/// is not etcd's.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
@@ -382,7 +382,8 @@ pub struct MemberUrls {
     "fieldPath": ".target"
 }]))]
 pub struct VpnSpec {
-    /// The temporary VPN's DNS name (the agent's SNI).
+    /// The temporary VPN's DNS name (the agent's SNI), under `internalDomain` (or a domain
+    /// the controller's `--vpn-dns-parent` allows).
     #[schemars(
         regex(
             pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+$"
@@ -390,27 +391,30 @@ pub struct VpnSpec {
         length(max = 253)
     )]
     pub dns_name: String,
-    /// The tunnel server's Service in the migration's namespace:
-    /// `<service>.<namespace>.svc[.<cluster-domain>]:<port>`, not one of etcd's Services
-    /// (`<etcdName>-client`, `<etcdName>-peer`) nor etcd's ports.
+    /// The tunnel server's Service in the migration's namespace, fully qualified:
+    /// `<service>.<namespace>.svc.<cluster-domain>:<port>` (the controller checks the namespace
+    /// and its `--cluster-domain`), not one of etcd's Services (`<etcdName>-client`,
+    /// `<etcdName>-peer`) nor etcd's ports.
     #[schemars(
         regex(
-            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*:[0-9]{1,5}$"
+            pattern = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\.svc(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)+:[0-9]{1,5}$"
         ),
         length(max = 260)
     )]
     pub target: String,
-    /// Proxy port the agent dials, 1 to 65535, none of the member listener ports. Default 8443.
+    /// Proxy port the agent dials, 1024 to 65535 (the proxy pods run without
+    /// `NET_BIND_SERVICE`), none of the member listener ports every proxy binds (2370-2389),
+    /// not the proxy's admin port. Default 8443.
     #[serde(default = "default_vpn_port")]
-    #[schemars(range(min = 1, max = 65535))]
+    #[schemars(range(min = 1024, max = 65535))]
     pub port: u16,
-    /// What the proxy sends the tunnel server before the agent's bytes. `v2`: a PROXY v2
-    /// header naming the agent's address, so that the server's per-source handshake shares
-    /// (`agents.max_handshakes_per_source`) tell a flood from an agent; the server must then
-    /// list the seed's pod network in `agents.trusted_proxies`, or it takes the header for
-    /// the TLS handshake and refuses every agent. Default `none` (a server trusting the
-    /// proxies also takes connections without a header: set `trusted_proxies` first, then `v2`).
-    #[serde(default, skip_serializing_if = "ProxyProtocol::is_none")]
+    /// What the proxy sends the tunnel server before the agent's bytes. `v2` (the default): a
+    /// PROXY v2 header naming the agent's address, so that the server's per-source handshake
+    /// shares (`agents.max_handshakes_per_source`) tell a flood from an agent; the server lists
+    /// the proxies in `agents.trusted_proxies` (the chart renders it so), else it refuses
+    /// every agent's handshake. `none`: the server sees every connection as the proxy's, and
+    /// one stranger sending ClientHellos for the VPN name evicts the agent's handshakes.
+    #[serde(default)]
     pub proxy_protocol: ProxyProtocol,
 }
 
@@ -421,16 +425,10 @@ pub struct VpnSpec {
 #[serde(rename_all = "lowercase")]
 pub enum ProxyProtocol {
     /// No header: the upstream sees the proxy's address.
-    #[default]
     None,
     /// The binary PROXY v2 header with the client's address.
+    #[default]
     V2,
-}
-
-impl ProxyProtocol {
-    fn is_none(&self) -> bool {
-        *self == ProxyProtocol::None
-    }
 }
 
 fn default_vpn_port() -> u16 {
@@ -445,8 +443,10 @@ pub enum DruidApi {
     #[default]
     AdditionalAdvertisePeerUrls,
     /// `spec.etcd.additionalAdvertisedURLs.{peerURLs,clientURLs}.{overrideDefaultURL,
-    /// members: [{name, urls}]}` (etcd-druid's newer API, documented upstream but not yet in a
-    /// published `api` module; its shape lives in `gardener.rs` only).
+    /// members: [{name, urls}]}` (etcd-druid#1438, merged after v0.38.1 and in no published
+    /// `api` module yet, superseding `additionalAdvertisePeerURLs`; its shape lives in
+    /// `gardener.rs` only). Set per migration once the seed's etcd-druid and CRD carry it
+    /// (docs/etcd-druid-contract.md, "The advertised URLs").
     AdditionalAdvertisedUrls,
 }
 

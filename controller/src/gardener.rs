@@ -7,11 +7,11 @@
 
 use crate::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, ObjectRef, Role};
 use crate::plan::{
-    DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, OPERATION, TIMESTAMP,
+    DnsRecordDesired, DnsRecordObs, DnsRecordSpec, EtcdFields, EtcdObs, ETCD_OPERATIONS, OPERATION,
+    SUSPEND_SPEC_RECONCILE, TIMESTAMP,
 };
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
 
 /// Label on every object isthmus creates, with the owning migration's name as value; used to
 /// find what to clean up.
@@ -139,18 +139,13 @@ fn advertised_urls(members: &[MemberUrls], override_default: bool) -> Value {
     Value::Object(out)
 }
 
-/// The server-side-apply body of an `Etcd` carrying exactly `fields` (and `annotations`), in
+/// The server-side-apply body of an `Etcd` carrying exactly `fields`, in
 /// the druid API generation and with the `overrideDefaultURL` choice of `spec`. On the
 /// destination the body also carries `spec.destination.etcdTemplate`, so that our first apply
 /// can create the `Etcd` complete (druid accepts `bootstrapWithExistingCluster` and
 /// `memberNamePrefix` only at creation) and later applies keep co-owning what it created.
 /// With no fields (source) this is the "release" intent: everything we owned is given up.
-pub fn etcd_body(
-    spec: &EtcdMigrationSpec,
-    namespace: &str,
-    fields: &EtcdFields,
-    annotations: &BTreeMap<String, String>,
-) -> Value {
+pub fn etcd_body(spec: &EtcdMigrationSpec, namespace: &str, fields: &EtcdFields) -> Value {
     let template = spec
         .destination
         .as_ref()
@@ -214,9 +209,12 @@ pub fn etcd_body(
         body_spec.insert("etcd".into(), Value::Object(etcd));
     }
     let mut all_annotations = template.map(|t| t.annotations.clone()).unwrap_or_default();
-    all_annotations.extend(annotations.clone());
-    // The reconcile request is never part of the apply (`plan::request`).
-    all_annotations.remove(OPERATION);
+    // The reconcile request is never part of the apply (`plan::request`), in either spelling,
+    // and the timestamp is gardenlet's: owning a value it later changes would make every
+    // apply a conflict, and its `Scale()` requires the value it wrote.
+    for k in ETCD_OPERATIONS.iter().chain([&TIMESTAMP]) {
+        all_annotations.remove(*k);
+    }
     let mut metadata = json!({
         "name": spec.etcd_name,
         "namespace": namespace,
@@ -304,12 +302,16 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
     // clientEndpoints is one list for all members; give it back in member order (one each)
     // so it compares equal with what we applied.
     let bootstrap_members = attach_clients(bootstrap_members, &clients);
-    let condition = |t: &str| {
+    let find = |t: &str| {
         obj.pointer("/status/conditions")
             .and_then(Value::as_array)
             .and_then(|a| a.iter().find(|c| str_at(c, &["type"]) == Some(t)))
-            .map(|c| str_at(c, &["status"]) == Some("True"))
     };
+    let condition = |t: &str| find(t).map(|c| str_at(c, &["status"]) == Some("True"));
+    // etcd-druid#1426 (DEP-08): `False` with the operation as reason while one runs.
+    let scale_operation = find("ScaleOperationComplete")
+        .filter(|c| str_at(c, &["status"]) == Some("False"))
+        .map(|c| str_at(c, &["reason"]).unwrap_or_default().to_string());
     EtcdObs {
         generation: i64_at(obj, &["metadata", "generation"]).unwrap_or(0),
         observed_generation: i64_at(obj, &["status", "observedGeneration"]),
@@ -327,16 +329,53 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
                 .and_then(Value::as_bool),
         },
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
-        operation: str_at(obj, &["metadata", "annotations", OPERATION]).map(String::from),
+        operation: etcd_operation(obj),
         ready: obj.pointer("/status/ready").and_then(Value::as_bool),
         last_errors: obj
             .pointer("/status/lastErrors")
             .and_then(Value::as_array)
             .map_or(0, Vec::len),
         all_members_updated: condition("AllMembersUpdated"),
+        deleting: obj.pointer("/metadata/deletionTimestamp").is_some(),
         joined_at: str_at(obj, &["status", "bootstrapWithExistingCluster", "joinedAt"])
             .map(String::from),
+        // Present with any value (etcd-druid `api/core/v1alpha1/helper.go`,
+        // `GetSuspendEtcdSpecReconcileAnnotationKey`: `metav1.HasAnnotation`).
+        suspended: obj
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(SUSPEND_SPEC_RECONCILE))
+            .is_some(),
+        scale_operation,
+        applied_by_isthmus: false,
     }
+}
+
+/// Whether field manager `manager` has server-side applied to the object (an `Apply` entry in
+/// its `metadata.managedFields`).
+pub fn applied_by(obj: &Value, manager: &str) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries.iter().any(|e| {
+                str_at(e, &["manager"]) == Some(manager)
+                    && str_at(e, &["operation"]) == Some("Apply")
+            })
+        })
+}
+
+/// The reconcile request an `Etcd` carries in either spelling (etcd-druid acts on both and
+/// removes both): `reconcile` when one of them asks for it, else the value of whichever is
+/// set, else `None`.
+fn etcd_operation(obj: &Value) -> Option<String> {
+    let values: Vec<&str> = ETCD_OPERATIONS
+        .iter()
+        .filter_map(|k| str_at(obj, &["metadata", "annotations", k]))
+        .collect();
+    values
+        .iter()
+        .find(|v| **v == "reconcile")
+        .or(values.first())
+        .map(|v| v.to_string())
 }
 
 /// Member names etcd-druid reports for its own pods (`status.members`).
@@ -358,4 +397,55 @@ fn attach_clients(mut members: Vec<MemberUrls>, clients: &[String]) -> Vec<Membe
         }
     }
     members
+}
+
+/// Where etcd's client TLS material is, as an `Etcd` names it in `spec.etcd.clientUrlTls`:
+/// what etcd-druid mounts into its own pods to talk to etcd (etcd-druid v0.38.1
+/// `internal/component/statefulset/builder.go`: the CA under `tlsCASecretRef.dataKey`, default
+/// `ca.crt`; the client certificate's `tls.crt` and `tls.key`). Gardener points them at its
+/// secrets manager's `ca-etcd-bundle-<hash>` (`bundle.crt`) and `etcd-client-<hash>`, and
+/// renames both on a rotation (gardener v1.149.3 `pkg/component/etcd/etcd/etcd.go`, `tls.go`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EtcdClientTls {
+    /// The CA bundle's Secret (`tlsCASecretRef.name`).
+    pub ca_secret: String,
+    /// Its key (`tlsCASecretRef.dataKey`).
+    pub ca_key: String,
+    /// The client certificate's Secret (`clientTLSSecretRef.name`), keys `tls.crt`, `tls.key`.
+    pub client_secret: String,
+}
+
+impl EtcdClientTls {
+    /// The two Secrets' names (what the access grant must let the controller `get`).
+    pub fn secret_names(&self) -> Vec<String> {
+        vec![self.ca_secret.clone(), self.client_secret.clone()]
+    }
+}
+
+/// The client TLS an `Etcd` spec (a live object's or a template's) names, in `namespace` (a
+/// reference into another namespace is refused: the controller reads Secrets only where the
+/// migration's grant is).
+pub fn etcd_client_tls(spec: &Value, namespace: &str) -> Result<EtcdClientTls, String> {
+    let tls = spec
+        .pointer("/etcd/clientUrlTls")
+        .ok_or("the Etcd has no spec.etcd.clientUrlTls")?;
+    let name = |r: &str| -> Result<String, String> {
+        let path = format!("spec.etcd.clientUrlTls.{r}");
+        let name = str_at(tls, &[r, "name"])
+            .filter(|n| !n.is_empty())
+            .ok_or(format!("the Etcd has no {path}.name"))?;
+        match str_at(tls, &[r, "namespace"]) {
+            Some(ns) if !ns.is_empty() && ns != namespace => Err(format!(
+                "{path} is in namespace {ns}: the controller reads Secrets of {namespace} only"
+            )),
+            _ => Ok(name.to_string()),
+        }
+    };
+    Ok(EtcdClientTls {
+        ca_secret: name("tlsCASecretRef")?,
+        ca_key: str_at(tls, &["tlsCASecretRef", "dataKey"])
+            .unwrap_or("ca.crt")
+            .to_string(),
+        client_secret: name("clientTLSSecretRef")?,
+    })
 }

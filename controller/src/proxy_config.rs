@@ -8,6 +8,7 @@
 //! a problem is traced to the migration whose route or upstream sits at its field path.
 
 mod build;
+mod ports;
 
 pub use build::{Claim, Conflict, LeftOut};
 
@@ -24,7 +25,8 @@ pub const CONFIG_KEY: &str = "proxy.json";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Admin address inside the pod; the controller reads `/config` from each pod's IP on
-    /// this port, so it must not be loopback.
+    /// this port, so it must not be loopback. Its IP is every listener's too: the wildcard
+    /// of the pods' families (`0.0.0.0`, or `::` for a dual-stack socket).
     pub admin: SocketAddr,
     /// `(listener name, port)`.
     pub listeners: Vec<(String, u16)>,
@@ -46,18 +48,32 @@ impl Layout {
         vpn_port: u16,
         admin: SocketAddr,
     ) -> Self {
-        let mut listeners = Vec::new();
-        for i in 0..members {
-            listeners.push((format!("peer-{}", ports.peer(i)), ports.peer(i)));
-            listeners.push((format!("client-{}", ports.client(i)), ports.client(i)));
-        }
-        listeners.push((format!("vpn-{vpn_port}"), vpn_port));
         Self {
             admin,
-            listeners,
+            listeners: crate::plan::names::standard_listeners(ports, members, vpn_port),
             trusted_proxies: Vec::new(),
             default_allowed_sources: Vec::new(),
         }
+    }
+
+    /// What a spec is checked against on a seed rendering this layout (`plan::validate`): its
+    /// admin port and listeners.
+    pub fn rules(&self) -> crate::plan::SeedRules {
+        crate::plan::SeedRules::new(self.admin.port(), self.listeners.clone())
+    }
+
+    /// Whether every proxy can bind this layout (the controller's flags, checked at start):
+    /// one name per port, none on the admin port or below 1024, and a file the proxy loads.
+    pub fn check(&self) -> Result<(), RenderError> {
+        use crate::plan::validate::UNPRIVILEGED;
+        for (name, port) in &self.listeners {
+            if *port == self.admin.port() || *port < UNPRIVILEGED {
+                return Err(RenderError::Invalid(format!(
+                    "listener {name}: port {port} is the admin port or below {UNPRIVILEGED}"
+                )));
+            }
+        }
+        render(self, &[]).map(|_| ())
     }
 }
 

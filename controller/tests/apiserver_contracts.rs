@@ -70,14 +70,10 @@ fn source_expose_body(observed: &Value) -> Value {
         s.druid_api,
     ));
     let p = plan::plan(&s, &obs);
-    let EtcdAction::Apply {
-        fields,
-        annotations,
-    } = &p.etcd
-    else {
+    let EtcdAction::Apply { fields } = &p.etcd else {
         panic!("expected an apply, got {:?}", p.etcd)
     };
-    etcd_body(&s, NS, fields, annotations)
+    etcd_body(&s, NS, fields)
 }
 
 #[tokio::test]
@@ -128,6 +124,67 @@ async fn source_fields_are_accepted_by_etcd_druids_crd() {
     );
 }
 
+/// gardenlet's `Scale()` requires `gardener.cloud/timestamp` to be what gardenlet last wrote
+/// (gardener v1.149.3 `pkg/component/etcd/etcd/etcd.go`): isthmus' applies leave it alone,
+/// own none of it, and keep applying after gardenlet writes a new one.
+#[tokio::test]
+async fn gardenlets_timestamp_stays_gardenlets() {
+    let (_k, admin) = world().await;
+    gardenlet_source(&admin, None).await;
+    let gardenlet = PatchParams {
+        field_manager: Some("gardenlet".into()),
+        ..PatchParams::default()
+    };
+    let stamp = |t: &str| json!({"metadata": {"annotations": {"gardener.cloud/timestamp": t}}, "spec": {"replicas": 3}});
+    let t0 = "2026-01-01T00:00:00.123456789Z";
+    etcds(&admin)
+        .patch("etcd-main", &gardenlet, &Patch::Merge(stamp(t0)))
+        .await
+        .unwrap();
+    let current = serde_json::to_value(etcds(&admin).get("etcd-main").await.unwrap()).unwrap();
+    let applied = etcds(&admin)
+        .patch(
+            "etcd-main",
+            &ssa(),
+            &Patch::Apply(source_expose_body(&current)),
+        )
+        .await
+        .unwrap();
+    let v = serde_json::to_value(&applied).unwrap();
+    assert_eq!(v["metadata"]["annotations"]["gardener.cloud/timestamp"], t0);
+    let ours = v["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["manager"] == "isthmus")
+        .cloned()
+        .unwrap();
+    assert!(
+        !ours["fieldsV1"]
+            .to_string()
+            .contains("gardener.cloud/timestamp"),
+        "isthmus owns the timestamp: {ours}"
+    );
+    // gardenlet's Scale(): its precondition holds, it writes a new stamp; isthmus' next apply
+    // is no conflict and leaves it.
+    let t1 = "2026-01-01T00:05:00.5Z";
+    etcds(&admin)
+        .patch("etcd-main", &gardenlet, &Patch::Merge(stamp(t1)))
+        .await
+        .unwrap();
+    let current = serde_json::to_value(etcds(&admin).get("etcd-main").await.unwrap()).unwrap();
+    let again = etcds(&admin)
+        .patch(
+            "etcd-main",
+            &ssa(),
+            &Patch::Apply(source_expose_body(&current)),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("apply after gardenlet's new timestamp: {e}"));
+    let v = serde_json::to_value(&again).unwrap();
+    assert_eq!(v["metadata"]["annotations"]["gardener.cloud/timestamp"], t1);
+}
+
 #[tokio::test]
 async fn the_source_members_carry_the_etcds_member_name_prefix() {
     let (_k, admin) = world().await;
@@ -167,17 +224,13 @@ fn join_apply() -> (Value, EtcdFields) {
     common::apply(&mut obs, &p, common::ALL, Role::Destination);
     obs.etcd = None;
     let p = plan::plan(&s, &obs);
-    let EtcdAction::Apply {
-        fields,
-        annotations,
-    } = &p.etcd
-    else {
+    let EtcdAction::Apply { fields } = &p.etcd else {
         panic!(
             "expected the destination Etcd to be created, got {:?}",
             p.etcd
         )
     };
-    (etcd_body(&s, NS, fields, annotations), fields.clone())
+    (etcd_body(&s, NS, fields), fields.clone())
 }
 
 #[tokio::test]
@@ -398,6 +451,32 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
             "vpn.port",
             Box::new(|v| v["spec"]["vpn"]["port"] = json!(0)),
         ),
+        // Issue 47 point 1: no listener on the admin port, below 1024, or on a port every
+        // proxy binds under another name.
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(9901)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(1023)),
+        ),
+        (
+            "vpn.port",
+            Box::new(|v| v["spec"]["vpn"]["port"] = json!(2385)),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 8443, "clientBase": 8000})),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 9900, "clientBase": 8000})),
+        ),
+        (
+            "ports",
+            Box::new(|v| v["spec"]["ports"] = json!({"peerBase": 3000, "clientBase": 2381})),
+        ),
         (
             "vpn.port",
             Box::new(|v| {
@@ -432,6 +511,14 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
                 v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:70000")
             }),
         ),
+        // Issue 47 point 5: the fully qualified Service name (the controller checks which
+        // domain).
+        (
+            "target",
+            Box::new(|v| {
+                v["spec"]["vpn"]["target"] = json!("vpn-seed-server.shoot--foo--bar.svc:9443")
+            }),
+        ),
     ];
     for (what, mutate) in cases {
         let mut v = serde_json::to_value(&good).unwrap();
@@ -454,7 +541,8 @@ async fn invalid_etcdmigrations_are_refused_by_the_crd() {
     let mut v = serde_json::to_value(&good).unwrap();
     v["metadata"] = json!({"name": "fine", "namespace": NS});
     v["spec"]["allowedSources"] = json!(["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "::1"]);
-    v["spec"]["vpn"]["port"] = json!(2383);
+    v["spec"]["vpn"]["port"] = json!(8444);
+    v["spec"]["ports"] = json!({"peerBase": 3000, "clientBase": 2999});
     api.patch("fine", &ssa(), &Patch::Apply(v))
         .await
         .unwrap_or_else(|e| panic!("valid spec refused: {e}"));

@@ -21,6 +21,7 @@ use isthmus_controller::crd::{
 };
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
 use isthmus_controller::plan;
+use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
@@ -179,6 +180,8 @@ struct World {
     dst: EtcdMigrationSpec,
     druid_a: DruidStandIn,
     druid_b: DruidStandIn,
+    /// etcd's CA, a client certificate and its key (PEM).
+    tls: (String, String, String),
 }
 
 impl World {
@@ -214,7 +217,8 @@ async fn world() -> World {
         Seed::start("seed-b", "198.51.100.9", NS)
     );
     for s in [&mut a, &mut b] {
-        s.etcd_client_secret(NS, &ca, &cert, &key).await;
+        s.etcd_client_secrets(NS, ETCD_CLIENT_SECRET, &ca, &cert, &key)
+            .await;
         s.dns_provider(NS);
     }
     // gardenlet grants the controller access in the shoot namespace with each migration.
@@ -250,6 +254,7 @@ async fn world() -> World {
         dst,
         druid_a,
         druid_b,
+        tls: (ca, cert, key),
     }
 }
 
@@ -359,6 +364,30 @@ async fn expose_both(w: &World) {
     let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
     migrations(&w.b.admin)
         .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .unwrap();
+}
+
+/// A rotation of the source's etcd client certificate as gardenlet's secrets manager does it
+/// (gardener v1.149.3 `pkg/utils/secrets/manager`: a new name, the old Secret deleted once
+/// the `Etcd` no longer references it).
+async fn rotate_client_secret(w: &World, etcds: &Api<DynamicObject>, gardenlet: &PatchParams) {
+    const ROTATED: &str = "etcd-client-9e27b4f0";
+    let (ca, cert, key) = &w.tls;
+    w.a.etcd_client_secrets(NS, ROTATED, ca, cert, key).await;
+    let names = [ETCD_CA_BUNDLE_SECRET.to_string(), ROTATED.to_string()];
+    w.a.grant_secrets(&w.src, NS, &names).await;
+    let deploy = json!({
+        "metadata": {"annotations": {"gardener.cloud/operation": "reconcile"}},
+        "spec": {"etcd": {"clientUrlTls": {"clientTLSSecretRef": {"name": ROTATED}}}},
+    });
+    etcds
+        .patch("etcd-main", gardenlet, &Patch::Merge(deploy))
+        .await
+        .unwrap();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(w.a.admin.clone(), NS);
+    secrets
+        .delete(ETCD_CLIENT_SECRET, &Default::default())
         .await
         .unwrap();
 }
@@ -514,6 +543,12 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     assert!(e["spec"]["etcd"]
         .get("bootstrapWithExistingCluster")
         .is_none());
+
+    // gardenlet rotates the etcd client certificate: its secrets manager writes a new
+    // immutable `etcd-client-<hash>`, gardenlet grants its name and deploys the `Etcd` that
+    // references it, and the old Secret goes. The source's cleanup reads etcd with the new
+    // one: followed without a restart, nothing cached.
+    rotate_client_secret(&w, &etcds_a, &gardenlet).await;
 
     // Issue 24: the source's end does not wait for a roll of members that left the cluster;
     // it removes its names, then its routes, and leaves the `Etcd` to gardenlet.

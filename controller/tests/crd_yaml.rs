@@ -31,3 +31,26 @@ fn crd_names_and_scope() {
         assert!(y.contains(needle), "missing {needle:?}");
     }
 }
+
+/// Issue 47 point 8: the template's images are applied as given (the source `Etcd` is on the
+/// other seed), so the CRD says where `kubectl explain` shows it that writing an
+/// `EtcdMigration` is writing an `Etcd`.
+#[test]
+fn the_template_says_an_etcdmigration_is_an_etcd() {
+    let y = crd_yaml().unwrap();
+    let at = y.find("etcdTemplate:").unwrap();
+    let field = &y[at..at + 2000.min(y.len() - at)];
+    for needle in [
+        "Writing an",
+        "EtcdMigration is writing an Etcd",
+        "spec.etcd.image",
+        "spec.backup.image",
+        "only whoever may create that `Etcd` (gardenlet)",
+    ] {
+        let flat = field.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(needle),
+            "etcdTemplate lacks {needle:?}:\n{field}"
+        );
+    }
+}

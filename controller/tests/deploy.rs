@@ -129,9 +129,14 @@ fn access_examples_are_current() {
              # Regenerate: ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy\n\
              # What the orchestrator (gardenlet) creates in the shoot's namespace together with the\n\
              # EtcdMigration, and deletes once the EtcdMigration is gone (its finalizer needs it):\n\
-             # the controller's writes there, and its one Secret read, by name where RBAC allows.\n"
+             # the controller's writes there, and its Secret reads, by name where RBAC allows: the\n\
+             # etcd client Secrets the Etcd's spec.etcd.clientUrlTls names (Gardener's secrets\n\
+             # manager's etcd-client-<hash> and ca-etcd-bundle-<hash>, renamed on each rotation:\n\
+             # gardenlet grants the current names with the Etcd that references them).\n"
         );
-        let generated = grant_yaml(&m.spec, &ns, &Subject::default(), &header).unwrap();
+        use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
+        let secrets = [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()];
+        let generated = grant_yaml(&m.spec, &ns, &Subject::default(), &secrets, &header).unwrap();
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
             .join("../deploy/examples")
             .join(format!("access-{role}.yaml"));

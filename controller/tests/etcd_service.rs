@@ -77,8 +77,13 @@ async fn the_resource_managers_service_comes_and_goes_with_the_migrations() {
         let e: DynamicObject = serde_json::from_value(minimal_etcd(name, NS, 3)).unwrap();
         etcds.create(&PostParams::default(), &e).await.unwrap();
     }
-    let [mut role, binding] = grant(&source("etcd-main"), NS, &Subject::default());
-    let [events_role, _] = grant(&source("etcd-events"), NS, &Subject::default());
+    use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
+    let secrets = [
+        ETCD_CA_BUNDLE_SECRET.to_string(),
+        ETCD_CLIENT_SECRET.to_string(),
+    ];
+    let [mut role, binding] = grant(&source("etcd-main"), NS, &Subject::default(), &secrets);
+    let [events_role, _] = grant(&source("etcd-events"), NS, &Subject::default(), &secrets);
     let mut rules = role["rules"].as_array().unwrap().clone();
     rules.extend(events_role["rules"].as_array().unwrap().iter().cloned());
     role["rules"] = Value::Array(rules);

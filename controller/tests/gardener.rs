@@ -8,7 +8,6 @@ use isthmus_controller::crd::{DruidApi, EtcdMigrationSpec, MemberUrls, Role, Ste
 use isthmus_controller::gardener::{dnsrecord_body, dnsrecord_observe, etcd_body, etcd_observe};
 use isthmus_controller::plan::{self, EtcdAction, EtcdFields};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 #[test]
 fn dnsrecord_round_trip() {
@@ -64,14 +63,13 @@ fn etcd_round_trip_legacy_and_new_api() {
         (DruidApi::AdditionalAdvertisePeerUrls, false),
         (DruidApi::AdditionalAdvertisedUrls, true),
     ] {
-        let body = etcd_body(&dest(api), NS, &fields(clients), &BTreeMap::new());
+        let body = etcd_body(&dest(api), NS, &fields(clients));
         assert_eq!(etcd_observe(&body, api).fields, fields(clients), "{api:?}");
     }
     let legacy = etcd_body(
         &dest(DruidApi::AdditionalAdvertisePeerUrls),
         NS,
         &fields(false),
-        &BTreeMap::new(),
     );
     // etcd-druid's spelling (api v0.38): `…PeerURLs`, not the GEP's `…PeerUrls`.
     assert_eq!(
@@ -97,7 +95,7 @@ fn etcd_round_trip_legacy_and_new_api() {
 
     let mut shared = dest(DruidApi::AdditionalAdvertisedUrls);
     shared.override_default_url = true;
-    let new = etcd_body(&shared, NS, &fields(true), &BTreeMap::new());
+    let new = etcd_body(&shared, NS, &fields(true));
     let urls = &new["spec"]["etcd"]["additionalAdvertisedURLs"];
     assert_eq!(urls["peerURLs"]["members"][0]["name"], "dest-etcd-main-0");
     assert_eq!(urls["peerURLs"]["overrideDefaultURL"], true);
@@ -114,7 +112,6 @@ fn release_body_owns_nothing() {
         &spec(Role::Source, Step::Complete),
         NS,
         &EtcdFields::default(),
-        &BTreeMap::new(),
     );
     assert_eq!(body.get("spec"), None);
     assert_eq!(body["metadata"]["name"], "etcd-main");
@@ -137,9 +134,14 @@ fn observe_reads_status_as_gardener_does() {
         (3, 2, Some(3))
     );
     // Each of Gardener's health checks alone makes it not ready.
-    let mut pending = obj.clone();
-    pending["metadata"]["annotations"]["gardener.cloud/operation"] = json!("reconcile");
-    assert!(!etcd_observe(&pending, DruidApi::default()).gardener_ready());
+    for key in ["druid.gardener.cloud/operation", "gardener.cloud/operation"] {
+        let mut pending = obj.clone();
+        pending["metadata"]["annotations"][key] = json!("reconcile");
+        assert!(
+            !etcd_observe(&pending, DruidApi::default()).gardener_ready(),
+            "{key}"
+        );
+    }
     let mut failing = obj.clone();
     failing["status"]["lastErrors"] = json!([{"code": "ERR", "description": "x"}]);
     assert!(!etcd_observe(&failing, DruidApi::default()).gardener_ready());
@@ -185,4 +187,60 @@ fn membership_is_not_read_from_a_draft_status_field() {
     });
     let o = etcd_observe(&obj, DruidApi::default());
     assert_eq!(o.members, vec!["dest-etcd-main-0"]);
+}
+
+/// etcd-druid acts on `druid.gardener.cloud/operation: reconcile` and on the deprecated
+/// `gardener.cloud/operation: reconcile`, and removes both (etcd-druid v0.38.1
+/// `api/core/v1alpha1/helper.go`): either one is a request still pending, and a value druid
+/// does not act on is none.
+#[test]
+fn either_operation_annotation_is_a_pending_request() {
+    use isthmus_controller::plan::request::etcd_needs_request;
+    let with = |annotations: serde_json::Value| {
+        let obj = json!({
+            "metadata": {"generation": 4, "annotations": annotations},
+            "status": {"observedGeneration": 3},
+        });
+        etcd_observe(&obj, DruidApi::default())
+    };
+    for key in ["druid.gardener.cloud/operation", "gardener.cloud/operation"] {
+        let o = with(json!({key: "reconcile"}));
+        assert_eq!(o.operation.as_deref(), Some("reconcile"), "{key}");
+        assert!(!etcd_needs_request(&o), "{key}: asked already");
+    }
+    let both = with(
+        json!({"druid.gardener.cloud/operation": "x", "gardener.cloud/operation": "reconcile"}),
+    );
+    assert_eq!(both.operation.as_deref(), Some("reconcile"));
+    let other = with(json!({"gardener.cloud/operation": "wait"}));
+    assert_eq!(other.operation.as_deref(), Some("wait"));
+    assert!(etcd_needs_request(&other), "druid acts on `reconcile` only");
+    assert!(etcd_needs_request(&with(json!({}))));
+}
+
+/// The request is written after the apply, never owned by it, in neither spelling, and the
+/// timestamp is gardenlet's: a template carrying them (copied from a live `Etcd`) must not make
+/// the apply own them.
+#[test]
+fn etcd_body_never_carries_a_request() {
+    let mut s = spec(Role::Destination, Step::Join);
+    if let Some(t) = s
+        .destination
+        .as_mut()
+        .and_then(|d| d.etcd_template.as_mut())
+    {
+        t.annotations
+            .insert("gardener.cloud/operation".into(), "reconcile".into());
+        t.annotations
+            .insert("druid.gardener.cloud/operation".into(), "reconcile".into());
+        t.annotations
+            .insert("gardener.cloud/timestamp".into(), "t".into());
+        t.annotations.insert("kept".into(), "yes".into());
+    }
+    let body = etcd_body(&s, NS, &fields(false));
+    let a = &body["metadata"]["annotations"];
+    assert!(a.get("gardener.cloud/operation").is_none(), "{a}");
+    assert!(a.get("druid.gardener.cloud/operation").is_none(), "{a}");
+    assert!(a.get("gardener.cloud/timestamp").is_none(), "{a}");
+    assert_eq!(a["kept"], "yes");
 }

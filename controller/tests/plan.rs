@@ -501,11 +501,7 @@ fn destination_run_and_exposed_urls() {
 fn destination_join_fields() {
     let obs = dst_exposed();
     let p = plan::plan(&spec(Role::Destination, Step::Join), &obs);
-    let EtcdAction::Apply {
-        fields,
-        annotations,
-    } = &p.etcd
-    else {
+    let EtcdAction::Apply { fields } = &p.etcd else {
         panic!("expected apply, got {:?}", p.etcd);
     };
     assert_eq!(fields.replicas, Some(2));
@@ -517,16 +513,13 @@ fn destination_join_fields() {
         vec!["https://etcd-main-1.shoot--foo--bar.seed-b.internal.example.com:2381"]
     );
     assert_eq!(fields.advertise[1].name, "dest-etcd-main-1");
-    // A change carries a new timestamp; the reconcile request is written after the apply.
-    assert_eq!(annotations.get(TIMESTAMP).map(String::as_str), Some(T0));
-    assert_eq!(annotations.get(OPERATION), None);
     let vpn = p
         .dns_records
         .iter()
         .find(|r| r.object_name == "isthmus-vpn");
     assert_eq!(
         vpn.map(|r| r.spec.name.as_str()),
-        Some("vpn-tmp.foo.example.com")
+        Some("vpn-tmp.foo.internal.example.com")
     );
 }
 
@@ -571,10 +564,7 @@ fn converged_objects_are_not_touched_again() {
         assert_eq!(r.annotations.get(OPERATION), None);
         assert_eq!(r.annotations.get(TIMESTAMP).map(String::as_str), Some(T0));
     }
-    let EtcdAction::Apply { annotations, .. } = &p.etcd else {
-        panic!("expected apply");
-    };
-    assert_eq!(annotations.get(OPERATION), None);
+    assert!(matches!(p.etcd, EtcdAction::Apply { .. }));
 }
 
 #[test]

@@ -247,7 +247,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
             "shoot--b/etcd-main",
             "shoot--foo--bar/etcd-main",
             "vpn-8443",
-            "vpn-tmp.foo.example.com"
+            "vpn-tmp.foo.internal.example.com"
         )
     );
     let parsed = isthmus_config::parse_proxy("proxy.json", &outcome.rendered.text).unwrap();
@@ -272,7 +272,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
     let mut same_ns = spec(Role::Destination, Step::Join);
     same_ns.etcd_name = "etcd-events".into();
     same_ns.vpn.as_mut().unwrap().target = "other.shoot--foo--bar.svc.cluster.local:9443".into();
-    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.example.com".into();
+    same_ns.vpn.as_mut().unwrap().dns_name = "vpn-2.foo.internal.example.com".into();
     let claims = [
         claims[0].clone(),
         Claim {
@@ -282,7 +282,7 @@ fn the_older_migration_keeps_a_vpn_name_two_migrations_want() {
     ];
     let outcome = render_claims(&layout(), &claims).unwrap();
     assert_eq!(outcome.conflicts.len(), 1, "{:?}", outcome.conflicts);
-    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.example.com");
+    assert_eq!(outcome.conflicts[0].sni, "vpn-2.foo.internal.example.com");
 }
 
 #[test]
@@ -324,15 +324,17 @@ fn internet_facing_listeners_get_a_per_source_cap_and_upstreams_an_idle_timeout(
     assert_eq!(IDLE_TIMEOUT.to_string(), "3h");
 }
 
-/// `spec.vpn.proxyProtocol: v2` puts `send_proxy_protocol: v2` on the VPN upstream only (the
-/// tunnel server's per-source handshake shares then see the agents' addresses); without it
-/// nothing is sent, since a tunnel server that does not trust the proxies would take the
-/// header for the TLS handshake and refuse every agent.
+/// Issue 47 point 2: the VPN upstream sends a PROXY v2 header by default (the tunnel server's
+/// per-source handshake shares then see each agent's address, not the proxy's, so one stranger
+/// sending ClientHellos for the VPN name no longer evicts the agent's handshakes), on the VPN
+/// upstream only (etcd speaks TLS from the first byte); `proxyProtocol: none` still turns it
+/// off. A spec without the field — as the API server stores it, or as an older orchestrator
+/// writes it — means v2.
 #[test]
-fn the_vpn_upstream_sends_proxy_v2_when_the_migration_asks_and_only_then() {
+fn the_vpn_upstream_sends_proxy_v2_by_default_and_nothing_when_told_none() {
     use isthmus_config::SendProxyProtocol;
-    use isthmus_controller::crd::ProxyProtocol;
-    let sent = |spec: &isthmus_controller::crd::EtcdMigrationSpec| {
+    use isthmus_controller::crd::{EtcdMigrationSpec, ProxyProtocol};
+    let sent = |spec: &EtcdMigrationSpec| {
         let r = render(&layout(), &routes(spec, NS, true)).unwrap();
         let parsed = isthmus_config::parse_proxy("proxy.json", &r.text)
             .unwrap_or_else(|e| panic!("{e}\n{}", r.text));
@@ -343,16 +345,13 @@ fn the_vpn_upstream_sends_proxy_v2_when_the_migration_asks_and_only_then() {
             .collect::<Vec<_>>()
     };
     let vpn = format!("{NS}.vpn");
-    let mut s = spec(Role::Destination, Step::Join);
-    let off = sent(&s);
-    assert_eq!(off.len(), 7);
-    assert!(
-        off.iter().all(|(_, p)| *p == SendProxyProtocol::None),
-        "{off:?}"
-    );
-
-    s.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::V2;
+    // The spec as JSON without `proxyProtocol`.
+    let mut json = serde_json::to_value(spec(Role::Destination, Step::Join)).unwrap();
+    json["vpn"].as_object_mut().unwrap().remove("proxyProtocol");
+    let s: EtcdMigrationSpec = serde_json::from_value(json).unwrap();
+    assert_eq!(s.vpn.as_ref().unwrap().proxy_protocol, ProxyProtocol::V2);
     let on = sent(&s);
+    assert_eq!(on.len(), 7);
     for (name, p) in &on {
         let want = if *name == vpn {
             SendProxyProtocol::V2
@@ -371,6 +370,19 @@ fn the_vpn_upstream_sends_proxy_v2_when_the_migration_asks_and_only_then() {
         .find(|u| u["name"] == vpn.as_str())
         .unwrap();
     assert_eq!(upstream["send_proxy_protocol"], "v2", "{upstream}");
+    // The CRD defaults the field to v2 as well (what `kubectl apply` without it stores).
+    let crd = isthmus_controller::crd::crd_yaml().unwrap();
+    let at = crd.find("proxyProtocol:").unwrap();
+    let field = &crd[at..at + crd[at..].find("target:").unwrap()];
+    assert!(field.contains("default: v2"), "{field}");
+    // `none` is still there for a server that cannot trust the proxies.
+    let mut s = s;
+    s.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::None;
+    let off = sent(&s);
+    assert!(
+        off.iter().all(|(_, p)| *p == SendProxyProtocol::None),
+        "{off:?}"
+    );
 }
 
 /// Two migrations that name the same VPN upstream with different PROXY settings conflict like
@@ -381,7 +393,7 @@ fn a_vpn_upstream_wanted_with_and_without_proxy_v2_stays_with_the_older() {
     use isthmus_controller::proxy_config::{render_claims, Claim};
     let older = spec(Role::Destination, Step::Join);
     let mut younger = older.clone();
-    younger.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::V2;
+    younger.vpn.as_mut().unwrap().proxy_protocol = ProxyProtocol::None;
     let claims = [
         Claim {
             owner: format!("{NS}/older"),

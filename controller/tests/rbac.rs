@@ -12,6 +12,7 @@ mod common;
 use common::{spec, NS};
 use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::{Role, Step};
+use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::KubeApiServer;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -21,6 +22,12 @@ use kube::Client;
 use std::path::Path;
 
 const OTHER: &str = "shoot--other--shoot";
+
+/// The etcd client Secrets the `Etcd` names (Gardener's secrets manager's), which gardenlet's
+/// grant names.
+fn secrets() -> [String; 2] {
+    [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()]
+}
 const SA: &str = "system:serviceaccount:isthmus-system:isthmus-controller";
 
 /// Whether the controller's ServiceAccount may `verb` the `resource` (`group/resource`).
@@ -57,7 +64,7 @@ async fn granted(c: &Client, ns: &'static str) {
     isthmus_testkit::wait_until(
         "the grant in effect",
         std::time::Duration::from_secs(30),
-        || async move { may(c, "get", "secrets", Some(ns), Some("etcd-client-tls")).await },
+        || async move { may(c, "get", "secrets", Some(ns), Some(ETCD_CLIENT_SECRET)).await },
     )
     .await;
 }
@@ -76,22 +83,26 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
     }
     // gardenlet's grant for the destination migration of NS; none in OTHER.
     let dst = spec(Role::Destination, Step::Expose);
-    for doc in grant(&dst, NS, &Subject::default()) {
+    for doc in grant(&dst, NS, &Subject::default(), &secrets()) {
         k.apply_yaml_str(&serde_json::to_string(&doc).unwrap())
             .await;
     }
     let c = k.admin().await;
-    let secret = Some("etcd-client-tls");
+    let secret = Some(ETCD_CLIENT_SECRET);
     granted(&c, NS).await;
 
     // What the migration in NS needs.
     #[rustfmt::skip]
     let allowed = [
         ("get", "secrets", Some(NS), secret),
-        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), None),
+        ("get", "secrets", Some(NS), Some(ETCD_CA_BUNDLE_SECRET)),
+        // Creates by name (a server-side apply that creates is authorised as `create` of
+        // that name).
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-etcd-main-0")),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-vpn")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-etcd-main-2")),
         ("delete", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("isthmus-vpn")),
-        ("create", "druid.gardener.cloud/etcds", Some(NS), None),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("patch", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("delete", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-main")),
         ("create", "events.k8s.io/events", Some(NS), None),
@@ -120,8 +131,19 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
         ("get", "secrets", Some(OTHER), secret),
         ("list", "secrets", None, None),
         ("list", "secrets", Some(NS), None),
-        ("get", "secrets", Some(NS), Some("etcd-main-client")),
+        // Only the names the `Etcd` references: not the CA itself (its private key), not a
+        // client certificate of an earlier rotation, not a Secret found by its labels.
+        ("get", "secrets", Some(NS), Some("ca-etcd-4e1b9a07")),
+        ("get", "secrets", Some(NS), Some("etcd-client-0d1e2f3a")),
+        ("watch", "secrets", Some(NS), None),
         ("create", "extensions.gardener.cloud/dnsrecords", Some(OTHER), None),
+        // Issue 47 point 6: no create of any other name (the shoot's own records, another
+        // Etcd), nor an unnamed one.
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), None),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-external")),
+        ("create", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-internal")),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), None),
+        ("create", "druid.gardener.cloud/etcds", Some(NS), Some("etcd-events")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(OTHER), Some("isthmus-etcd-main-0")),
         ("patch", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-external")),
         ("delete", "extensions.gardener.cloud/dnsrecords", Some(NS), Some("bar-internal")),
@@ -148,7 +170,7 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
 
     // The source's grant: its Etcd is gardenlet's; the controller never creates or deletes it.
     let src = spec(Role::Source, Step::Expose);
-    for doc in grant(&src, OTHER, &Subject::default()) {
+    for doc in grant(&src, OTHER, &Subject::default(), &secrets()) {
         k.apply_yaml_str(&serde_json::to_string(&doc).unwrap())
             .await;
     }
@@ -198,12 +220,11 @@ async fn a_migration_without_the_grant_is_reported_forbidden() {
     let seed = common::seed::Seed::start("seed-a", "203.0.113.7", OTHER).await;
     let _controller = seed.controller("controller-a-0", Default::default()).await;
     let api: Api<EtcdMigration> = Api::namespaced(seed.admin.clone(), OTHER);
-    api.create(
-        &PostParams::default(),
-        &EtcdMigration::new("etcd-main", spec(Role::Source, Step::Expose)),
-    )
-    .await
-    .unwrap();
+    let mut s = spec(Role::Source, Step::Expose);
+    s.dns.secret_ref.namespace = OTHER.into();
+    api.create(&PostParams::default(), &EtcdMigration::new("etcd-main", s))
+        .await
+        .unwrap();
     isthmus_testkit::wait_until(
         "ObjectsApplied=False/Forbidden",
         std::time::Duration::from_secs(60),

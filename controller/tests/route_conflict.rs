@@ -21,11 +21,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(90);
-const VPN: &str = "vpn-tmp.foo.example.com";
+const VPN: &str = "vpn-tmp.foo.internal.example.com";
 
 fn destination(ns: &str) -> EtcdMigrationSpec {
     let mut s = spec(Role::Destination, Step::Join);
     s.vpn.as_mut().unwrap().target = format!("vpn-seed-server.{ns}.svc.cluster.local:9443");
+    s.dns.secret_ref.namespace = ns.into();
     let mut tspec = minimal_etcd("etcd-main", ns, 2)["spec"].clone();
     tspec.as_object_mut().unwrap().remove("replicas");
     s.destination.as_mut().unwrap().etcd_template = Some(EtcdTemplate {

@@ -24,6 +24,7 @@ impl Migration {
             generation: 1,
             observed_generation: Some(1),
             ready: Some(true),
+            all_members_updated: Some(true),
             fields: EtcdFields {
                 replicas: Some(3),
                 ..Default::default()

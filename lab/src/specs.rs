@@ -68,6 +68,7 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
                 spec: serde_json::json!({}),
             }),
             join_timeout: None,
+            etcd_version: None,
         }),
         // The temporary VPN is the webhook part (`webhook.rs`), on loopback: no record, no route.
         vpn: None,
@@ -76,7 +77,6 @@ pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
         // exposed URLs instead of (not beside) the in-cluster ones.
         druid_api: DruidApi::AdditionalAdvertisedUrls,
         override_default_url: true,
-        etcd_client: Default::default(),
         seed_ingress: None,
         // The member routes admit only listed sources (the controller's default is none):
         // the lab's networks stand in for the other seed's egress — the seeds and their link

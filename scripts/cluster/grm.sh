@@ -14,7 +14,7 @@
 # allow-to-public-networks, computed from this node's networks as that controller computes
 # them from the seed's (scripts/cluster/seed-policies.yaml).
 
-GRM_VERSION=v1.139.0
+GRM_VERSION=v1.149.3
 GRM="$ISTHMUS_CACHE/gardener-resource-manager-$GRM_VERSION/gardener-resource-manager"
 
 grm_build() {

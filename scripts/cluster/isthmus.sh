@@ -4,7 +4,7 @@
 # Extension's own (cluster/extension-values.yaml), after what every seed has (seed.yaml, the
 # seed's CRDs).
 
-HELM="$ISTHMUS_CACHE/helm-v3.20.2/helm"
+HELM="$ISTHMUS_CACHE/helm-v4.2.3/helm"
 RELEASE=isthmus
 RELEASE_NS=isthmus-system
 

@@ -3,4 +3,4 @@
 // Package tools pins the one command this module builds.
 package tools
 
-import _ "helm.sh/helm/v3/cmd/helm"
+import _ "helm.sh/helm/v4/cmd/helm"

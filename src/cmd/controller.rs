@@ -6,7 +6,8 @@ use isthmus_controller::kube_adapter::lease::{run_as_leader, LeaseLock};
 use isthmus_controller::kube_adapter::probe::HttpFetcher;
 use isthmus_controller::kube_adapter::{self, connect, serve_metrics, Context, Metrics, Settings};
 use isthmus_controller::proxy_config::Layout;
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -39,6 +40,19 @@ pub struct Args {
     /// Namespace of the proxy DaemonSet and its route ConfigMap.
     #[arg(long, default_value = "isthmus-system")]
     pub proxy_namespace: String,
+    /// Labels that select the proxy's namespace (`KEY=VALUE`, comma-separated or repeated):
+    /// the `isthmus-etcd` Service the controller creates in each migrating shoot namespace
+    /// admits that namespace's proxy pods by them. Under gardenlet its registration label
+    /// (`controllerregistration.core.gardener.cloud/name=isthmus`): the `extension-…`
+    /// namespace is renamed with every install. Default:
+    /// `kubernetes.io/metadata.name=<--proxy-namespace>`.
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
+    pub proxy_namespace_labels: Vec<String>,
+    /// The wildcard every proxy listener and the admin port bind in the rendered file:
+    /// `0.0.0.0`, or `::` on a seed with IPv6 (one dual-stack socket; IPv4 clients arrive as
+    /// `::ffff:a.b.c.d` and match IPv4 allow-lists).
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub listen_address: IpAddr,
     /// gardener-resource-manager's alias of shoot namespaces: the `isthmus-etcd` Service the
     /// controller creates in each migrating shoot namespace carries it, and the proxy pods'
     /// egress labels name it (`to-<alias>-isthmus-etcd-tcp-2379`).
@@ -60,7 +74,8 @@ pub struct Args {
     #[arg(long, default_value = "8443")]
     pub vpn_port: u16,
     /// Addresses (CIDRs) of the load balancer when it sends PROXY protocol headers: the
-    /// rendered listeners then honour a header from these peers only. Comma-separated or
+    /// rendered listeners then honour a header from these peers only, so list the load
+    /// balancer's own ranges (`0.0.0.0/0` and `::/0` are refused). Comma-separated or
     /// repeated. Default: none (no PROXY protocol).
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub trusted_proxies: Vec<String>,
@@ -70,6 +85,21 @@ pub struct Args {
     /// `ExposureRestricted` reason `NoSourceAllowed`. `0.0.0.0/0,::/0` opens them to anyone.
     #[arg(long, value_delimiter = ',', value_name = "CIDR")]
     pub default_allowed_sources: Vec<String>,
+    /// The cluster's DNS domain: an `EtcdMigration`'s `spec.vpn.target` must be exactly
+    /// `<service>.<its namespace>.svc.<domain>:<port>`.
+    #[arg(long, default_value = isthmus_controller::plan::validate::DEFAULT_CLUSTER_DOMAIN)]
+    pub cluster_domain: String,
+    /// Domains an `EtcdMigration`'s `spec.vpn.dnsName` may be under besides its
+    /// `spec.internalDomain` (the seed's). Comma-separated or repeated. Default: none.
+    #[arg(long, value_delimiter = ',', value_name = "DOMAIN")]
+    pub vpn_dns_parent: Vec<String>,
+    /// Patch an annotation (`isthmus.dev/routes`) onto each proxy pod that does not serve a
+    /// new route file yet, so that kubelet delivers the file within about a second instead
+    /// of at its periodic sync (about a minute). Needs `patch` on pods in the proxy namespace
+    /// (the chart grants it, narrowed to that annotation on the proxy pods by an admission
+    /// policy). `false`: wait for kubelet's sync.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub nudge_proxy_pods: bool,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -95,6 +125,37 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
         }
     }
+    // A PROXY header names any client it likes: only the load balancer's own ranges may send
+    // one, never every address (nor, in the chart, the seed's whole node network).
+    if let Some(all) = args
+        .trusted_proxies
+        .iter()
+        .find(|c| isthmus_config::Cidr::parse(c).is_ok_and(|c| c.is_everything()))
+    {
+        anyhow::bail!(
+            "--trusted-proxies: {all} trusts every address to name any client; list the load balancer's own address ranges"
+        );
+    }
+    // The controller reads each pod's /config at the pod's own IP: a wildcard only.
+    if !args.listen_address.is_unspecified() {
+        anyhow::bail!(
+            "--listen-address: {} is not a wildcard; want 0.0.0.0 or ::",
+            args.listen_address
+        );
+    }
+    let proxy_namespace_labels = namespace_labels(&args.proxy_namespace_labels)
+        .context("--proxy-namespace-labels")?
+        .unwrap_or_else(|| {
+            isthmus_controller::network::namespace_name_labels(&args.proxy_namespace)
+        });
+    let admin = SocketAddr::new(args.listen_address, args.proxy_admin_port);
+    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
+    layout.trusted_proxies = args.trusted_proxies;
+    layout.default_allowed_sources = args.default_allowed_sources;
+    // `--vpn-port` on a member listener or the admin port would fail every file.
+    layout
+        .check()
+        .context("--members, --vpn-port and --proxy-admin-port")?;
     let client = connect(args.kubeconfig.as_deref()).await?;
     let mut registry = prometheus_client::registry::Registry::default();
     let metrics = Metrics::new(&mut registry);
@@ -106,13 +167,12 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     tracing::info!(metrics = %listener.local_addr()?, "serving /metrics and /healthz");
     tokio::spawn(serve_metrics(listener, Arc::new(registry)));
 
-    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
-    let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
-    layout.trusted_proxies = args.trusted_proxies;
-    layout.default_allowed_sources = args.default_allowed_sources;
     let settings = Settings {
         layout,
+        cluster_domain: args.cluster_domain,
+        vpn_dns_parents: args.vpn_dns_parent,
         proxy_namespace: args.proxy_namespace,
+        proxy_namespace_labels,
         shoot_alias: args.shoot_alias,
         proxy_configmap: args.proxy_configmap,
         proxy_selector: args.proxy_selector,
@@ -120,6 +180,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace,
         poll: Duration::from_secs(5),
         resync: Duration::from_secs(300),
+        rollout_poll: Duration::from_secs(1),
+        nudge_proxy_pods: args.nudge_proxy_pods,
         etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));
@@ -133,4 +195,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
     run_as_leader(&lock, &leader, kube_adapter::run(ctx)).await?;
     Ok(())
+}
+
+/// `KEY=VALUE` pairs as labels; `None` when there are none.
+fn namespace_labels(pairs: &[String]) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let mut labels = BTreeMap::new();
+    for p in pairs {
+        match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                labels.insert(k.to_string(), v.to_string());
+            }
+            _ => anyhow::bail!("{p:?}: want KEY=VALUE"),
+        }
+    }
+    Ok((!labels.is_empty()).then_some(labels))
 }

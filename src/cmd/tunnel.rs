@@ -12,6 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 /// Flags of `tunnel-server` and `tunnel-agent`.
 #[derive(Debug, clap::Args)]
+#[command(
+    after_help = "Signals: SIGTERM/SIGINT drain (stop accepting, open streams finish up to \
+drain_timeout). tunnel-server: SIGHUP re-reads agents.tls and connect.tls for the handshakes that \
+follow (the file and the TLS files it names are also watched: watch_interval); sessions up stay."
+)]
 pub struct Args {
     /// The configuration file (YAML).
     #[arg(long, short = 'c')]
@@ -59,6 +64,15 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
         .and_then(tokio::net::TcpListener::from_std)
         .with_context(|| format!("bind agents {}", config.agents.address))?;
         let connect = ConnectListener::bind(&config.connect).await?;
+        // New certificates without a restart: a change to the file or a TLS file it names,
+        // or SIGHUP (tunnel/README.md).
+        let watch = CancellationToken::new();
+        tokio::spawn({
+            let (server, path, stop) = (server.clone(), args.config.clone(), watch.clone());
+            let interval = config.watch_interval.get();
+            async move { server.watch_tls(path, interval, stop).await }
+        });
+        tokio::spawn(hangups(server.clone(), args.config.clone(), watch.clone()));
         let ready_server = server.clone();
         let shutdown = serve_admin(&config.admin, registry, move || {
             ready_server.live_sessions() > 0
@@ -68,8 +82,24 @@ pub fn run_server(args: Args) -> anyhow::Result<ExitCode> {
         let bound = agents.local_addr().unwrap_or(config.agents.address);
         tracing::info!(agents = %bound, "tunnel server running");
         server.run(agents, connect, shutdown).await;
+        watch.cancel();
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// Re-reads the TLS files on every SIGHUP until `stop` (errors are logged and counted).
+async fn hangups(server: Server, path: PathBuf, stop: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = hup.recv() => {
+                tracing::info!("SIGHUP: reloading TLS");
+                let _ = server.reload_tls(&path);
+            }
+        }
+    }
 }
 
 pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
@@ -90,7 +120,8 @@ pub fn run_agent(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Binds the admin endpoint (ready while `ready` says so), installs the signal handlers, and
-/// returns the token that SIGTERM/SIGINT cancel.
+/// returns the token that SIGTERM/SIGINT cancel. The admin endpoint answers until the process
+/// exits, through the drain: a liveness probe must not fail while open streams finish.
 async fn serve_admin(
     config: &isthmus_config::AdminConfig,
     registry: Registry,
@@ -106,7 +137,7 @@ async fn serve_admin(
         Arc::new(registry),
         Arc::new(ready),
         config.limits,
-        shutdown.child_token(),
+        CancellationToken::new(),
     ));
     tokio::spawn(signals(shutdown.clone()));
     Ok(shutdown)

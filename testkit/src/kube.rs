@@ -189,6 +189,7 @@ impl KubeApiServer {
     /// etcd + kube-apiserver on OS-chosen loopback ports; ready (`GET /readyz` is `ok`) when it
     /// returns. Panics with the tail of the apiserver log if not ready within 60 s.
     pub async fn start() -> KubeApiServer {
+        crate::tier::full_only("kube-apiserver (the one-time Kubernetes build)");
         let apiserver_bin = kube_apiserver_binary();
         let etcd_bin = etcd_binary();
         let scratch = Scratch::new("kube-apiserver");
@@ -578,8 +579,10 @@ pub fn minimal_etcd(name: &str, namespace: &str, replicas: i32) -> Value {
     })
 }
 
-/// [`minimal_etcd`]'s spec without `replicas`: what gardenlet templates an `Etcd` from.
+/// [`minimal_etcd`]'s spec without `replicas`: what gardenlet templates an `Etcd` from. Its
+/// client TLS names Gardener's Secrets ([`crate::gardener`]).
 pub fn etcd_spec(name: &str) -> Value {
+    use crate::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
     json!({
         "labels": {"app": "etcd-statefulset", "name": name},
         "backup": {},
@@ -589,9 +592,9 @@ pub fn etcd_spec(name: &str) -> Value {
                 "serverTLSSecretRef": {"name": format!("{name}-peer-server")},
             },
             "clientUrlTls": {
-                "tlsCASecretRef": {"name": format!("{name}-ca"), "dataKey": "bundle.crt"},
+                "tlsCASecretRef": {"name": ETCD_CA_BUNDLE_SECRET, "dataKey": "bundle.crt"},
                 "serverTLSSecretRef": {"name": format!("{name}-server")},
-                "clientTLSSecretRef": {"name": format!("{name}-client")},
+                "clientTLSSecretRef": {"name": ETCD_CLIENT_SECRET},
             },
         },
     })

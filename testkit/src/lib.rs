@@ -1,8 +1,8 @@
 //! Test support for isthmus: an rcgen PKI, rustls client/server builders, TLS echo upstreams,
 //! scratch directories, polling with deadlines, processes whose log is kept ([`Logged`]), the
 //! one metric scraper ([`metric`]), the one seeded random source ([`Rng`]), a real
-//! kube-apiserver ([`kube`]) and the flags every kube-apiserver of the project starts with
-//! ([`flags`]). Each helper the lab needs too has a
+//! kube-apiserver ([`kube`]), the flags every kube-apiserver of the project starts with
+//! ([`flags`]) and Gardener's own etcd deploy ([`gardener`]). Each helper the lab needs too has a
 //! fallible twin (`try_*`, `Result`) next to the panicking one the tests use.
 //!
 //! What it is for: letting every test use *real* TLS on real loopback sockets with a few lines.
@@ -51,6 +51,18 @@ pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
 /// The flags every kube-apiserver of the project starts with (testkit's and the lab's).
 pub mod flags;
 pub use flags::{ApiServerAuth, ApiServerFlags};
+
+/// gardenlet's install path of a seed extension (the `gardenlet-install` harness, Gardener
+/// v1.149.3), the real gardener-resource-manager that applies it, and the
+/// kube-controller-manager controllers an uninstall needs without a node.
+pub mod controller_manager;
+/// Gardener's own etcd deploy, secrets manager and health checks (the `gardener-etcd`
+/// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
+pub mod gardener;
+pub mod gardenlet;
+pub mod resource_manager;
+/// The fast and the full tier: the guard of every helper that needs root or a one-time build.
+pub mod tier;
 
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;

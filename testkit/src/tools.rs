@@ -5,12 +5,13 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The pinned helm (built from `helm.sh/helm/v3`).
-pub const HELM_VERSION: &str = "v3.20.2";
+/// The pinned helm (built from `helm.sh/helm/v4`; the library Gardener v1.149.3 renders with).
+pub const HELM_VERSION: &str = "v4.2.3";
 /// The pinned Prometheus (Go module `github.com/prometheus/prometheus` v0.310.0).
 pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
+    crate::tier::full_only(&format!("{name} (the one-time build {script})"));
     let p = crate::cache::dir().join(dir).join(name);
     assert!(p.is_file(), "{} is missing: run {script}", p.display());
     p
@@ -18,6 +19,7 @@ fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
 
 /// `helm`, overridable with `ISTHMUS_HELM`.
 pub fn helm() -> PathBuf {
+    crate::tier::full_only("helm (the one-time build scripts/build-helm.sh)");
     if let Some(p) = std::env::var_os("ISTHMUS_HELM") {
         return PathBuf::from(p);
     }
@@ -61,14 +63,17 @@ pub fn run_ok(cmd: &mut Command) -> String {
     stdout
 }
 
-/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.139.0):
-/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`; and the garden's `Extension`.
+/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.149.3):
+/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`, fluent-operator's `ClusterParser`
+/// and `ClusterFilter`; and the garden's `Extension`.
 pub fn seed_crd_paths() -> Vec<PathBuf> {
     let dir = crate::cache::upstream_crds();
     [
         "autoscaling.k8s.io_verticalpodautoscalers.yaml",
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_prometheusrules.yaml",
+        "fluentbit.fluent.io_clusterparsers.yaml",
+        "fluentbit.fluent.io_clusterfilters.yaml",
         "operator.gardener.cloud_extensions.yaml",
     ]
     .iter()

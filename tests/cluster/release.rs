@@ -170,7 +170,7 @@ pub fn uninstall(node: &Node) {
         format!("{SYSTEM}/ServiceAccount/default"),
     ];
     assert_eq!(in_ns, expected, "left in {SYSTEM}");
-    let releases = node.helm(&["list", "-A", "-a", "-q"]);
+    let releases = node.helm(&["list", "-A", "-q"]);
     assert!(releases.trim().is_empty(), "{releases}");
     println!(
         "figure: helm uninstall --wait: {took:.1?}; left behind: the CRD (resource-policy keep), the namespace {SYSTEM}, its Lease isthmus-controller (the controller's leader election), kube-root-ca.crt and the default ServiceAccount (Kubernetes')"

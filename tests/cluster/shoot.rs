@@ -43,18 +43,18 @@ impl Shoot {
             &format!("--from-file=tls.crt={}", f("server.crt")),
             &format!("--from-file=tls.key={}", f("server.key")),
         ]);
-        // What the controller reads etcd's member list with (spec.etcdClient's default).
-        node.kubectl(&[
-            "-n",
+        // What the controller reads etcd's member list with: the Secrets the `Etcd`'s
+        // `spec.etcd.clientUrlTls` names, as Gardener's secrets manager keeps them.
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{p}: {e}"));
+        for secret in isthmus_testkit::gardener::etcd_client_secrets(
             NS,
-            "create",
-            "secret",
-            "generic",
-            "etcd-client-tls",
-            &format!("--from-file=ca.crt={}", ca.display()),
-            &format!("--from-file=tls.crt={}", f("client.crt")),
-            &format!("--from-file=tls.key={}", f("client.key")),
-        ]);
+            isthmus_testkit::gardener::ETCD_CLIENT_SECRET,
+            &read(&ca.display().to_string()),
+            &read(&f("client.crt")),
+            &read(&f("client.key")),
+        ) {
+            node.apply(&secret.to_string());
+        }
         node.apply(&etcd_manifest());
         poll(
             node,

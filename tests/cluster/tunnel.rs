@@ -1,5 +1,6 @@
-//! The temporary VPN as pods (the chart's tunnel server through `helm upgrade`, the agent
-//! rendered from the chart for the shoot; configs in the Secrets they name): the agent
+//! The temporary VPN as pods (the chart's tunnel server through `helm upgrade`, its config
+//! rendered by the chart and its TLS files in the Secret it names; the agent rendered from the
+//! chart for the shoot, its config in its Secret): the agent
 //! (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
 //! proxy's VPN route (rendered by the controller from a destination migration's `spec.vpn` at
 //! `Join`, with PROXY v2: `spec.vpn.proxyProtocol`) takes it to the tunnel server, which
@@ -43,14 +44,9 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         .write(dir.path(), "apiserver");
     std::fs::copy(etcd_ca, dir.join("etcd-ca.crt")).unwrap();
     let tls = "/etc/isthmus";
-    std::fs::write(
-        dir.join("server.yaml"),
-        format!(
-            "agents: {{ address: \"0.0.0.0:9443\", trusted_proxies: [10.244.0.0/24], tls: {{ cert: {tls}/server.crt, key: {tls}/server.key, client_ca: {tls}/ca.crt, allowed_client_names: [agent.shoot--foo--bar] }} }}\n\
-             connect: {{ address: \"0.0.0.0:8132\", tls: {{ cert: {tls}/connect.crt, key: {tls}/connect.key, client_ca: {tls}/ca.crt, allowed_client_names: [kube-apiserver.shoot--foo--bar] }} }}\n"
-        ),
-    )
-    .unwrap();
+    // The server's config is the chart's (trusting the seed's pod network, 10.244.0.0/24, for
+    // the route's PROXY v2 header; the client names below); its Secret holds the TLS files.
+    std::fs::copy(dir.join("ca.crt"), dir.join("connect-ca.crt")).unwrap();
     std::fs::write(
         dir.join("agent.yaml"),
         format!(
@@ -61,10 +57,10 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     )
     .unwrap();
     let server_files = [
-        "server.yaml",
         "ca.crt",
         "server.crt",
         "server.key",
+        "connect-ca.crt",
         "connect.crt",
         "connect.key",
     ];
@@ -88,6 +84,10 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     node.helm_upgrade(&[
         "--set",
         &format!("tunnel.servers[0].namespace={DST_NS}"),
+        "--set",
+        "tunnel.servers[0].agentClientNames[0]=agent.shoot--foo--bar",
+        "--set",
+        "tunnel.servers[0].connectClientNames[0]=kube-apiserver.shoot--foo--bar",
         "--set-json",
         &source_ranges_value(&[
             &format!("{EXT_IP}/32"),

@@ -8,6 +8,20 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// What gardenlet injects for an AWS seed with PROXY protocol on its load balancers, and the
+/// operator's values for that seed (the load balancer's ranges the chart requires then).
+pub const SEED: [&str; 2] = [
+    "examples/gardener-values.yaml",
+    "examples/extension-values.yaml",
+];
+
+/// A tunnel server in `shoot--foo--bar`, with the client names the chart requires.
+pub const TUNNEL: [&str; 3] = [
+    "tunnel.servers[0].namespace=shoot--foo--bar",
+    "tunnel.servers[0].agentClientNames[0]=agent.shoot--foo--bar",
+    "tunnel.servers[0].connectClientNames[0]=kube-apiserver.shoot--foo--bar",
+];
+
 pub fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/isthmus")
 }

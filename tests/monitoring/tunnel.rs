@@ -25,7 +25,7 @@ pub struct Tunnel {
     pub agent: Logged,
     pub server_admin: SocketAddr,
     pub agent_admin: SocketAddr,
-    connect: SocketAddr,
+    pub connect: SocketAddr,
     _dir: Scratch,
 }
 

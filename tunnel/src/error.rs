@@ -35,6 +35,9 @@ pub enum Error {
     /// HTTP/2 failed on a session.
     #[error("HTTP/2: {0}")]
     Http2(#[from] h2::Error),
+    /// The configuration file could not be read again (a reload).
+    #[error(transparent)]
+    Config(#[from] isthmus_config::LoadError),
     /// A server name is not a valid DNS name or IP address.
     #[error("invalid TLS server name {0:?}")]
     ServerName(String),

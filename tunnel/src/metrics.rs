@@ -10,7 +10,8 @@
 //! | `isthmus_tunnel_handshakes_total{outcome}` | both | session TLS handshakes: `ok`/`failed` |
 //! | `isthmus_tunnel_bytes_total{direction}` | both | bytes carried, `to_target`/`from_target` |
 //! | `isthmus_tunnel_ping_rtt_seconds` | server | round trip of a request/answer on each session |
-//! | `isthmus_tunnel_refused_total{listener,reason}` | server | connections refused: `client_name`, `evicted`, `proxy_protocol`, `too_many_sessions` |
+//! | `isthmus_tunnel_refused_total{listener,reason}` | server | connections refused: `client_name`, `evicted`, `proxy_protocol`, `untrusted_proxy_header`, `too_many_sessions`, `setup_timeout` |
+//! | `isthmus_tunnel_tls_reloads_total{outcome}` | server | TLS files re-read (SIGHUP, a change): `applied` / `failed` |
 //! | `isthmus_tunnel_session_rotations_total{reason}` | agent | sessions drained after their verified replacement: `max_age`, `address_changed` |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -46,7 +47,7 @@ pub struct CodeLabel {
 /// `outcome` label.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabel {
-    /// `ok` or `failed`.
+    /// `ok` or `failed` (handshakes); `applied` or `failed` (TLS reloads).
     pub outcome: &'static str,
 }
 
@@ -59,7 +60,9 @@ pub struct RefusedLabels {
     /// `allowed_client_names`), `evicted` (closed to make room: an agent handshake for a
     /// newer one, `agents.max_handshakes[_per_source]`; a CONNECT connection,
     /// `connect.limits.max_connections`), `proxy_protocol` (a trusted proxy's PROXY header
-    /// is broken or not v2), `too_many_sessions`.
+    /// is broken or not v2), `untrusted_proxy_header` (a PROXY header from a peer not in
+    /// `agents.trusted_proxies`), `too_many_sessions`, `setup_timeout` (a session not
+    /// verified within `agents.setup_timeout`).
     pub reason: &'static str,
 }
 
@@ -97,6 +100,8 @@ pub struct Metrics {
     pub ping_rtt: Histogram,
     /// Agent sessions replaced (make before break) by reason.
     pub rotations: Family<ReasonLabel, Counter>,
+    /// TLS reloads by outcome (server).
+    pub tls_reloads: Family<OutcomeLabel, Counter>,
 }
 
 impl Metrics {
@@ -112,6 +117,7 @@ impl Metrics {
             // 0.25 ms … ~4 s: loopback to inter-continental.
             ping_rtt: Histogram::new(exponential_buckets(0.00025, 2.0, 15)),
             rotations: Family::default(),
+            tls_reloads: Family::default(),
         };
         let r = registry.sub_registry_with_prefix("isthmus_tunnel");
         r.register("sessions", "Agent sessions by state", m.sessions.clone());
@@ -146,7 +152,20 @@ impl Metrics {
             "Agent sessions drained once their verified replacement took over, by reason",
             m.rotations.clone(),
         );
+        r.register(
+            "tls_reloads",
+            "TLS files re-read on SIGHUP or a change, by outcome (applied, failed)",
+            m.tls_reloads.clone(),
+        );
         m
+    }
+
+    /// Counts a TLS reload.
+    pub(crate) fn tls_reload(&self, applied: bool) {
+        let outcome = if applied { "applied" } else { "failed" };
+        self.tls_reloads
+            .get_or_create(&OutcomeLabel { outcome })
+            .inc();
     }
 
     /// Counts a session drained in favour of its verified replacement.

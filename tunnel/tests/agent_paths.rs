@@ -191,8 +191,12 @@ fn example_configs_parse() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let text = std::fs::read_to_string(&path).unwrap();
         if name.starts_with("server") {
-            isthmus_config::parse::<TunnelServerConfig>(&name, &text)
+            let c = isthmus_config::parse::<TunnelServerConfig>(&name, &text)
                 .unwrap_or_else(|e| panic!("{e}"));
+            // Readers copy the examples: each is the safe form (names listed, a CA per role,
+            // the proxies whose PROXY header names the agent).
+            assert_eq!(c.warnings(), Vec::<String>::new(), "{name}");
+            assert!(!c.agents.trusted_proxies.is_empty(), "{name}");
         } else if name.starts_with("agent") {
             isthmus_config::parse::<TunnelAgentConfig>(&name, &text)
                 .unwrap_or_else(|e| panic!("{e}"));

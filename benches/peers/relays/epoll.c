@@ -1,7 +1,7 @@
 #define _GNU_SOURCE
 // A measurement, not a proxy: the least an L4 relay in user space can do, to see what the
 // `latency` and `connrate` scenarios of `cargo bench --bench peers` give for a proxy with no
-// bookkeeping at all (BENCHMARKS.md, issue 28, rounds 5 and 12). One thread per CPU
+// bookkeeping at all (docs/benchmarks-history.md, issue 28, rounds 5 and 12). One thread per CPU
 // (SO_REUSEPORT listeners), one epoll each, level-triggered; every readable socket is read into
 // a stack buffer and written to its peer at once, and the first end of file closes both
 // sockets (no half-close). No routing (one upstream), no limits, no partial-write handling (the

@@ -5,9 +5,9 @@
 #       cargo bench --bench peers -- --rounds 5 isthmus nginx haproxy direct latency
 # With the sockmap relay only the `latency` scenario means anything (it never closes a
 # socket); the epoll relay also serves `connrate`, the least a proxy in user space does per new
-# connection (BENCHMARKS.md, issue 28, round 12). The row named isthmus is the relay; the
-# sockmap relay's CPU per round trip reads ~0 because its redirects are charged to the sending
-# threads. Needs a C compiler; sockmap needs root.
+# connection (docs/benchmarks-history.md, issue 28, round 12). The row named isthmus is the
+# relay; the sockmap relay's CPU per round trip reads ~0 because its redirects are charged to
+# the sending threads. Needs a C compiler; sockmap needs root.
 set -eu
 relay=${RELAY:-sockmap}
 bin=${TMPDIR:-/tmp}/isthmus-relay-$relay

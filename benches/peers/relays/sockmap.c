@@ -1,9 +1,10 @@
 // A measurement, not a proxy: an L4 relay whose bytes never reach user space, to see what the
 // `latency` scenario of `cargo bench --bench peers` gives when the proxy's process is taken out
-// of the data path altogether (BENCHMARKS.md, issue 28, round 5). Each accepted connection and
-// its upstream connection join a two-slot BPF sockmap whose sk_skb verdict program redirects
-// whatever arrives on one socket to the other's egress. No routing (one upstream), no limits,
-// sockets never closed; the first bytes pass through user space like a ClientHello would.
+// of the data path altogether (docs/benchmarks-history.md, issue 28, round 5). Each accepted
+// connection and its upstream connection join a two-slot BPF sockmap whose sk_skb verdict
+// program redirects whatever arrives on one socket to the other's egress. No routing (one
+// upstream), no limits, sockets never closed; the first bytes pass through user space like a
+// ClientHello would.
 // Run through run.sh (needs root for bpf(2)).
 #include <arpa/inet.h>
 #include <linux/bpf.h>

@@ -45,14 +45,19 @@ README.md) and falls back to `.Values.seed` for installs by hand.
 {{- end -}}
 {{- end -}}
 
-{{/* The load balancer's addresses whose PROXY headers count (JSON list). */}}
+{{/*
+The load balancer's addresses whose PROXY headers count (JSON list): proxy.proxyProtocol.trustedProxies
+only. Not the seed's node network: any hostNetwork pod there could forge a client address
+past every allow-list. A catch-all range is refused.
+*/}}
 {{- define "isthmus.trustedProxies" -}}
-{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
-{{- $list := .Values.proxy.proxyProtocol.trustedProxies -}}
-{{- if and (not $list) (dig "networks" "nodes" "" $s) -}}
-{{- $list = list (dig "networks" "nodes" "" $s) -}}
+{{- $list := .Values.proxy.proxyProtocol.trustedProxies | default list -}}
+{{- range $list -}}
+{{- if has (toString .) (list "0.0.0.0/0" "::/0") -}}
+{{- fail (printf "proxy.proxyProtocol.trustedProxies: %s trusts every address to name any client: list the load balancer's own address ranges" .) -}}
 {{- end -}}
-{{- toJson ($list | default list) -}}
+{{- end -}}
+{{- toJson $list -}}
 {{- end -}}
 
 {{/*
@@ -111,8 +116,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* repository:tag, and @digest when image.digest is set (the runtime then pulls exactly that image; the tag only documents it). */}}
 {{- define "isthmus.image" -}}
-{{ printf "%s:%s" .Values.image.repository (toString .Values.image.tag) }}
+{{- $ref := printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) -}}
+{{- with .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}{{ fail (printf "image.digest: want sha256:<64 hex digits>, got %q" .) }}{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{ $ref }}
 {{- end -}}
 
 {{/* The pod security context every isthmus pod shares (non-root, RuntimeDefault). */}}
@@ -135,4 +146,119 @@ capabilities:
 {{/* The label that lets a pod reach a Service port through gardener-resource-manager's policies. */}}
 {{- define "isthmus.toShootsLabel" -}}
 networking.resources.gardener.cloud/to-{{ .alias }}-{{ .service }}-tcp-{{ .port }}
+{{- end -}}
+
+{{/*
+The addresses whose PROXY v2 header a tunnel server believes (JSON list): tunnel.trustedProxies,
+else the seed's pod network (the proxies dial from their pod addresses; only proxy pods reach
+the agents' port). Required when a tunnel server is listed.
+*/}}
+{{- define "isthmus.tunnelTrustedProxies" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $list := .Values.tunnel.trustedProxies -}}
+{{- if and (not $list) (dig "networks" "pods" "" $s) -}}
+{{- $list = list (dig "networks" "pods" "" $s) -}}
+{{- end -}}
+{{- if and .Values.tunnel.servers (not $list) -}}
+{{- fail "tunnel.trustedProxies: required for tunnel.servers without gardenlet's gardener.seed.networks.pods: the proxies' pod network, whose PROXY v2 header (the VPN route's default) names each agent" -}}
+{{- end -}}
+{{- toJson ($list | default list) -}}
+{{- end -}}
+
+{{/* A tunnel server's server.yaml (tunnel/README.md); dict: root, server (a tunnel.servers entry), trusted. */}}
+{{- define "isthmus.tunnelServerConfig" -}}
+{{- $v := .root.Values.tunnel -}}
+{{- $tls := "/etc/isthmus/tls" -}}
+agents:
+  address: "0.0.0.0:{{ $v.agentPort }}"
+  trusted_proxies: {{ toJson .trusted }}
+  tls:
+    cert: {{ $tls }}/server.crt
+    key: {{ $tls }}/server.key
+    client_ca: {{ $tls }}/ca.crt
+    allowed_client_names: {{ toJson .server.agentClientNames }}
+connect:
+  address: "0.0.0.0:{{ $v.connectPort }}"
+  tls:
+    cert: {{ $tls }}/connect.crt
+    key: {{ $tls }}/connect.key
+    client_ca: {{ $tls }}/connect-ca.crt
+    allowed_client_names: {{ toJson .server.connectClientNames }}
+admin:
+  address: "0.0.0.0:{{ $v.adminPort }}"
+{{- end -}}
+
+{{/* "true" when gardenlet installs the chart: it injects gardener.seed (README.md). */}}
+{{- define "isthmus.onGardener" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- if $s }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The labels that select the release namespace (JSON object). gardenlet's namespace is
+`extension-<installation>` and changes with every (re)install, so under gardenlet it is selected
+by the registration label gardenlet puts on it (the registration's name is the release name);
+by its name otherwise.
+*/}}
+{{- define "isthmus.ownNamespaceLabels" -}}
+{{- if include "isthmus.onGardener" . -}}
+{{- toJson (dict "controllerregistration.core.gardener.cloud/name" .Release.Name) -}}
+{{- else -}}
+{{- toJson (dict "kubernetes.io/metadata.name" .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The proxy Service's IP families (JSON list): proxy.service.ipFamilies, else as gardenlet sets
+up istio-ingressgateway: [IPv6, IPv4] on a dual-stack seed (gardener.seed.networks.ipFamilies
+holds both), else none (the cluster's default family).
+*/}}
+{{- define "isthmus.ipFamilies" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $seed := dig "networks" "ipFamilies" list $s | default (dig "spec" "networks" "ipFamilies" list $s) -}}
+{{- $list := .Values.proxy.service.ipFamilies | default list -}}
+{{- if and (not $list) (has "IPv4" $seed) (has "IPv6" $seed) -}}
+{{- $list = list "IPv6" "IPv4" -}}
+{{- end -}}
+{{- range $list -}}
+{{- if not (has . (list "IPv4" "IPv6")) -}}{{ fail (printf "proxy.service.ipFamilies: want IPv4 or IPv6, got %q" .) }}{{- end -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
+{{/* The proxy Service's ipFamilyPolicy: proxy.service.ipFamilyPolicy, else PreferDualStack with two families, else none. */}}
+{{- define "isthmus.ipFamilyPolicy" -}}
+{{- $families := include "isthmus.ipFamilies" . | fromJsonArray -}}
+{{- $p := .Values.proxy.service.ipFamilyPolicy | default (ternary "PreferDualStack" "" (eq (len $families) 2)) -}}
+{{- if and $p (not (has $p (list "SingleStack" "PreferDualStack" "RequireDualStack"))) -}}
+{{- fail (printf "proxy.service.ipFamilyPolicy: want SingleStack, PreferDualStack or RequireDualStack, got %q" $p) -}}
+{{- end -}}
+{{- $p -}}
+{{- end -}}
+
+{{/*
+The wildcard the pods listen on: `::` (one dual-stack socket, IPv4 clients as ::ffff:a.b.c.d,
+which the proxy's allow-lists match as IPv4) when the seed or the Service has IPv6, so the
+Service's IPv6 traffic and probes of an IPv6 pod address find a listener; else 0.0.0.0.
+*/}}
+{{- define "isthmus.listenIP" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $seed := dig "networks" "ipFamilies" list $s | default (dig "spec" "networks" "ipFamilies" list $s) -}}
+{{- $all := concat $seed (include "isthmus.ipFamilies" . | fromJsonArray) -}}
+{{- ternary "::" "0.0.0.0" (has "IPv6" $all) -}}
+{{- end -}}
+
+{{/* `<listen ip>:<port>` (brackets for IPv6); dict: root, port. */}}
+{{- define "isthmus.listenAddress" -}}
+{{- $ip := include "isthmus.listenIP" .root -}}
+{{- if contains ":" $ip -}}[{{ $ip }}]:{{ .port }}{{- else -}}{{ $ip }}:{{ .port }}{{- end -}}
+{{- end -}}
+
+{{/* isthmus.ownNamespaceLabels as `key=value,…` (the controller's --proxy-namespace-labels). */}}
+{{- define "isthmus.ownNamespaceLabelPairs" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := include "isthmus.ownNamespaceLabels" . | fromJson -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
 {{- end -}}

@@ -113,7 +113,15 @@ impl EtcdClient {
             .map(|a| a.iter().filter_map(member).collect())
             .unwrap_or_default();
         let leader = status.get("leader").and_then(as_u64).filter(|l| *l != 0);
-        Ok(EtcdCluster { members, leader })
+        let version = status
+            .get("version")
+            .and_then(Value::as_str)
+            .map(String::from);
+        Ok(EtcdCluster {
+            members,
+            leader,
+            version,
+        })
     }
 
     /// Transfers leadership to `to`; `leader_endpoint` must reach the current leader (etcd

@@ -6,15 +6,18 @@ use super::context::Context;
 use super::etcd::EtcdClient;
 use super::Error;
 use crate::crd::EtcdMigrationSpec;
+use crate::gardener::{etcd_client_tls, etcd_resource, EtcdClientTls};
 use crate::plan::{EtcdCluster, EtcdOp};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 
-/// A client with the etcd client TLS material of the Secret named in the spec (`ca.crt`,
-/// `tls.crt`, `tls.key`), and etcd's member list through `endpoints`. `Ok(None)` (logged)
-/// when the material is unusable or no endpoint answers: the planner then waits or holds, as
-/// it does for an unreachable etcd. `Err` when the API server refuses the Secret (the
-/// namespace's grant is missing: reported by the caller).
+/// A client with the etcd client TLS material the `Etcd` names (`spec.etcd.clientUrlTls`:
+/// Gardener's `etcd-client-<hash>` and `ca-etcd-bundle-<hash>`), read afresh every pass so
+/// that a rotation (new names in the `Etcd`) is followed without a restart, and etcd's member
+/// list through `endpoints`. `Ok(None)` (logged) when the material is unusable or no endpoint
+/// answers: the planner then waits or holds, as it does for an unreachable etcd. `Err` when
+/// the API server refuses a Secret (the namespace's grant does not name it: reported by the
+/// caller).
 pub(super) async fn read_cluster(
     ctx: &Context,
     ns: &str,
@@ -59,26 +62,48 @@ pub(super) async fn run_ops(client: &EtcdClient, ops: &[EtcdOp], endpoints: &[St
     }
 }
 
+/// Where the `Etcd` (or, before it exists, the destination's template) says etcd's client
+/// TLS material is.
+async fn client_tls(
+    ctx: &Context,
+    ns: &str,
+    spec: &EtcdMigrationSpec,
+) -> Result<EtcdClientTls, Error> {
+    let etcds: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &etcd_resource());
+    let etcd_spec = match etcds.get_opt(&spec.etcd_name).await? {
+        Some(o) => o.data.get("spec").cloned().unwrap_or_default(),
+        None => spec
+            .destination
+            .as_ref()
+            .and_then(|d| d.etcd_template.as_ref())
+            .map(|t| t.spec.clone())
+            .ok_or_else(|| {
+                Error::EtcdTls(format!("no Etcd {ns}/{} and no template", spec.etcd_name))
+            })?,
+    };
+    etcd_client_tls(&etcd_spec, ns).map_err(Error::EtcdTls)
+}
+
 async fn etcd_client(
     ctx: &Context,
     ns: &str,
     spec: &EtcdMigrationSpec,
 ) -> Result<EtcdClient, Error> {
+    let tls = client_tls(ctx, ns, spec).await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), ns);
-    let secret = secrets.get(&spec.etcd_client.secret_name).await?;
-    let data = secret.data.unwrap_or_default();
-    let get = |k: &str| {
-        data.get(k).map(|b| b.0.clone()).ok_or_else(|| {
-            Error::EtcdTls(format!(
-                "Secret {ns}/{} has no key {k}",
-                spec.etcd_client.secret_name
-            ))
-        })
+    let ca = secrets.get(&tls.ca_secret).await?;
+    let client = secrets.get(&tls.client_secret).await?;
+    let get = |s: &Secret, name: &str, k: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|b| b.0.clone())
+            .ok_or_else(|| Error::EtcdTls(format!("Secret {ns}/{name} has no key {k}")))
     };
     EtcdClient::new(
-        &get("ca.crt")?,
-        &get("tls.crt")?,
-        &get("tls.key")?,
+        &get(&ca, &tls.ca_secret, &tls.ca_key)?,
+        &get(&client, &tls.client_secret, "tls.crt")?,
+        &get(&client, &tls.client_secret, "tls.key")?,
         ctx.settings.etcd_connect_to.clone(),
     )
     .map_err(|e| Error::EtcdTls(e.to_string()))

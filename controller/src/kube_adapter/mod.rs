@@ -13,6 +13,8 @@ mod etcd_service;
 pub mod lease;
 mod membership;
 mod metrics;
+mod notice;
+pub mod nudge;
 pub mod probe;
 mod proxy;
 mod reconcile;
@@ -22,7 +24,7 @@ mod write;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;
-pub use metrics::{FailureLabels, Metrics, StepLabels};
+pub use metrics::{FailureLabels, Metrics, OverwriteLabels, StepLabels};
 pub use reconcile::{error_policy, reconcile};
 pub use serve::{connect, serve_metrics, serve_metrics_with, ConnectError};
 

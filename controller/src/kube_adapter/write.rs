@@ -1,4 +1,5 @@
-//! Writing a plan's objects: server-side apply (field manager `isthmus`, strict, no force),
+//! Writing a plan's objects: server-side apply (field manager `isthmus`, strict, no force but
+//! the destination abort's `replicas: 0`),
 //! the reconcile request after an apply that changed a spec (`plan::request`), and deletion
 //! after Gardener's confirmation annotation.
 
@@ -7,10 +8,11 @@ use super::Error;
 use crate::crd::{EtcdMigration, EtcdMigrationSpec, EtcdMigrationStatus};
 use crate::gardener::{dnsrecord_body, dnsrecord_observe, etcd_body, etcd_observe};
 use crate::plan::request::{dnsrecord_needs_request, etcd_needs_request};
-use crate::plan::{EtcdAction, EtcdFields, Observed, Plan, CONFIRM_DELETION, OPERATION};
+use crate::plan::{
+    EtcdAction, EtcdFields, Observed, Plan, CONFIRM_DELETION, DRUID_OPERATION, OPERATION,
+};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use serde_json::json;
-use std::collections::BTreeMap;
 
 /// Server-side apply, strict field validation, no force.
 pub(super) fn ssa() -> PatchParams {
@@ -34,7 +36,7 @@ pub(super) async fn write(
             .await?;
         let after = dnsrecord_observe(&serde_json::to_value(&after)?);
         if dnsrecord_needs_request(obs.dns_records.get(&d.object_name), &after) {
-            request_reconcile(dns_api, &d.object_name).await?;
+            request_reconcile(dns_api, &d.object_name, OPERATION).await?;
         }
     }
     for n in &plan.dns_deletions {
@@ -44,10 +46,9 @@ pub(super) async fn write(
     }
     match &plan.etcd {
         EtcdAction::Keep => {}
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => apply_etcd(etcd_api, spec, ns, fields, annotations).await?,
+        EtcdAction::Apply { fields } => {
+            apply_etcd(etcd_api, spec, ns, fields, plan.force_etcd).await?
+        }
         EtcdAction::Release => release_etcd(etcd_api, spec, ns).await?,
         EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
     }
@@ -59,23 +60,23 @@ pub(super) async fn write(
 }
 
 /// Owns exactly `fields` on the `Etcd` and asks etcd-druid to reconcile if that changed it.
+/// `force` only for the destination's abort (`Plan::force_etcd`).
 async fn apply_etcd(
     api: &Api<DynamicObject>,
     spec: &EtcdMigrationSpec,
     ns: &str,
     fields: &EtcdFields,
-    annotations: &BTreeMap<String, String>,
+    force: bool,
 ) -> Result<(), Error> {
-    let body = etcd_body(spec, ns, fields, annotations);
-    let after = api
-        .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-        .await?;
+    let body = etcd_body(spec, ns, fields);
+    let pp = if force { ssa().force() } else { ssa() };
+    let after = api.patch(&spec.etcd_name, &pp, &Patch::Apply(body)).await?;
     if etcd_needs_request(&etcd_observe(
         &serde_json::to_value(&after)?,
         spec.druid_api,
     )) {
         tracing::info!(etcd = %spec.etcd_name, "asking etcd-druid to reconcile");
-        request_reconcile(api, &spec.etcd_name).await?;
+        request_reconcile(api, &spec.etcd_name, DRUID_OPERATION).await?;
     }
     Ok(())
 }
@@ -87,13 +88,15 @@ pub(super) async fn release_etcd(
     spec: &EtcdMigrationSpec,
     ns: &str,
 ) -> Result<(), Error> {
-    apply_etcd(api, spec, ns, &EtcdFields::default(), &BTreeMap::new()).await
+    apply_etcd(api, spec, ns, &EtcdFields::default(), false).await
 }
 
-/// Sets `gardener.cloud/operation: reconcile` with a merge patch, outside our apply's intent:
-/// the owner's removal is then final (a later apply neither deletes nor restores it).
-async fn request_reconcile(api: &Api<DynamicObject>, name: &str) -> Result<(), Error> {
-    let patch = json!({"metadata": {"annotations": {OPERATION: "reconcile"}}});
+/// Sets `<key>: reconcile` with a merge patch, outside our apply's intent: the owner's removal
+/// is then final (a later apply neither deletes nor restores it). `key` is
+/// `druid.gardener.cloud/operation` on an `Etcd` (etcd-druid's own; `gardener.cloud/operation`
+/// is deprecated there), `gardener.cloud/operation` on a `DNSRecord`.
+async fn request_reconcile(api: &Api<DynamicObject>, name: &str, key: &str) -> Result<(), Error> {
+    let patch = json!({"metadata": {"annotations": {key: "reconcile"}}});
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()

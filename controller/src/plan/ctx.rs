@@ -37,6 +37,8 @@ pub(super) struct Outcome {
     pub(super) ops: Vec<EtcdOp>,
     pub(super) verdict: Verdict,
     pub(super) ready: bool,
+    /// What another writer did to the `Etcd` that cannot be put back (`overwrite`).
+    pub(super) overwritten: Option<Verdict>,
 }
 
 impl Outcome {
@@ -47,6 +49,7 @@ impl Outcome {
             ops: Vec::new(),
             verdict,
             ready,
+            overwritten: None,
         }
     }
 }
@@ -73,26 +76,20 @@ pub(super) fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
         && have.advertise == want.advertise
 }
 
-/// Own exactly `fields` on the `Etcd`, with a new timestamp when that changes it.
-pub(super) fn apply(ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
-    let existing = ctx.obs.etcd.as_ref();
-    let unchanged = existing.is_some_and(|e| covers(&e.fields, &fields));
-    let annotations = annotations(
-        unchanged,
-        existing.and_then(|e| e.timestamp.clone()),
-        &ctx.obs.now,
-    );
-    EtcdAction::Apply {
-        fields,
-        annotations,
-    }
+/// Own exactly `fields` on the `Etcd`. No timestamp: on an `Etcd` it is gardenlet's.
+pub(super) fn apply(_ctx: &Ctx<'_>, fields: EtcdFields) -> EtcdAction {
+    EtcdAction::Apply { fields }
 }
 
 /// The etcd side is done as Gardener would judge it: druid acted on our fields, the `Etcd`
-/// is healthy, and `replicas` members are ready.
+/// is healthy, `replicas` members are ready, and druid reports no scale operation running
+/// (etcd-druid#1426's `ScaleOperationComplete`, where druid writes it).
 pub(super) fn etcd_ready(ctx: &Ctx<'_>, fields: &EtcdFields, replicas: i32) -> bool {
     ctx.obs.etcd.as_ref().is_some_and(|e| {
-        e.gardener_ready() && covers(&e.fields, fields) && e.ready_replicas >= replicas
+        e.gardener_ready()
+            && covers(&e.fields, fields)
+            && e.ready_replicas >= replicas
+            && e.scale_operation.is_none()
     })
 }
 
@@ -154,11 +151,11 @@ pub(super) fn label(m: &EtcdMember) -> String {
     }
 }
 
-/// The annotations we own on a Gardener object: a new `gardener.cloud/timestamp` when the spec
+/// The annotations we own on a `DNSRecord`: a new `gardener.cloud/timestamp` when the spec
 /// changes, the existing one otherwise (a new one on every pass would be a change on every
-/// pass). `gardener.cloud/operation: reconcile` is not among them: it is written after the
-/// apply, only when the apply changed the spec (see [`super::request`]), and never owned by
-/// the apply, so that its owner's removal is final.
+/// pass). The reconcile request is not among them: it is written after the apply, only when
+/// the apply changed the spec (see [`super::request`]), and never owned by the apply, so that
+/// its owner's removal is final. None at all on an `Etcd` ([`apply`]).
 pub(super) fn annotations(
     unchanged: bool,
     old: Option<String>,

@@ -7,7 +7,8 @@
 //! exposure goes, how an abort is carried out), `roles` (what each role wants at each step),
 //! `steps` (assembling the plan, and the one place that dispatches on role and step). Beside
 //! them: `needs` (what to observe first), `validate` (what is refused), `request` (when to ask
-//! a Gardener controller to reconcile).
+//! a Gardener controller to reconcile), `druid` (what the `Etcd` says of etcd-druid itself: a
+//! suspended spec reconciliation, a scale operation in progress).
 //!
 //! The desired state of a step is cumulative (Grow also wants everything Expose and Join
 //! wanted), so planning is idempotent and resumes from any point: after a restart the same
@@ -39,7 +40,6 @@
 //!     vpn: None,
 //!     druid_api: DruidApi::default(),
 //!     override_default_url: false,
-//!     etcd_client: EtcdClientSpec::default(),
 //!     seed_ingress: None,
 //!     allowed_sources: Vec::new(),
 //! };
@@ -68,11 +68,14 @@
 mod abort;
 pub mod conditions;
 mod ctx;
+mod druid;
 pub mod names;
 mod needs;
+mod overwrite;
 mod release;
 pub mod request;
 mod roles;
+mod seed_rules;
 mod steps;
 pub mod validate;
 
@@ -83,13 +86,31 @@ use std::collections::BTreeMap;
 pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
 pub use needs::{needs, Needs};
+pub use overwrite::{BOOTSTRAP_REMOVED, REASSERTED, REPLICAS_RAISED};
 pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
-pub use validate::{validate, SpecProblem};
+pub use validate::{validate, SeedRules, SpecProblem};
 
-/// Annotation that asks a Gardener controller to reconcile.
+/// Annotation that asks a Gardener controller to reconcile (Gardener's extensions: the
+/// `DNSRecord`s). On an `Etcd` it is etcd-druid's deprecated spelling, still accepted and
+/// removed (etcd-druid `api/core/v1alpha1/constants.go`, `GardenerOperationAnnotation`), and
+/// the one gardenlet writes and its health check reads (gardener
+/// `pkg/component/etcd/etcd/etcd.go` `Deploy`, `waiter.go` `CheckEtcdObject`).
 pub const OPERATION: &str = "gardener.cloud/operation";
-/// Annotation with the time of the request, so a repeated request is a change.
+/// etcd-druid's own reconcile request, the one isthmus writes on an `Etcd` (etcd-druid
+/// `api/core/v1alpha1/constants.go`, `DruidOperationAnnotation`).
+pub const DRUID_OPERATION: &str = "druid.gardener.cloud/operation";
+/// Both spellings of a reconcile request on an `Etcd`: etcd-druid acts on either and removes
+/// both (`api/core/v1alpha1/helper.go`, `HasReconcileOperationAnnotation`,
+/// `RemoveOperationAnnotation`), so either one is a request still pending.
+pub const ETCD_OPERATIONS: [&str; 2] = [DRUID_OPERATION, OPERATION];
+/// While an `Etcd` carries this annotation (any value), etcd-druid skips every spec
+/// reconciliation, the creation's included, and leaves a request pending (etcd-druid
+/// `internal/controller/etcd/reconcile_spec.go`, `shouldReconcileSpec`).
+pub const SUSPEND_SPEC_RECONCILE: &str = "druid.gardener.cloud/suspend-etcd-spec-reconcile";
+/// Annotation with the time of the request, so a repeated request is a change. Written on
+/// `DNSRecord`s only: on an `Etcd` it is gardenlet's (its `Scale()` requires the value it last
+/// wrote, `pkg/component/etcd/etcd/etcd.go`).
 pub const TIMESTAMP: &str = "gardener.cloud/timestamp";
 /// Annotation without which Gardener's webhooks refuse deleting a `DNSRecord` or `Etcd`.
 pub const CONFIRM_DELETION: &str = "confirmation.gardener.cloud/deletion";
@@ -140,6 +161,8 @@ pub struct EtcdCluster {
     pub members: Vec<EtcdMember>,
     /// The leader's member ID, if the answering member knows one.
     pub leader: Option<u64>,
+    /// The answering member's etcd version (`/v3/maintenance/status` `version`, `3.5.27`).
+    pub version: Option<String>,
 }
 
 impl EtcdCluster {
@@ -258,18 +281,34 @@ pub struct EtcdObs {
     pub members: Vec<String>,
     /// Our fields as they are now.
     pub fields: EtcdFields,
-    /// Its `gardener.cloud/timestamp`.
+    /// Its `gardener.cloud/timestamp` (gardenlet's: isthmus never writes it on an `Etcd`).
     pub timestamp: Option<String>,
-    /// Its `gardener.cloud/operation`, while etcd-druid has not picked the request up.
+    /// Its reconcile request, `druid.gardener.cloud/operation` or the deprecated
+    /// `gardener.cloud/operation` (`reconcile` if either asks for it), while etcd-druid has not
+    /// picked it up.
     pub operation: Option<String>,
     /// `status.ready`.
     pub ready: Option<bool>,
     /// Number of `status.lastErrors`.
     pub last_errors: usize,
-    /// `status.conditions[AllMembersUpdated].status == "True"`, if the condition exists.
+    /// `status.conditions[AllMembersUpdated].status == "True"`, if the condition exists
+    /// (`Unknown` reads as `false`).
     pub all_members_updated: Option<bool>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
     /// `status.bootstrapWithExistingCluster.joinedAt`: etcd-druid recorded the join (once).
     pub joined_at: Option<String>,
+    /// It carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` ([`SUSPEND_SPEC_RECONCILE`]):
+    /// etcd-druid acts on none of its specs until the annotation is gone.
+    pub suspended: bool,
+    /// The scale operation etcd-druid reports in progress: the reason of
+    /// `ScaleOperationComplete=False` (`ScalingIn`, `ScalingOut`, `BootstrapMembersRemoval`;
+    /// etcd-druid#1426, not in v0.38.1). `None` when `True` or absent.
+    pub scale_operation: Option<String>,
+    /// isthmus' field manager has applied to it (its `managedFields` hold an `isthmus` /
+    /// `Apply` entry): on the destination, isthmus created it, so a missing bootstrap block
+    /// was removed by another writer (`overwrite`), not left out at creation.
+    pub applied_by_isthmus: bool,
 }
 
 impl EtcdObs {
@@ -278,15 +317,18 @@ impl EtcdObs {
         self.observed_generation == Some(self.generation)
     }
 
-    /// Ready as Gardener's health check reads an `Etcd`: druid observed this generation, no
-    /// operation annotation is left, `status.ready`, no `lastErrors`, and (where druid reports
-    /// it) every member runs the current spec.
+    /// Ready as Gardener's waiter reads an `Etcd` (gardener v1.149.3
+    /// `pkg/component/etcd/etcd/waiter.go`, `CheckEtcdObject`): no `lastErrors`, not being
+    /// deleted, druid observed this generation, no operation annotation left (either
+    /// spelling: druid removes both), and unless `replicas` is 0, `AllMembersUpdated` present
+    /// and `True` and `status.ready`.
     pub fn gardener_ready(&self) -> bool {
-        self.synced()
+        let hibernated = self.fields.replicas == Some(0);
+        self.last_errors == 0
+            && !self.deleting
+            && self.synced()
             && self.operation.is_none()
-            && self.ready == Some(true)
-            && self.last_errors == 0
-            && self.all_members_updated != Some(false)
+            && (hibernated || self.all_members_updated == Some(true) && self.ready == Some(true))
     }
 }
 
@@ -296,12 +338,12 @@ pub enum EtcdAction {
     /// Leave it alone.
     Keep,
     /// Own exactly these fields (server-side apply: fields we owned and omit are removed).
+    /// No annotation is owned: the reconcile request is written after the apply ([`request`]),
+    /// and `gardener.cloud/timestamp` is gardenlet's (its `Scale()` requires the value it last
+    /// wrote, gardener v1.149.3 `pkg/component/etcd/etcd/etcd.go`).
     Apply {
         /// The fields.
         fields: EtcdFields,
-        /// Annotations to own (a new timestamp when the fields change; the reconcile request
-        /// is written after the apply, see [`request`]).
-        annotations: BTreeMap<String, String>,
     },
     /// Give up every field we own (apply an empty intent); etcd-druid rolls the members back
     /// (the source's abort).
@@ -324,6 +366,10 @@ pub struct Plan {
     pub routes: Vec<MemberRoute>,
     /// The `Etcd`.
     pub etcd: EtcdAction,
+    /// Apply the `Etcd` with force: the destination's abort, whose `replicas: 0` must win over
+    /// a `replicas` gardenlet's `Deploy` raised (then its manager's) — the `Etcd` is deleted
+    /// next. Every other write is never forced.
+    pub force_etcd: bool,
     /// etcd members that must leave the cluster. At Shrink etcd-druid removes them in
     /// Kubernetes (after the bootstrap members are cleared); a local backend calls
     /// `member remove` itself, after moving leadership to a member that stays.

@@ -111,6 +111,22 @@ pub fn members_named(
         .collect()
 }
 
+/// The listeners every proxy binds for member indices `0..members` with `ports`, and the VPN's:
+/// `(name, port)`, named as [`routes`] names them (`peer-2380`, `client-2379`, `vpn-8443`).
+pub fn standard_listeners(
+    ports: crate::crd::PortScheme,
+    members: u8,
+    vpn_port: u16,
+) -> Vec<(String, u16)> {
+    let mut listeners = Vec::new();
+    for i in 0..members {
+        listeners.push((format!("peer-{}", ports.peer(i)), ports.peer(i)));
+        listeners.push((format!("client-{}", ports.client(i)), ports.client(i)));
+    }
+    listeners.push((format!("vpn-{vpn_port}"), vpn_port));
+    listeners
+}
+
 /// One SNI route of one migration in the shared proxy config.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct MemberRoute {

@@ -29,7 +29,14 @@ pub fn needs(spec: &EtcdMigrationSpec, obs: &Observed) -> Needs {
         (Role::Destination, Step::Abort) => obs.etcd.is_some(),
         // Whether a source member is still in the cluster, until the cleanup began.
         (Role::Source, Step::Complete) => !source_cleanup_started(&obs.previous),
-        (Role::Destination, Step::Join | Step::Grow | Step::Shrink) => obs.etcd.is_some(),
+        // Before the `Etcd` is created: the source cluster's version, when one is declared.
+        (Role::Destination, Step::Join | Step::Grow | Step::Shrink) => {
+            obs.etcd.is_some()
+                || spec
+                    .destination
+                    .as_ref()
+                    .is_some_and(|d| d.etcd_version.is_some())
+        }
         _ => false,
     };
     if !wanted {

@@ -69,12 +69,13 @@ pub(super) fn members_listed(obs: &Observed, members: &[Member]) -> bool {
 }
 
 /// etcd-druid rolled the members onto `fields`: it observed the generation that carries them,
-/// took the reconcile request, and (where it reports it) every member runs that spec. Not
-/// `ready`: a member may be down for reasons of its own, yet the roll has ended.
+/// took the reconcile request, and every member runs that spec (`AllMembersUpdated` present
+/// and `True`, as Gardener's waiter requires it). Not `ready`: a member may be down for
+/// reasons of its own, yet the roll has ended.
 fn rolled(e: &EtcdObs, fields: &EtcdFields) -> bool {
     e.synced()
         && e.operation.is_none()
-        && e.all_members_updated != Some(false)
+        && e.all_members_updated == Some(true)
         && covers(&e.fields, fields)
 }
 

@@ -1,8 +1,11 @@
-//! When isthmus asks a Gardener controller to act: the `gardener.cloud/operation: reconcile`
-//! annotation. etcd-druid as Gardener deploys it (`enableEtcdSpecAutoReconcile: false`) acts
-//! on a changed `Etcd` spec only when the annotation is set, and removes it once it has
-//! reconciled (after writing `status.observedGeneration`); Gardener's extensions (the DNS
-//! provider) remove it before they reconcile. So:
+//! When isthmus asks a Gardener controller to act: a `…/operation: reconcile` annotation.
+//! etcd-druid as Gardener deploys it (`enableEtcdSpecAutoReconcile: false`) acts on a changed
+//! `Etcd` spec only when `druid.gardener.cloud/operation: reconcile` (the spelling isthmus
+//! writes) or the deprecated `gardener.cloud/operation: reconcile` (gardenlet's) is set, and
+//! removes both once it has reconciled, after writing `status.observedGeneration` (etcd-druid
+//! `internal/controller/etcd/reconcile_spec.go` `shouldReconcileSpec`, `reconcile_complete.go`
+//! `completeReconcile`); either one is a request still pending. Gardener's extensions (the DNS
+//! provider) take `gardener.cloud/operation` and remove it before they reconcile. So:
 //!
 //! - the annotation goes on together with a spec change, in a merge patch right after the
 //!   server-side apply that changed the spec (never part of the apply's intent: an apply that
@@ -18,9 +21,11 @@
 
 use super::{DnsRecordObs, EtcdObs};
 
-/// Whether the `Etcd` (as the write returned it) needs a reconcile request.
+/// Whether the `Etcd` (as the write returned it) needs a reconcile request: a generation
+/// etcd-druid has not observed and no `reconcile` request in either spelling (an annotation
+/// with another value is one druid neither acts on nor removes).
 pub fn etcd_needs_request(after: &EtcdObs) -> bool {
-    after.operation.is_none()
+    after.operation.as_deref() != Some("reconcile")
         && after
             .observed_generation
             .is_none_or(|o| o < after.generation)
@@ -57,6 +62,8 @@ mod tests {
         );
         // druid reconciled generation 3 and removed the annotation: never again.
         assert!(!etcd_needs_request(&etcd(3, Some(3), None)));
+        // A value druid does not act on is no request.
+        assert!(etcd_needs_request(&etcd(3, Some(2), Some("wait"))));
     }
 
     #[test]

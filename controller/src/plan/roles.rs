@@ -7,7 +7,7 @@ use super::ctx::{
     advertised, apply, cleanup_verdict, duration_secs, etcd_ready, etcd_synced, label, listed,
     urls, Ctx, Outcome,
 };
-use super::{EtcdAction, EtcdFields, EtcdMember, EtcdOp};
+use super::{druid, overwrite, EtcdAction, EtcdFields, EtcdMember, EtcdOp};
 use crate::crd::{DestinationSpec, MemberUrls, Step};
 
 /// Default `spec.destination.joinTimeout`.
@@ -129,16 +129,40 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                 .collect()
         })
         .unwrap_or_default();
-    let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
+    let is_voter = |m: &MemberUrls| {
+        voters
+            .iter()
+            .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
+    };
+    // The source members go only once the destination's 3 are voters: without them the rest
+    // would have no quorum of its own.
+    let keep_bootstrap =
+        step != Step::Shrink || leader_on_source.is_some() || !own.iter().take(3).all(is_voter);
+    let live = ctx.obs.etcd.as_ref();
+    // Removed by another writer (gardenlet's Deploy), it cannot be put back (druid's CEL
+    // rule): never in the apply again (`overwrite`).
+    let gone = overwrite::bootstrap_gone(live);
+    let removed = keep_bootstrap && gone && !overwrite::cleared_at_shrink(ctx, step);
+    let hold = removed && step != Step::Shrink;
+    let bootstrap = if keep_bootstrap && !gone {
+        sources.clone()
+    } else {
+        Vec::new()
+    };
+    // Held while the source members may be leaving under druid: no membership change.
+    let wanted = match live.and_then(|e| e.fields.replicas) {
+        Some(have) if hold => have,
+        _ => replicas,
+    };
+    // Never the opposite of a scale operation druid runs (etcd-druid#1426), never a decrease
+    // druid refuses.
+    let scale = druid::serialised(ctx, wanted, bootstrap);
+    let (scale_replicas, raised) = overwrite::replicas(live, scale.replicas);
     let fields = EtcdFields {
-        replicas: Some(replicas),
+        replicas: Some(scale_replicas),
         member_name_prefix: Some(dest.member_name_prefix.clone()),
-        bootstrap_members: if keep_bootstrap {
-            sources.clone()
-        } else {
-            Vec::new()
-        },
-        advertise: advertised(ctx, replicas),
+        bootstrap_members: scale.bootstrap,
+        advertise: advertised(ctx, scale_replicas),
         skip_client_san_verification: Some(true),
     };
     match (&ctx.obs.etcd, &ctx.exposure) {
@@ -155,12 +179,14 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
             let v = Verdict::waiting(t, "EtcdNotFound", msg);
             return Outcome::new(EtcdAction::Keep, v, false);
         }
+        // Created only to join a source cluster of the destination's etcd minor version.
+        (None, None) => {
+            if let Some(v) = version_gate(ctx, dest, t) {
+                return Outcome::new(EtcdAction::Keep, v, false);
+            }
+        }
         // druid's CEL rule: bootstrapWithExistingCluster only at creation.
-        (Some(e), _)
-            if step != Step::Shrink
-                && e.fields.bootstrap_members.is_empty()
-                && e.joined_at.is_none() =>
-        {
+        (Some(e), _) if step != Step::Shrink && e.fields.bootstrap_members.is_empty() && !gone => {
             let v = Verdict::refused(
                         t,
                         "EtcdCreatedWithoutBootstrap",
@@ -170,13 +196,16 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
         }
         _ => {}
     }
-    let joined = ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
-    let all_voters = own.iter().take(replicas as usize).all(|m| {
-        voters
-            .iter()
-            .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
-    });
-    let etcd_done = etcd_ready(ctx, &fields, replicas) && joined && all_voters;
+    // druid records the join once; at Shrink it prunes the record as it removes the source
+    // members (etcd-druid#1426), and etcd's own member list says what counts then.
+    let joined =
+        step == Step::Shrink || ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
+    let all_voters = own.iter().take(replicas as usize).all(is_voter);
+    let etcd_done = etcd_ready(ctx, &fields, replicas)
+        && joined
+        && all_voters
+        && scale.waiting.is_none()
+        && !hold;
     let leftovers: Vec<String> = match (step, cluster) {
         (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),
         _ => Vec::new(),
@@ -199,6 +228,16 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     "EtcdUnreachable",
                     "cannot read etcd's member list through the client exposure",
                 ),
+                _ if hold => Verdict::refused(
+                    t,
+                    overwrite::BOOTSTRAP_REMOVED,
+                    "spec.etcd.bootstrapWithExistingCluster was removed by another writer before Shrink; the step is held (EtcdSpecOverwritten)",
+                ),
+                _ if scale.waiting.is_some() => Verdict::waiting(
+                    t,
+                    druid::SCALE_WAIT,
+                    scale.waiting.clone().unwrap_or_default(),
+                ),
                 Step::Join if !etcd_done && join_timed_out(ctx, dest.join_timeout.as_deref()) => {
                     Verdict::refused(
                         t,
@@ -210,6 +249,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     t,
                     "MovingLeadership",
                     "moving etcd leadership to a destination member before the source members leave",
+                ),
+                Step::Shrink if keep_bootstrap => Verdict::waiting(
+                    t,
+                    "WaitingForDestinationVoters",
+                    "the source members are removed only once the 3 destination members are voters",
                 ),
                 _ if etcd_done && !ctx.vpn_ready => Verdict::waiting(
                     t,
@@ -254,6 +298,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
     let mut out = Outcome::new(apply(ctx, fields), v, ready);
     out.members_to_remove = leftovers;
     out.ops = ops;
+    out.overwritten = match raised {
+        _ if removed => Some(overwrite::bootstrap_removed(ctx, step)),
+        Some(have) => Some(overwrite::replicas_raised(ctx, have, replicas)),
+        None => None,
+    };
     out
 }
 
@@ -280,6 +329,25 @@ pub(super) fn destination_complete(ctx: &Ctx<'_>) -> Outcome {
         )
     };
     Outcome::new(apply(ctx, fields), v, ready)
+}
+
+/// Why the destination `Etcd` is not created yet for its etcd version
+/// (`spec.destination.etcdVersion`): the source cluster's is unknown, or another minor.
+fn version_gate(ctx: &Ctx<'_>, dest: &DestinationSpec, t: &'static str) -> Option<Verdict> {
+    let want = dest.etcd_version.as_deref()?;
+    let Some(have) = ctx
+        .obs
+        .etcd_cluster
+        .as_ref()
+        .and_then(|c| c.version.as_deref())
+    else {
+        return Some(Verdict::waiting(
+            t,
+            "EtcdUnreachable",
+            "cannot read the source cluster's etcd version through the client exposure",
+        ));
+    };
+    super::validate::etcd_version(want, have).map(|p| Verdict::refused(t, p.reason, p.to_string()))
 }
 
 /// The exposed client URL of `m` among `known` (by name, or by peer URL before it started).

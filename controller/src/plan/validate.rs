@@ -8,6 +8,7 @@
 use super::conditions::{self as cond, Verdict};
 use super::ctx::duration_secs;
 use super::names::members;
+pub use super::seed_rules::{SeedRules, DEFAULT_CLUSTER_DOMAIN};
 use crate::crd::{DruidApi, EtcdMigrationSpec, Role, SEED_INGRESS_CLIENT, SEED_INGRESS_PEER_BASE};
 
 /// One refused field.
@@ -34,9 +35,9 @@ pub fn verdict(problems: &[SpecProblem]) -> Verdict {
     Verdict::done(cond::SPEC_INVALID, reason, message.join("; "))
 }
 
-/// Every problem of `spec` for a migration in `namespace`; empty when the controller can
-/// carry it out.
-pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
+/// Every problem of `spec` for a migration in `namespace` on a seed whose controller runs
+/// with `seed`; empty when the controller can carry it out.
+pub fn validate(spec: &EtcdMigrationSpec, namespace: &str, seed: &SeedRules) -> Vec<SpecProblem> {
     let mut out = Vec::new();
     let mut bad = |field: String, reason: &'static str, message: String| {
         out.push(SpecProblem {
@@ -75,6 +76,13 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
                 format!("{t:?} is not a Go duration (10m, 90s, 1h30m) that fits 64 bits"),
             );
         }
+        if let Some(v) = d.etcd_version.as_deref().filter(|v| minor(v).is_none()) {
+            bad(
+                "spec.destination.etcdVersion".into(),
+                "InvalidVersion",
+                format!("{v:?} is not <major>.<minor>[.<patch>]"),
+            );
+        }
         if let Some(t) = d.etcd_template.as_ref().filter(|t| !t.spec.is_object()) {
             bad(
                 "spec.destination.etcdTemplate.spec".into(),
@@ -91,11 +99,33 @@ pub fn validate(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<SpecProblem> {
                 .into(),
         );
     }
+    if spec.dns.secret_ref.namespace != namespace {
+        bad(
+            "spec.dns.secretRef.namespace".into(),
+            "SecretOutsideNamespace",
+            format!(
+                "{:?} is another namespace: the DNS records of {namespace} use its own provider credentials, never another shoot's",
+                spec.dns.secret_ref.namespace
+            ),
+        );
+    }
     ports(spec, &mut bad);
-    vpn_target(spec, namespace, &mut bad);
+    vpn_target(spec, namespace, &seed.cluster_domain, &mut bad);
     names(spec, namespace, &mut bad);
+    let named = out.iter().map(|p| p.field.clone()).collect();
+    let mut bad = |field: String, reason: &'static str, message: String| {
+        out.push(SpecProblem {
+            field,
+            reason,
+            message,
+        });
+    };
+    seed.check(spec, namespace, &named, &mut bad);
     out
 }
+
+/// The lowest port the proxy pods can bind: they run without `NET_BIND_SERVICE`.
+pub const UNPRIVILEGED: u16 = 1024;
 
 /// The member listener ports stay in range and apart, and the VPN's port is none of them.
 fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, String)) {
@@ -111,11 +141,18 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
             ),
         );
     }
-    if p.peer_base.checked_add(n).is_none() || p.client_base.checked_sub(n).is_none_or(|c| c == 0) {
+    if p.peer_base.checked_add(n).is_none()
+        || p.client_base
+            .checked_sub(n)
+            .is_none_or(|c| c < UNPRIVILEGED)
+    {
         bad(
             "spec.ports".into(),
             "PortRange",
-            format!("{} members do not fit in the port range", spec.members),
+            format!(
+                "{} members do not fit in the ports {UNPRIVILEGED}-65535",
+                spec.members
+            ),
         );
     }
     let Some(vpn) = &spec.vpn else { return };
@@ -127,11 +164,14 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
                     .contains(&vpn.port)
         }
     };
-    if vpn.port == 0 {
+    if vpn.port < UNPRIVILEGED {
         bad(
             "spec.vpn.port".into(),
             "PortRange",
-            "must be 1-65535".into(),
+            format!(
+                "{} is below {UNPRIVILEGED}: the proxy pods run without NET_BIND_SERVICE and could not bind it",
+                vpn.port
+            ),
         );
     } else if member_port {
         bad(
@@ -146,16 +186,18 @@ fn ports(spec: &EtcdMigrationSpec, bad: &mut impl FnMut(String, &'static str, St
 const ETCD_PORTS: [u16; 2] = [2379, 2380];
 
 /// The VPN's route has no allow-list (the shoot's nodes dial it from anywhere): its target
-/// must be a Service of this migration's namespace (not another shoot's, not an address that
-/// could be anything), and not one of etcd's Services or ports.
+/// must be exactly the name of a Service of this migration's namespace in this cluster's
+/// domain (not another shoot's, not a name under some other domain the proxy pods' resolver
+/// would follow anywhere), and not one of etcd's Services or ports.
 fn vpn_target(
     spec: &EtcdMigrationSpec,
     namespace: &str,
+    cluster_domain: &str,
     bad: &mut impl FnMut(String, &'static str, String),
 ) {
     let Some(vpn) = &spec.vpn else { return };
     let field = || "spec.vpn.target".to_string();
-    let form = "<service>.<namespace>.svc[.<cluster-domain>]:<port>";
+    let form = format!("<service>.{namespace}.svc.{cluster_domain}:<port>");
     let Some((host, port)) = vpn.target.rsplit_once(':') else {
         bad(
             field(),
@@ -194,6 +236,13 @@ fn vpn_target(
             "EtcdService",
             format!("{service} is one of etcd's Services: the VPN must not reach etcd"),
         ),
+        [_, _, "svc", domain @ ..] if domain.join(".") != cluster_domain => bad(
+            field(),
+            "TargetOutsideCluster",
+            format!(
+                "{host:?} is not a Service name of this cluster: want {form} (the cluster domain is --cluster-domain)"
+            ),
+        ),
         [_, _, "svc", ..] => {}
         _ => bad(field(), "InvalidTarget", format!("{host:?} is not {form}")),
     }
@@ -226,4 +275,30 @@ fn names(
             ),
         );
     }
+}
+
+/// `(major, minor)` of an etcd version (`3.5`, `3.5.27`, `v3.5.27`).
+fn minor(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim_start_matches('v').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    match parts.next() {
+        None => Some((major, minor)),
+        Some(patch) => patch.parse::<u64>().ok().map(|_| (major, minor)),
+    }
+}
+
+/// The destination's etcd version (`spec.destination.etcdVersion`) against the source
+/// cluster's, as etcd reports it: etcd-druid joins only a cluster of the same minor version
+/// (etcd-druid `docs/usage/bootstrapping-with-existing-cluster.md`, prerequisite 6). `None`
+/// when they match.
+pub fn etcd_version(destination: &str, source: &str) -> Option<SpecProblem> {
+    let same = matches!((minor(destination), minor(source)), (Some(d), Some(s)) if d == s);
+    (!same).then(|| SpecProblem {
+        field: "spec.destination.etcdVersion".into(),
+        reason: "EtcdVersionMismatch",
+        message: format!(
+            "the destination's etcd-druid deploys etcd {destination}, the source cluster runs {source}: etcd-druid joins only the same minor version"
+        ),
+    })
 }

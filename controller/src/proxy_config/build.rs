@@ -2,6 +2,7 @@
 //! each route and upstream came from, so that a problem at a field path can be traced to the
 //! migration that put it there, which is then left out.
 
+use super::ports::{taken, Taken};
 use super::{Layout, RenderError};
 use crate::crd::ProxyProtocol;
 use crate::plan::MemberRoute;
@@ -112,6 +113,9 @@ pub struct Conflict {
     pub listener: String,
     /// The route's SNI.
     pub sni: String,
+    /// When the older holds the port rather than the route: its listener on that port
+    /// (one port, one listener name).
+    pub port_held_by: Option<String>,
 }
 
 /// Where an upstream goes: its endpoint (text) and the PROXY header it gets.
@@ -137,29 +141,68 @@ struct Draft {
     /// Per upstream name: its endpoint and PROXY header.
     upstreams: BTreeMap<String, (Target, Owners)>,
     conflicts: Vec<Conflict>,
+    /// Listeners no proxy could bind, by their owners.
+    problems: Vec<Problem>,
 }
 
 /// Per route SNI: its upstream, owners and the sources it admits (its migration's
-/// `allowedSources`, else the seed's default; empty: none).
+/// `allowedSources`, else the seed's default; empty: none). A listener the layout does not
+/// have belongs to the migrations that asked for it.
 #[derive(Default)]
 struct Listener {
     routes: BTreeMap<String, (String, Owners, BTreeSet<String>)>,
+    layout: bool,
+    owners: Owners,
 }
 
 impl Draft {
     fn new(layout: &Layout, claims: &[Claim], excluded: &Owners) -> Self {
         let mut listeners: BTreeMap<(u16, String), Listener> = BTreeMap::new();
         for (name, port) in &layout.listeners {
-            listeners.entry((*port, name.clone())).or_default();
+            listeners.entry((*port, name.clone())).or_default().layout = true;
         }
         let mut upstreams: BTreeMap<String, (Target, Owners)> = BTreeMap::new();
         let mut conflicts = Vec::new();
+        let mut problems = Vec::new();
         for (o, claim) in claims.iter().enumerate() {
             if excluded.contains(&o) {
                 continue;
             }
             for r in &claim.routes {
+                let on_port = listeners
+                    .range((r.port, String::new())..)
+                    .take_while(|((port, _), _)| *port == r.port)
+                    .map(|((_, name), l)| {
+                        (
+                            name.as_str(),
+                            (!l.layout).then(|| l.owners.first().copied()).flatten(),
+                        )
+                    });
+                match taken(layout.admin.port(), r, o, on_port) {
+                    Some(Taken::Problem(message)) => {
+                        problems.push(Problem {
+                            owners: Some(Owners::from([o])),
+                            path: format!("listeners[{}].address", r.listener),
+                            message,
+                        });
+                        continue;
+                    }
+                    Some(Taken::By(h, name)) => {
+                        conflicts.push(Conflict {
+                            owner: claim.owner.clone(),
+                            held_by: claims[h].owner.clone(),
+                            listener: r.listener.clone(),
+                            sni: r.sni.clone(),
+                            port_held_by: Some(name),
+                        });
+                        continue;
+                    }
+                    None => {}
+                }
                 let l = listeners.entry((r.port, r.listener.clone())).or_default();
+                if !l.layout {
+                    l.owners.insert(o);
+                }
                 let route = l.routes.get(&r.sni).map(|(u, owners, _)| (u, owners));
                 let upstream = upstreams.get(&r.upstream).map(|(e, owners)| (e, owners));
                 let held_by = match (route, upstream) {
@@ -173,6 +216,7 @@ impl Draft {
                         held_by: claims[h].owner.clone(),
                         listener: r.listener.clone(),
                         sni: r.sni.clone(),
+                        port_held_by: None,
                     });
                     continue;
                 }
@@ -197,16 +241,19 @@ impl Draft {
             listeners,
             upstreams,
             conflicts,
+            problems,
         }
     }
 
     /// The typed configuration and every problem in it, each traced to its owners.
     fn typed(self, layout: &Layout) -> (ProxyConfig, Vec<Problem>) {
-        let mut problems = Vec::new();
+        let mut problems = self.problems;
         let trusted = trusted_proxies(layout, &mut problems);
         let mut route_owners = Vec::new();
+        let mut listener_owners = Vec::new();
         let mut listeners = Vec::new();
         for (i, ((port, name), l)) in self.listeners.into_iter().enumerate() {
+            listener_owners.push((!l.layout).then_some(l.owners));
             let at = format!("listeners[{i}]");
             let mut routes = Vec::new();
             let mut owners_here = Vec::new();
@@ -295,7 +342,7 @@ impl Draft {
             ..ProxyConfig::default()
         };
         for (path, message) in config.validate() {
-            let owners = owners_at(&path, &route_owners, &upstream_owners);
+            let owners = owners_at(&path, &listener_owners, &route_owners, &upstream_owners);
             problems.push(Problem {
                 owners,
                 path,
@@ -322,17 +369,24 @@ fn trusted_proxies(layout: &Layout, problems: &mut Vec<Problem>) -> Vec<Cidr> {
     out
 }
 
-/// Who put the field at `path` into the file: a route's or an upstream's owners; `None` for
-/// anything else (the layout's part).
-fn owners_at(path: &str, routes: &[Vec<Owners>], upstreams: &[Owners]) -> Option<Owners> {
+/// Who put the field at `path` into the file: a route's or an upstream's owners, or those of
+/// a listener the layout does not have; `None` for anything else (the layout's part).
+fn owners_at(
+    path: &str,
+    listeners: &[Option<Owners>],
+    routes: &[Vec<Owners>],
+    upstreams: &[Owners],
+) -> Option<Owners> {
     let index = |s: &str, prefix: &str| -> Option<(usize, String)> {
         let rest = s.strip_prefix(prefix)?;
         let (n, rest) = rest.split_once(']')?;
         Some((n.parse().ok()?, rest.to_owned()))
     };
     if let Some((i, rest)) = index(path, "listeners[") {
-        let (j, _) = index(&rest, ".routes[")?;
-        return routes.get(i)?.get(j).cloned();
+        return match index(&rest, ".routes[") {
+            Some((j, _)) => routes.get(i)?.get(j).cloned(),
+            None => listeners.get(i)?.clone(),
+        };
     }
     let (k, _) = index(path, "upstreams[")?;
     upstreams.get(k).cloned()
@@ -346,7 +400,9 @@ fn listener(
     allowed_sources: Vec<Cidr>,
     routes: Vec<RouteConfig>,
 ) -> ListenerConfig {
-    let mut l = ListenerConfig::new(name, SocketAddr::from(([0, 0, 0, 0], port)));
+    // On the admin address's wildcard: `0.0.0.0`, or `::` on a seed with IPv6 (one
+    // dual-stack socket).
+    let mut l = ListenerConfig::new(name, SocketAddr::new(layout.admin.ip(), port));
     if !layout.trusted_proxies.is_empty() {
         l.proxy_protocol = ProxyProtocolMode::Accept;
         l.trusted_proxies = trusted.to_vec();

@@ -3,10 +3,17 @@
 //! and the real etcd of `etcd.rs` (etcd-druid itself needs kubelets and StatefulSets):
 //!
 //! - it acts on an `Etcd`'s spec only when it is created or carries
-//!   `gardener.cloud/operation: reconcile`, and then on the spec of that generation; a spec
-//!   changed without the annotation is not acted on (its generation stays unobserved);
+//!   `druid.gardener.cloud/operation: reconcile` or the deprecated
+//!   `gardener.cloud/operation: reconcile` (etcd-druid v0.38.1
+//!   `internal/controller/etcd/reconcile_spec.go` `shouldReconcileSpec`,
+//!   `api/core/v1alpha1/helper.go` `HasReconcileOperationAnnotation`), and then on the spec of
+//!   that generation; a spec changed without the annotation is not acted on (its generation
+//!   stays unobserved);
 //! - once a generation is reconciled it writes `status.observedGeneration` and *then* removes
-//!   the annotation, in two requests, as etcd-druid's `completeReconcile` does;
+//!   both annotations, in two requests, as etcd-druid's `completeReconcile` does
+//!   (`reconcile_complete.go`, `RemoveOperationAnnotation`);
+//! - while the `Etcd` carries `druid.gardener.cloud/suspend-etcd-spec-reconcile` it acts on no
+//!   spec and keeps the request (`reconcile_spec.go` `shouldReconcileSpec`);
 //! - a reconcile request for a generation it already reconciled is recorded as a violation
 //!   (the annotation put back after its removal);
 //! - on the destination it adds each missing member below `replicas` as a learner and starts
@@ -15,9 +22,13 @@
 //!   DEP #1355) one at a time, [`REMOVAL_INTERVAL`] apart (a removed member's pod takes time to
 //!   go);
 //! - every tick it writes the health status etcd-druid's status flow writes (`ready`,
-//!   `readyReplicas`, `members`, `AllMembersUpdated`, and `bootstrapWithExistingCluster` once,
-//!   when the join is done).
+//!   `readyReplicas`, `members`, `AllMembersUpdated` — `False` while a generation is being
+//!   reconciled —, and `bootstrapWithExistingCluster` once, when the join is done);
+//! - the member removal is etcd-druid#1426's, and so is its bookkeeping (`druid_scale.rs`):
+//!   `ScaleOperationComplete`, a change its CEL rules would refuse recorded as a violation,
+//!   and the join record pruned once the source members are gone.
 
+use super::druid_scale;
 use super::etcd::TestEtcd;
 use isthmus_controller::gardener::etcd_resource;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
@@ -30,7 +41,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 const NOW: &str = "2026-01-01T00:00:00Z";
-const OPERATION: &str = "gardener.cloud/operation";
+use isthmus_controller::plan::{DRUID_OPERATION, OPERATION, SUSPEND_SPEC_RECONCILE};
 /// How long the removal of one source member takes (its pod terminating).
 pub const REMOVAL_INTERVAL: Duration = Duration::from_millis(1500);
 
@@ -47,6 +58,8 @@ pub struct DruidStandIn {
     pub violations: Arc<Mutex<Vec<String>>>,
     /// Generations reconciled, in order.
     pub reconciled: Arc<Mutex<Vec<i64>>>,
+    /// Generations whose reconciliation began (acted on, finished or not), in order.
+    pub started: Arc<Mutex<Vec<i64>>>,
     task: JoinHandle<()>,
 }
 
@@ -71,6 +84,13 @@ struct State {
     last_removal: Option<Instant>,
     violations: Arc<Mutex<Vec<String>>>,
     reconciled: Arc<Mutex<Vec<i64>>>,
+    started: Arc<Mutex<Vec<i64>>>,
+    /// The spec as seen last tick (what etcd-druid#1426's CEL rules compare a change with).
+    seen: Option<Value>,
+    /// The scale operation in progress (etcd-druid#1426), and whether one ever ran (druid
+    /// writes the condition only from the first one on).
+    scale_op: Option<&'static str>,
+    scale_seen: bool,
 }
 
 impl DruidStandIn {
@@ -84,6 +104,7 @@ impl DruidStandIn {
         let promote = Arc::new(AtomicBool::new(true));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let reconciled = Arc::new(Mutex::new(Vec::new()));
+        let started = Arc::new(Mutex::new(Vec::new()));
         let p = promote.clone();
         let mut state = State {
             side,
@@ -95,6 +116,10 @@ impl DruidStandIn {
             last_removal: None,
             violations: violations.clone(),
             reconciled: reconciled.clone(),
+            started: started.clone(),
+            seen: None,
+            scale_op: None,
+            scale_seen: false,
         };
         let api: Api<DynamicObject> = Api::namespaced_with(admin, namespace, &etcd_resource());
         let task = tokio::spawn(async move {
@@ -110,6 +135,7 @@ impl DruidStandIn {
             promote,
             violations,
             reconciled,
+            started,
             task,
         }
     }
@@ -138,14 +164,40 @@ async fn tick(
             sources: std::mem::take(&mut st.sources),
             violations: st.violations.clone(),
             reconciled: st.reconciled.clone(),
+            started: st.started.clone(),
             side: st.side,
+            seen: None,
+            scale_op: None,
+            scale_seen: false,
         };
         return Ok(());
     };
     let v = serde_json::to_value(&e).unwrap_or_default();
     let generation = v["metadata"]["generation"].as_i64().unwrap_or(0);
-    let requested = v["metadata"]["annotations"][OPERATION].is_string();
+    let requested = [DRUID_OPERATION, OPERATION]
+        .iter()
+        .any(|k| v["metadata"]["annotations"][k] == "reconcile");
     let created = v["status"]["observedGeneration"].is_null() && st.observed.is_none();
+    // While suspended, druid skips every spec (the creation's too) and keeps the request; its
+    // status flow goes on (etcd-druid v0.38.1 `internal/controller/etcd/reconciler.go`).
+    let suspended = v["metadata"]["annotations"]
+        .get(SUSPEND_SPEC_RECONCILE)
+        .is_some();
+    if st.seen.as_ref() != Some(&v["spec"]) {
+        if let Some(prev) = &st.seen {
+            if let Some(why) = druid_scale::refused(prev, &v["spec"], st.scale_op) {
+                st.violations
+                    .lock()
+                    .unwrap()
+                    .push(format!("{:?}: {why}", st.side));
+            }
+        }
+        st.seen = Some(v["spec"].clone());
+    }
+    if suspended {
+        st.target = None;
+        return write_status(api, st, etcd, &v).await;
+    }
     if (requested || created) && st.target.as_ref().map(|t| t.0) != Some(generation) {
         if st.done.contains(&generation) {
             st.violations.lock().unwrap().push(format!(
@@ -153,8 +205,13 @@ async fn tick(
                 st.side
             ));
         }
+        if let Some(op) = druid_scale::on_target(st.acted.as_ref(), &v["spec"]) {
+            st.scale_op = Some(op);
+            st.scale_seen = true;
+        }
         st.target = Some((generation, v["spec"].clone()));
         st.acted = Some(v["spec"].clone());
+        st.started.lock().unwrap().push(generation);
     }
     let busy = match st.target.clone() {
         Some((_, spec)) => act(st, etcd, &spec, promote),
@@ -169,11 +226,13 @@ async fn tick(
         st.done.insert(g);
         st.reconciled.lock().unwrap().push(g);
         st.target = None;
+        st.scale_op = None;
     }
     // The spec of the generation last acted on gives the health status.
     write_status(api, st, etcd, &v).await?;
     if finished.is_some() && requested {
-        let drop_op = json!({"metadata": {"annotations": {OPERATION: null}}});
+        let drop_op =
+            json!({"metadata": {"annotations": {DRUID_OPERATION: null, OPERATION: null}}});
         api.patch("etcd-main", &PatchParams::default(), &Patch::Merge(drop_op))
             .await?;
     }
@@ -283,13 +342,23 @@ async fn write_status(
             .collect();
         (voters as i64, names)
     });
+    // While a generation is being reconciled the members do not all run it yet
+    // (`internal/health/condition/check_all_members_updated.go`).
+    let (updated, reason) = match st.target {
+        Some(_) => ("False", "NotAllMembersUpdated"),
+        None => ("True", "AllMembersUpdated"),
+    };
+    let mut conditions = vec![json!({"type": "AllMembersUpdated", "status": updated,
+        "reason": reason, "message": "stand-in", "lastTransitionTime": NOW, "lastUpdateTime": NOW})];
+    if st.scale_seen {
+        conditions.push(druid_scale::condition(st.scale_op, NOW));
+    }
     let mut status = json!({
         "ready": voters >= replicas,
         "readyReplicas": voters,
         "replicas": replicas,
         "currentReplicas": voters,
-        "conditions": [{"type": "AllMembersUpdated", "status": "True", "reason": "AllMembersUpdated",
-                        "message": "stand-in", "lastTransitionTime": NOW, "lastUpdateTime": NOW}],
+        "conditions": conditions,
         "members": names.iter().filter(|n| own.contains(n)).map(|n| json!({
             "name": n, "status": "Ready", "reason": "LeaseSucceeded", "lastTransitionTime": NOW,
         })).collect::<Vec<Value>>(),
@@ -297,9 +366,14 @@ async fn write_status(
     if let Some(g) = st.observed {
         status["observedGeneration"] = json!(g);
     }
+    // etcd-druid#1426 prunes the join record once the source members it lists are removed.
+    let sources_listed = names.iter().any(|n| st.sources.contains(n));
+    let pruned = bootstrap.is_null() && !sources_listed;
     if joined_before {
-        status["bootstrapWithExistingCluster"] =
-            v["status"]["bootstrapWithExistingCluster"].clone();
+        if !pruned {
+            status["bootstrapWithExistingCluster"] =
+                v["status"]["bootstrapWithExistingCluster"].clone();
+        }
     } else if bootstrap.is_object() && replicas >= 2 && voters >= replicas {
         let members: Vec<Value> = bootstrap["members"].as_array().cloned().unwrap_or_default();
         status["bootstrapWithExistingCluster"] = json!({"joinedAt": NOW, "members": members});

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
+pub mod druid_scale;
 pub mod druid_standin;
 pub mod etcd;
 pub mod seed;
@@ -56,16 +57,16 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
                 spec: serde_json::json!({"labels": {"app": "etcd-statefulset"}}),
             }),
             join_timeout: Some("10m".into()),
+            etcd_version: None,
         }),
         vpn: (role == Role::Destination).then(|| VpnSpec {
-            dns_name: "vpn-tmp.foo.example.com".into(),
+            dns_name: "vpn-tmp.foo.internal.example.com".into(),
             target: "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443".into(),
             port: 8443,
             proxy_protocol: Default::default(),
         }),
         druid_api: DruidApi::default(),
         override_default_url: false,
-        etcd_client: Default::default(),
         seed_ingress: None,
         allowed_sources: Vec::new(),
     }
@@ -111,6 +112,7 @@ pub fn source_cluster() -> EtcdCluster {
             })
             .collect(),
         leader: Some(100),
+        version: Some("3.5.27".into()),
     }
 }
 
@@ -129,6 +131,7 @@ pub fn destination_cluster() -> EtcdCluster {
             })
             .collect(),
         leader: Some(200),
+        version: Some("3.5.27".into()),
     }
 }
 
@@ -144,6 +147,7 @@ pub fn source_etcd() -> EtcdObs {
             ..EtcdFields::default()
         },
         ready: Some(true),
+        all_members_updated: Some(true),
         ..EtcdObs::default()
     }
 }
@@ -217,14 +221,10 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                     replicas: keep_replicas,
                     ..EtcdFields::default()
                 };
-                e.timestamp = None;
                 request(e);
             }
         }
-        EtcdAction::Apply {
-            fields,
-            annotations,
-        } => {
+        EtcdAction::Apply { fields } => {
             let e = obs.etcd.get_or_insert_with(EtcdObs::default);
             let mut merged = fields.clone();
             if merged.replicas.is_none() {
@@ -234,7 +234,6 @@ pub fn apply(obs: &mut Observed, plan: &Plan, b: Behaviour, role: Role) {
                 e.generation += 1;
                 e.fields = merged;
             }
-            e.timestamp = annotations.get(TIMESTAMP).cloned();
             request(e);
         }
     }
@@ -264,12 +263,13 @@ fn request(e: &mut EtcdObs) {
 /// bootstrap members removes the source members.
 pub fn druid(obs: &mut Observed, role: Role) {
     let Some(e) = &mut obs.etcd else { return };
-    if e.operation.is_none() {
+    if e.operation.is_none() || e.suspended {
         return;
     }
     e.observed_generation = Some(e.generation);
     e.operation = None;
     e.ready = Some(true);
+    e.all_members_updated = Some(true);
     let want = e.fields.replicas.unwrap_or(0);
     e.ready_replicas = want;
     if role != Role::Destination {

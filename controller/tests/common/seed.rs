@@ -159,23 +159,53 @@ impl Seed {
             .unwrap();
     }
 
-    /// etcd's client TLS Secret in `namespace` (what the controller reads to ask etcd).
-    pub async fn etcd_client_secret(&self, namespace: &str, ca: &str, cert: &str, key: &str) {
+    /// etcd's client certificate `client_secret` and the CA bundle in `namespace`, as Gardener's
+    /// secrets manager keeps them (`isthmus_testkit::gardener`): what the `Etcd`'s
+    /// `spec.etcd.clientUrlTls` names and the controller reads to ask etcd.
+    pub async fn etcd_client_secrets(
+        &self,
+        namespace: &str,
+        client_secret: &str,
+        ca: &str,
+        cert: &str,
+        key: &str,
+    ) {
         let secrets: Api<k8s_openapi::api::core::v1::Secret> =
             Api::namespaced(self.admin.clone(), namespace);
-        let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
-            "metadata": {"name": "etcd-client-tls"},
-            "stringData": {"ca.crt": ca, "tls.crt": cert, "tls.key": key},
-        }))
-        .unwrap();
-        secrets.create(&PostParams::default(), &s).await.unwrap();
+        let docs =
+            isthmus_testkit::gardener::etcd_client_secrets(namespace, client_secret, ca, cert, key);
+        for doc in docs {
+            let s: k8s_openapi::api::core::v1::Secret = serde_json::from_value(doc).unwrap();
+            match secrets.create(&PostParams::default(), &s).await {
+                Ok(_) => {}
+                // The CA bundle is shared by every client certificate.
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => panic!("creating the etcd client Secrets: {e}"),
+            }
+        }
     }
 
     /// What gardenlet does with the `EtcdMigration`: grants the controller access in the
-    /// migration's namespace (`isthmus_controller::access`, `deploy/examples/access-*.yaml`).
+    /// migration's namespace (`isthmus_controller::access`, `deploy/examples/access-*.yaml`),
+    /// naming the etcd client Secrets of `isthmus_testkit::etcd_spec`.
     pub async fn grant(&self, spec: &isthmus_controller::crd::EtcdMigrationSpec, namespace: &str) {
+        use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
+        let secrets = [
+            ETCD_CA_BUNDLE_SECRET.to_string(),
+            ETCD_CLIENT_SECRET.to_string(),
+        ];
+        self.grant_secrets(spec, namespace, &secrets).await;
+    }
+
+    /// [`Self::grant`] naming `secrets` (after a rotation: the new names).
+    pub async fn grant_secrets(
+        &self,
+        spec: &isthmus_controller::crd::EtcdMigrationSpec,
+        namespace: &str,
+        secrets: &[String],
+    ) {
         let subject = isthmus_controller::access::Subject::default();
-        for doc in isthmus_controller::access::grant(spec, namespace, &subject) {
+        for doc in isthmus_controller::access::grant(spec, namespace, &subject, secrets) {
             self.api
                 .apply_yaml_str(&serde_json::to_string(&doc).unwrap())
                 .await;
@@ -211,6 +241,7 @@ impl Seed {
         let gauge = metrics.leader.clone();
         let settings = Settings {
             proxy_namespace: SYSTEM.into(),
+            proxy_namespace_labels: isthmus_controller::network::namespace_name_labels(SYSTEM),
             shoot_alias: "all-shoots".into(),
             proxy_configmap: "isthmus-proxy-routes".into(),
             proxy_selector: "app.kubernetes.io/name=isthmus-proxy".into(),
@@ -221,9 +252,13 @@ impl Seed {
                 8443,
                 SocketAddr::from(([0, 0, 0, 0], 9901)),
             ),
+            cluster_domain: "cluster.local".into(),
+            vpn_dns_parents: Vec::new(),
             namespace: None,
             poll: Duration::from_millis(300),
             resync: Duration::from_secs(5),
+            rollout_poll: Duration::from_millis(300),
+            nudge_proxy_pods: true,
             etcd_connect_to: connect_to,
         };
         let fetcher = Arc::new(KubeletAndProxyStandIn {

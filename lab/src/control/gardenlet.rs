@@ -58,13 +58,18 @@ impl Controllers {
         for side in Side::BOTH {
             let s = spec(side, Step::Expose);
             // With the migration, gardenlet grants the controller access in the shoot's
-            // namespace: its writes there and the etcd client Secret (deploy/examples/).
+            // namespace: its writes there and the etcd client Secrets its `Etcd` names
+            // (deploy/examples/).
             let subject = isthmus_controller::access::Subject {
                 namespace: SYSTEM.into(),
                 name: "isthmus-controller".into(),
             };
+            let tls = isthmus_controller::gardener::etcd_client_tls(&etcd["spec"], NAMESPACE)
+                .map_err(|e| Error::State(format!("gardenlet stand-in: {e}")))?;
             let api = &seeds[side.index()].api;
-            for doc in isthmus_controller::access::grant(&s, NAMESPACE, &subject) {
+            let grant =
+                isthmus_controller::access::grant(&s, NAMESPACE, &subject, &tls.secret_names());
+            for doc in grant {
                 api.apply(&doc).await?;
             }
             let obj = json!({

@@ -54,19 +54,26 @@ async fn manifests(api: &SeedApi) -> Result<()> {
     Ok(())
 }
 
-/// The shoot's namespace with etcd's client Secret (from the lab's certificates in `dir`), the
+/// The shoot's namespace with etcd's client Secrets (from the lab's certificates in `dir`), the
 /// proxy's Service and pod, and their status.
 async fn objects(api: &SeedApi, seed: &Seed, dir: &Path) -> Result<()> {
     let read = |f: &str| {
         let p = dir.join(f);
         std::fs::read_to_string(&p).map_err(|e| Error::io(p.display(), e))
     };
+    // etcd's client certificate and CA as Gardener's secrets manager keeps them, under the
+    // names the `Etcd`s' `spec.etcd.clientUrlTls` references (`isthmus_testkit::gardener`).
+    let [client, ca] = isthmus_testkit::gardener::etcd_client_secrets(
+        NAMESPACE,
+        isthmus_testkit::gardener::ETCD_CLIENT_SECRET,
+        &read("ca.crt")?,
+        &read("etcd-client.crt")?,
+        &read("etcd-client.key")?,
+    );
     let objects = [
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}),
-        json!({"apiVersion": "v1", "kind": "Secret",
-               "metadata": {"name": "etcd-client-tls", "namespace": NAMESPACE},
-               "stringData": {"ca.crt": read("ca.crt")?, "tls.crt": read("etcd-client.crt")?,
-                              "tls.key": read("etcd-client.key")?}}),
+        client,
+        ca,
         json!({"apiVersion": "v1", "kind": "Service",
                "metadata": {"name": "isthmus-proxy", "namespace": SYSTEM},
                "spec": {"type": "LoadBalancer", "ports": [{"name": "peer", "port": 2380}],

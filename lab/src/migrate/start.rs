@@ -76,7 +76,7 @@ async fn world<D: Driver>(opts: &Options) -> Result<(Lab, D)> {
 }
 
 /// The members' certificates (their exposed and in-cluster names) and the client certificate
-/// a controller reads etcd's member list with (the `etcd-client-tls` Secret), from one CA.
+/// a controller reads etcd's member list with (Gardener's `etcd-client-<hash>` Secret), from one CA.
 fn certificates(dir: &Path) -> Result<()> {
     let ca = pki::ca(dir)?;
     for m in member::all() {

@@ -81,14 +81,8 @@ impl Planner {
     async fn apply_etcd(&mut self, lab: &mut Lab, side: Side, p: &Plan, tag: &str) -> Result<bool> {
         let mut acted = match &p.etcd {
             EtcdAction::Keep | EtcdAction::Delete => false,
-            EtcdAction::Apply {
-                fields,
-                annotations,
-            } => {
+            EtcdAction::Apply { fields } => {
                 let acted = self.set_fields(lab, side, fields.clone(), tag);
-                if let Some(e) = self.migrations[side.index()].obs.etcd.as_mut() {
-                    e.timestamp = annotations.get(TIMESTAMP).cloned();
-                }
                 acted | self.druid(lab, side, fields, tag).await?
             }
             EtcdAction::Release => self.release(lab, side, tag).await?,
@@ -190,6 +184,7 @@ impl Planner {
         if let Some(e) = self.migrations[side.index()].obs.etcd.as_mut() {
             e.observed_generation = Some(e.generation);
             e.ready = Some(true);
+            e.all_members_updated = Some(true);
         }
     }
 }

@@ -40,7 +40,7 @@ pub const STAND_INS: &[&str] = &[
 
 /// What the lab stands in for when the controllers drive the run (`--controllers`).
 pub const CONTROLLED_STAND_INS: &[&str] = &[
-    "etcd-druid: reads each seed's Etcd from its API server and, as Gardener deploys it, acts only on a reconcile request (gardener.cloud/operation: reconcile): member add/promote/remove, member update + rolling restart of the peer URLs and member processes (etcd-druid needs StatefulSets and kubelets); writes the status etcd-druid writes, observedGeneration before it removes the request",
+    "etcd-druid: reads each seed's Etcd from its API server and, as Gardener deploys it, acts only on a reconcile request (druid.gardener.cloud/operation: reconcile, or the deprecated gardener.cloud/operation): member add/promote/remove, member update + rolling restart of the peer URLs and member processes (etcd-druid needs StatefulSets and kubelets); writes the status etcd-druid writes, observedGeneration before it removes the request",
     "DNS provider: reads every DNSRecord and writes the seeds' hosts files (no DNS service runs here), then status.lastOperation Succeeded",
     "kubelet: delivers the controller's route ConfigMap into the proxy's volume with a ..data symlink swap (no kubelet runs here)",
     "gardenlet: creates and advances both EtcdMigrations through their API servers, copies exposedMembers, moves the shoot API's name (gardenlet needs a Garden)",

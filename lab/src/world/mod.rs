@@ -67,7 +67,9 @@ impl World {
     pub async fn etcd_cluster(&self) -> Option<EtcdCluster> {
         let mut c = etcd::connect(&self.voter_urls()).await.ok()?;
         let listed = etcd::list(&mut c).await.ok()?;
-        let leader = c.status().await.ok().map(|s| s.leader());
+        let status = c.status().await.ok();
+        let leader = status.as_ref().map(|s| s.leader());
+        let version = status.map(|s| s.version().to_string());
         Some(EtcdCluster {
             members: listed
                 .into_iter()
@@ -79,6 +81,7 @@ impl World {
                 })
                 .collect(),
             leader,
+            version,
         })
     }
 

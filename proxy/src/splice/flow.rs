@@ -18,17 +18,13 @@
 
 use super::keepalive::Tag;
 use super::pace::Pace;
-use super::Spares;
+use super::spares::{Held, Spares, BUF_SIZE};
 #[cfg(target_os = "linux")]
 use crate::sys::Pipe;
 use mio::net::TcpStream;
 use prometheus_client::metrics::counter::Counter;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-
-/// Bytes a copy buffer holds; a read that fills it marks a bulk burst, which moves on with
-/// `splice(2)` instead of copying.
-pub const BUF_SIZE: usize = 64 * 1024;
 
 /// Bytes one direction moves in one turn of the splicer before it lets the others go first
 /// (checked before each read, so a turn may end up to one pipe fill, 1 MiB, past it).
@@ -44,19 +40,6 @@ const BULK: u8 = 1 << 5;
 const WATCHED: u8 = 1 << 6;
 /// The last drive stopped at its budget with bytes left to move.
 const MORE: u8 = 1 << 7;
-
-/// Bytes read from the source and not yet written to the destination. Exists only while the
-/// destination pushes back, so an idle connection holds no buffer and no pipe.
-#[derive(Debug)]
-pub enum Held {
-    Copy {
-        buf: Vec<u8>,
-        at: usize,
-        end: usize,
-    },
-    #[cfg(target_os = "linux")]
-    Pipe(Pipe),
-}
 
 /// One direction's state.
 #[derive(Debug)]

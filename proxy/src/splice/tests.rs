@@ -445,7 +445,7 @@ fn a_turn_stops_at_its_budget_and_the_next_turns_move_the_rest() {
     // A budget of one byte: one read (a copy buffer at most) and its write.
     let first = flow.drive(&from, &to, &mut spares, false, 1).unwrap();
     assert!(
-        first > 0 && first <= flow::BUF_SIZE as u64,
+        first > 0 && first <= spares::BUF_SIZE as u64,
         "one turn moved {first} bytes"
     );
     assert!(

@@ -7,6 +7,12 @@
 //! tells a flood from an agent. A trusted proxy writes the header with the ClientHello as its
 //! first bytes, so reading it costs no wait; the header is read exactly (never past it), and
 //! the TLS layer gets the socket untouched after it.
+//!
+//! Any other peer's connection must start with TLS. One that starts with a PROXY header (a
+//! proxy sending v2 to a server that does not list it in `agents.trusted_proxies`) is refused
+//! as such, counted (`reason="untrusted_proxy_header"`) and logged at `error`, rate-limited:
+//! a mismatch between the proxy's and the server's settings shows, instead of looking like
+//! a flood of broken TLS handshakes that fails every agent.
 
 use super::Shared;
 use isthmus_config::Cidr;
@@ -27,6 +33,9 @@ pub(crate) enum Refused {
     Evicted,
     /// A trusted peer sent a broken or unsupported PROXY header (`reason="proxy_protocol"`).
     ProxyProtocol(&'static str),
+    /// A peer outside `trusted_proxies` sent a PROXY header
+    /// (`reason="untrusted_proxy_header"`).
+    UntrustedProxyHeader,
     /// Not over within `handshake_timeout`.
     Timeout,
     /// The TLS handshake failed (wrong certificate, not TLS, closed).
@@ -42,22 +51,51 @@ pub(crate) async fn accept(
 ) -> Result<(Tls, SocketAddr), Refused> {
     let deadline = tokio::time::Instant::now() + shared.limits.handshake_timeout;
     let in_time = async {
-        let client = if Cidr::any_contains(&shared.limits.trusted_proxies, peer.ip()) {
+        let trusted = Cidr::any_contains(&shared.limits.trusted_proxies, peer.ip());
+        let client = if trusted {
             client_address(&mut tcp, peer).await?
         } else {
             peer
         };
         let (slot, evicted) = shared.slots.admit(client.ip());
-        let tls = shared.acceptor.accept(crate::http2::buffered(tcp));
+        let tls = async {
+            if !trusted {
+                refuse_proxy_header(&tcp).await?;
+            }
+            let acceptor = tokio_rustls::TlsAcceptor::from(shared.tls.agents());
+            acceptor
+                .accept(crate::http2::buffered(tcp))
+                .await
+                .map_err(Refused::Tls)
+        };
         tokio::select! {
-            r = tls => r.map(|tls| (tls, client, slot)).map_err(Refused::Tls),
+            r = tls => r.map(|tls| (tls, client, slot)),
             Ok(()) = evicted => Err(Refused::Evicted),
         }
     };
     match tokio::time::timeout_at(deadline, in_time).await {
-        Ok(Ok((tls, client, _slot))) => Ok((tls, client)),
+        Ok(Ok((tls, client, slot))) => {
+            slot.completed();
+            Ok((tls, client))
+        }
         Ok(Err(e)) => Err(e),
         Err(_) => Err(Refused::Timeout),
+    }
+}
+
+/// Refuses a connection that starts with a PROXY header (v1 or v2): from a peer outside
+/// `trusted_proxies` it can only be a proxy whose header the server was not told to expect.
+/// Neither signature can start a TLS record, so nothing valid is refused; the bytes are
+/// only peeked, never taken from the TLS layer.
+async fn refuse_proxy_header(tcp: &TcpStream) -> Result<(), Refused> {
+    let mut first = [0u8; 12];
+    let n = tcp.peek(&mut first).await.map_err(Refused::Tls)?;
+    match pp::detect(first.get(..n).unwrap_or_default()) {
+        // `NeedMore`: a prefix of a signature, which no TLS record starts with either.
+        pp::Detected::Header | pp::Detected::NeedMore if n > 0 => {
+            Err(Refused::UntrustedProxyHeader)
+        }
+        _ => Ok(()),
     }
 }
 
@@ -104,6 +142,7 @@ impl Refused {
         match self {
             Refused::Evicted => Some("evicted"),
             Refused::ProxyProtocol(_) => Some("proxy_protocol"),
+            Refused::UntrustedProxyHeader => Some("untrusted_proxy_header"),
             Refused::Timeout | Refused::Tls(_) => None,
         }
     }

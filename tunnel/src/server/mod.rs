@@ -3,13 +3,15 @@
 
 mod connect;
 mod handshake;
+mod reload;
 mod session;
 mod sessions;
 mod slots;
 
 use crate::metrics::{Metrics, RefusedLabels};
-use crate::{http2, tls, Error};
+use crate::{http2, Error};
 use isthmus_admin::http1::Gate;
+use isthmus_admin::ratelog::RateLog;
 use isthmus_config::{Cidr, HttpLimits};
 use isthmus_config::{ConnectListenerConfig, Http2Config, TunnelServerConfig};
 use prometheus_client::metrics::counter::Counter;
@@ -58,6 +60,9 @@ pub struct ServerLimits {
     pub trusted_proxies: Vec<Cidr>,
     /// Agent sessions at once; more are closed after their handshake.
     pub max_sessions: usize,
+    /// Time a session has from the end of its TLS handshake until it is verified (HTTP/2
+    /// handshake and the first probe's round trip); then it is closed.
+    pub setup_timeout: Duration,
     /// The CONNECT front's HTTP limits (its header timeout also bounds its TLS handshake).
     pub connect: HttpLimits,
     /// `isthmus_tunnel_refused_total{listener, reason}`; the TLS configs built by
@@ -73,6 +78,7 @@ impl Default for ServerLimits {
             max_handshakes_per_source: 8,
             trusted_proxies: Vec::new(),
             max_sessions: 16,
+            setup_timeout: Duration::from_secs(10),
             connect: HttpLimits::default(),
             refused: Family::default(),
         }
@@ -100,37 +106,11 @@ impl ServerOptions {
             max_handshakes_per_source: c.agents.max_handshakes_per_source,
             trusted_proxies: c.agents.trusted_proxies.clone(),
             max_sessions: c.agents.max_sessions,
+            setup_timeout: c.agents.setup_timeout.get(),
             connect: c.connect.limits,
             refused: Family::default(),
         };
-        let names = |listener| {
-            limits.refused.get_or_create_owned(&RefusedLabels {
-                listener,
-                reason: "client_name",
-            })
-        };
-        let t = &c.agents.tls;
-        let agents_tls = tls::server_config_for_names(
-            &t.cert,
-            &t.key,
-            &t.client_ca,
-            &[tls::ALPN_H2],
-            &t.allowed_client_names,
-            names("agents"),
-        )?;
-        // No ALPN on the CONNECT endpoint: a client offering none, or only `h2`, must still get
-        // in (rustls refuses a handshake whose offered protocols do not overlap ours).
-        let connect_tls = match &c.connect.tls {
-            Some(t) => Some(tls::server_config_for_names(
-                &t.cert,
-                &t.key,
-                &t.client_ca,
-                &[],
-                &t.allowed_client_names,
-                names("connect"),
-            )?),
-            None => None,
-        };
+        let (agents_tls, connect_tls) = reload::build(c, &limits.refused)?;
         Ok(Self {
             agents_tls,
             connect_tls,
@@ -190,7 +170,10 @@ fn bind_unix(path: &Path) -> Result<UnixListener, Error> {
 pub(crate) struct Shared {
     pub(crate) sessions: sessions::Sessions,
     pub(crate) metrics: Metrics,
-    pub(crate) acceptor: TlsAcceptor,
+    /// The TLS of the next handshakes (replaced by [`Server::reload_tls`]).
+    pub(crate) tls: reload::TlsNow,
+    /// Log lines of refusals a stranger can cause, at most one per reason and interval.
+    pub(crate) ratelog: RateLog,
     pub(crate) http2: h2::client::Builder,
     pub(crate) keepalive: http2::Keepalive,
     pub(crate) connect_timeout: Duration,
@@ -248,7 +231,8 @@ impl Server {
         let shared = Arc::new(Shared {
             sessions: sessions::Sessions::default(),
             metrics: Metrics::new(registry),
-            acceptor: TlsAcceptor::from(opts.agents_tls.clone()),
+            tls: reload::TlsNow::new(opts.agents_tls.clone(), opts.connect_tls.clone()),
+            ratelog: RateLog::default(),
             http2: http2::client(&opts.http2),
             keepalive: http2::Keepalive::new(&opts.http2),
             connect_timeout: opts.connect_timeout,
@@ -267,7 +251,8 @@ impl Server {
         r.register(
             "refused",
             "Connections refused by listener (agents, connect) and reason (client_name, \
-             evicted, proxy_protocol, too_many_sessions)",
+             evicted, proxy_protocol, untrusted_proxy_header, too_many_sessions, \
+             setup_timeout)",
             opts.limits.refused.clone(),
         );
         Self { shared, opts }
@@ -308,7 +293,6 @@ impl Server {
         let c = tokio::spawn(accept_connect(
             self.shared.clone(),
             connect,
-            self.opts.connect_tls.clone(),
             stop_accepting.clone(),
         ));
         shutdown.cancelled().await;
@@ -341,17 +325,12 @@ async fn accept_agents(shared: Arc<Shared>, listener: TcpListener, stop: Cancell
     }
 }
 
-async fn accept_connect(
-    shared: Arc<Shared>,
-    listener: ConnectListener,
-    tls: Option<Arc<rustls::ServerConfig>>,
-    stop: CancellationToken,
-) {
-    let acceptor = tls.map(TlsAcceptor::from);
+async fn accept_connect(shared: Arc<Shared>, listener: ConnectListener, stop: CancellationToken) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
-            r = accept_one(&listener, acceptor.clone()) => match r {
+            // The TLS of the moment: a reload applies to the next client.
+            r = accept_one(&listener, || shared.tls.connect().map(TlsAcceptor::from)) => match r {
                 Ok(conn) => {
                     let shared = shared.clone();
                     // The slot covers the TLS handshake and the request; an upgraded tunnel
@@ -380,12 +359,15 @@ enum Accepted {
     Unix(tokio::net::UnixStream),
 }
 
-async fn accept_one(l: &ConnectListener, tls: Option<TlsAcceptor>) -> std::io::Result<Accepted> {
+async fn accept_one(
+    l: &ConnectListener,
+    tls: impl FnOnce() -> Option<TlsAcceptor>,
+) -> std::io::Result<Accepted> {
     Ok(match l {
         ConnectListener::Tcp(l) => {
             let (s, _) = l.accept().await?;
             let _ = s.set_nodelay(true);
-            Accepted::Tcp(s, tls)
+            Accepted::Tcp(s, tls())
         }
         ConnectListener::Unix(l) => Accepted::Unix(l.accept().await?.0),
     })

@@ -33,23 +33,7 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let _ = tcp.set_nodelay(true);
     let (mut tls, peer) = match handshake::accept(&shared, tcp, peer).await {
         Ok(x) => x,
-        Err(refused) => {
-            shared.metrics.handshake(false);
-            if let Some(reason) = refused.reason() {
-                shared.limits.refuse("agents", reason);
-            }
-            // Evictions and timeouts are what a flood causes: counted, not logged one by one.
-            match refused {
-                handshake::Refused::Tls(e) => {
-                    tracing::info!(%peer, error = %e, "agent TLS handshake failed")
-                }
-                handshake::Refused::ProxyProtocol(why) => {
-                    tracing::warn!(%peer, why, "bad PROXY header from a trusted proxy")
-                }
-                r => tracing::debug!(%peer, refused = ?r, "agent handshake closed"),
-            }
-            return;
-        }
+        Err(refused) => return refused_handshake(&shared, peer, refused),
     };
     shared.metrics.handshake(true);
     crate::http2::tune_tls(&mut **tls.get_mut().1);
@@ -59,12 +43,22 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
         return;
     };
     let mut connecting = shared.metrics.session_state("connecting");
-    let (send, mut conn) = match shared.http2.handshake::<_, Bytes>(tls).await {
-        Ok(x) => x,
-        Err(e) => {
+    // From here to a verified session, one deadline: a peer that completed TLS (it holds a
+    // certificate of the CA) but stalls HTTP/2 or never answers the probe must not keep one
+    // of the `max_sessions` places.
+    let setup_by = tokio::time::Instant::now() + shared.limits.setup_timeout;
+    let not_set_up = |what: &str| {
+        shared.limits.refuse("agents", "setup_timeout");
+        tracing::warn!(%peer, timeout = ?shared.limits.setup_timeout, "agent session not set up in time ({what}), closing");
+    };
+    let handshake = shared.http2.handshake::<_, Bytes>(tls);
+    let (send, mut conn) = match tokio::time::timeout_at(setup_by, handshake).await {
+        Ok(Ok(x)) => x,
+        Ok(Err(e)) => {
             tracing::warn!(%peer, error = %e, "HTTP/2 handshake with agent failed");
             return;
         }
+        Err(_) => return not_set_up("HTTP/2 handshake"),
     };
     // The connection runs in its own task so that probes awaited below never stop it; it ends
     // when the agent closes it, on an error, or when a PING goes unanswered.
@@ -90,14 +84,15 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let verified = tokio::select! {
         r = &mut conn => { tracing::warn!(%peer, result = ?r, "agent session closed before verification"); return; }
         _ = shared.shutdown.cancelled() => return,
-        r = probe(send.clone()) => r,
+        r = tokio::time::timeout_at(setup_by, probe(send.clone())) => r,
     };
     let rtt = match verified {
-        Ok(rtt) => rtt,
-        Err(e) => {
+        Ok(Ok(rtt)) => rtt,
+        Ok(Err(e)) => {
             tracing::warn!(%peer, error = %e, "agent session failed verification");
             return;
         }
+        Err(_) => return not_set_up("no answer to the verifying probe"),
     };
     connecting.set("active");
     drop(connecting);
@@ -105,7 +100,12 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     let session = shared.sessions.add(peer, send.clone(), &shared.metrics);
     tracing::info!(session = session.id, %peer, rtt_ms = rtt.as_secs_f64() * 1e3, "agent session active");
     let mut ticker = tokio::time::interval(shared.probe_interval);
+    // After a slow probe the next one waits an interval, not one per tick missed meanwhile.
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     ticker.tick().await;
+    // One probe at a time, bounded by `keepalive_timeout`, beside the loop (not in it: the
+    // loop must see the connection end and the server stop while a probe waits).
+    let mut probing = None;
     loop {
         tokio::select! {
             r = &mut conn => {
@@ -129,10 +129,16 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
             }
             // A draining session carries no new request: one queued after the acknowledgement
             // could be refused by the GOAWAY that follows it.
-            _ = ticker.tick(), if !session.is_draining() => {
-                match probe(send.clone()).await {
-                    Ok(rtt) => shared.metrics.ping_rtt.observe(rtt.as_secs_f64()),
-                    Err(e) => tracing::debug!(session = session.id, error = %e, "probe failed"),
+            _ = ticker.tick(), if !session.is_draining() && probing.is_none() => {
+                let probe = tokio::time::timeout(shared.keepalive.timeout, probe(send.clone()));
+                probing = Some(Box::pin(probe));
+            }
+            r = pending_or(&mut probing) => {
+                probing = None;
+                match r {
+                    Ok(Ok(rtt)) => shared.metrics.ping_rtt.observe(rtt.as_secs_f64()),
+                    Ok(Err(e)) => tracing::debug!(session = session.id, error = %e, "probe failed"),
+                    Err(_) => tracing::info!(session = session.id, %peer, "probe not answered within keepalive_timeout"),
                 }
             }
         }
@@ -140,6 +146,47 @@ pub(crate) async fn run(shared: Arc<Shared>, tcp: TcpStream, peer: SocketAddr) {
     session.close();
     session.drain();
     shared.sessions.remove(session.id);
+}
+
+/// What `f` gives, or never if there is nothing to wait for.
+async fn pending_or<F: std::future::Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Counts and logs an agent connection closed before the end of its TLS handshake. What a
+/// stranger can cause as often as it likes is logged at `debug` one by one and at most once
+/// per interval above that, with the count ([`RateLog`](isthmus_admin::ratelog::RateLog)).
+fn refused_handshake(shared: &Shared, peer: SocketAddr, refused: handshake::Refused) {
+    use handshake::Refused;
+    shared.metrics.handshake(false);
+    if let Some(reason) = refused.reason() {
+        shared.limits.refuse("agents", reason);
+    }
+    let budget = |reason| shared.ratelog.event("agents", reason);
+    match refused {
+        Refused::Tls(e) => {
+            tracing::debug!(%peer, error = %e, "agent TLS handshake failed");
+            if let Some(n) = budget("tls") {
+                tracing::info!(%peer, error = %e, failed = n, "agent TLS handshakes failed (this one, and the count since the last such line)");
+            }
+        }
+        Refused::ProxyProtocol(why) => {
+            if let Some(n) = budget("proxy_protocol") {
+                tracing::warn!(%peer, why, refused = n, "bad PROXY header from a trusted proxy");
+            }
+        }
+        Refused::UntrustedProxyHeader => {
+            if let Some(n) = budget("untrusted_proxy_header") {
+                tracing::error!(%peer, refused = n, "PROXY header from a peer not in agents.trusted_proxies: \
+                    every connection through it fails; list the proxy's addresses there, or stop it sending the header");
+            }
+        }
+        // Evictions and timeouts are what a flood causes: counted, not logged one by one.
+        r => tracing::debug!(%peer, refused = ?r, "agent handshake closed"),
+    }
 }
 
 /// One request/answer round trip on the session.

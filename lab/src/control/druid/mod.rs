@@ -3,7 +3,9 @@
 //! docs/etcd-druid-contract.md):
 //!
 //! - it acts on an `Etcd` only when it was created or carries
-//!   `gardener.cloud/operation: reconcile`, and then on the spec of that generation; a spec
+//!   `druid.gardener.cloud/operation: reconcile` (or the deprecated
+//!   `gardener.cloud/operation: reconcile`; both are removed), and then on the spec of that
+//!   generation; a spec
 //!   changed without the annotation does not reach the members and its generation stays
 //!   unobserved;
 //! - the membership operations and rolling updates are the planner-driven runs' own
@@ -83,7 +85,7 @@ pub(super) async fn pass(
             f.advertise.len()
         ));
     }
-    let requested = e.operation.is_some();
+    let requested = e.operation.as_deref() == Some("reconcile");
     let created = v.pointer("/status/observedGeneration").is_none() && st.observed.is_none();
     if (requested || created) && st.request(&e) {
         pass.violations.push(format!(

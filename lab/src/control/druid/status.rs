@@ -9,7 +9,7 @@ use crate::error::Result;
 use crate::lab::Lab;
 use crate::side::Side;
 use crate::specs;
-use isthmus_controller::plan::{EtcdFields, EtcdObs};
+use isthmus_controller::plan::{EtcdFields, EtcdObs, DRUID_OPERATION, OPERATION};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
 
@@ -86,9 +86,11 @@ pub(super) async fn write_status(api: &Api<DynamicObject>, status: Value) -> kub
     Ok(())
 }
 
-/// Takes the reconcile request away (`gardener.cloud/operation`).
+/// Takes the reconcile request away, in both spellings (`druid.gardener.cloud/operation` and
+/// the deprecated `gardener.cloud/operation`), as etcd-druid's `RemoveOperationAnnotation` does
+/// (etcd-druid v0.38.1 `api/core/v1alpha1/helper.go`).
 pub(super) async fn drop_request(api: &Api<DynamicObject>) -> kube::Result<()> {
-    let drop_op = json!({"metadata": {"annotations": {"gardener.cloud/operation": null}}});
+    let drop_op = json!({"metadata": {"annotations": {DRUID_OPERATION: null, OPERATION: null}}});
     api.patch(specs::ETCD, &PatchParams::default(), &Patch::Merge(drop_op))
         .await?;
     Ok(())
