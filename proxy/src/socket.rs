@@ -28,6 +28,24 @@ pub fn bind_admin(addr: SocketAddr) -> io::Result<TcpListener> {
     TcpListener::from_std(socket.into())
 }
 
+/// [`bind_admin`], retried every 100 ms for up to `wait` while the address is in use: a
+/// process restarted in place (same network namespace, not a new pod) finds its predecessor
+/// still holding the admin port while it drains, for at most its drain delay and timeout.
+pub async fn bind_admin_when_free(addr: SocketAddr, wait: Duration) -> io::Result<TcpListener> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        match bind_admin(addr) {
+            Err(e) if e.kind() == io::ErrorKind::AddrInUse => {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Binds `n` (at least one) sockets to the same address with `SO_REUSEPORT`, one per worker
 /// runtime: the kernel spreads new connections over them, so each connection is accepted and
 /// served by one thread with no hand-off between workers. The first socket takes `addr` (port

@@ -108,3 +108,53 @@ async fn nothing_can_join_the_admin_port() {
     assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
     assert_eq!(http_get(admin, "/readyz").await.unwrap().0, 200);
 }
+
+/// A proxy restarted in place (same network namespace, as `isthmus-lab` restarts a seed's
+/// proxy) finds its draining predecessor on the admin port: it does not give up, it takes the
+/// port once the predecessor lets go; one that never lets go fails the start with the address.
+#[tokio::test]
+async fn a_successor_takes_the_admin_port_when_its_predecessor_lets_go() {
+    let dir = isthmus_testkit::Scratch::new("admin-successor");
+    let file = |admin: std::net::SocketAddr| {
+        let path = dir.join(&format!("proxy-{}.yaml", admin.port()));
+        std::fs::write(
+            &path,
+            format!(
+                "admin: {{ address: \"{admin}\" }}\ndrain_delay: 0s\ndrain_timeout: 1s\n\
+                 watch_interval: 0s\nlisteners: []\n"
+            ),
+        )
+        .unwrap();
+        path
+    };
+    // The predecessor's admin socket.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = holder.local_addr().unwrap();
+    let path = file(admin);
+    let start = tokio::spawn(async move {
+        isthmus_proxy::Proxy::start(&path, prometheus_client::registry::Registry::default()).await
+    });
+    // Before the fix the first poll of the start returned the bind error.
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    if start.is_finished() {
+        panic!("the successor gave up at once: {:?}", start.await.unwrap().err());
+    }
+    drop(holder);
+    let proxy = start.await.unwrap().unwrap();
+    assert_eq!(proxy.admin_addr(), admin);
+    assert_eq!(http_get(admin, "/readyz").await.unwrap().0, 200);
+    proxy.shutdown(Duration::ZERO, Duration::ZERO).await;
+
+    // A holder that never lets go: the start fails after the predecessor's longest drain.
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let admin = holder.local_addr().unwrap();
+    let path = file(admin);
+    let e = isthmus_proxy::Proxy::start(&path, prometheus_client::registry::Registry::default())
+        .await
+        .err()
+        .expect("started without its admin port");
+    assert!(e.to_string().contains(&admin.to_string()), "{e}");
+    drop(holder);
+}

@@ -108,20 +108,30 @@ impl Proxy {
             admin_gate.evicted(),
         );
         let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
+        // A predecessor restarted in place drains for at most this long, holding the admin port.
+        let predecessor_drain = loaded.config.drain_delay.get()
+            + loaded.config.drain_timeout.get()
+            + Duration::from_secs(5);
         let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
-        let admin_listener =
-            socket::bind_admin(admin_address).map_err(|source| StartError::Bind {
-                what: "admin".into(),
-                address: admin_address,
-                source,
-            })?;
-        let admin_addr = admin_listener
-            .local_addr()
-            .map_err(|source| StartError::Bind {
-                what: "admin".into(),
-                address: admin_address,
-                source,
-            })?;
+        let admin_error = |source| StartError::Bind {
+            what: "admin".into(),
+            address: admin_address,
+            source,
+        };
+        // The listeners (`SO_REUSEPORT`) take over at once; only the admin port may have to
+        // wait for the predecessor, below, once they serve.
+        let (admin_listener, admin_addr) = match socket::bind_admin(admin_address) {
+            Ok(l) => {
+                let addr = l.local_addr().map_err(admin_error)?;
+                (Some(l), addr)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && admin_address.port() != 0 => {
+                warn!(admin = %admin_address, wait = ?predecessor_drain,
+                    "the admin address is in use (a draining predecessor?): the listeners serve now, the admin endpoint once the address is free");
+                (None, admin_address)
+            }
+            Err(e) => return Err(admin_error(e)),
+        };
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
             let sockets = workers.runtimes.len().max(1);
@@ -177,6 +187,16 @@ impl Proxy {
                 running.insert(name, r);
             }
         }
+        let admin_listener = match admin_listener {
+            Some(l) => l,
+            None => match socket::bind_admin_when_free(admin_address, predecessor_drain).await {
+                Ok(l) => l,
+                Err(e) => {
+                    proxy.shutdown(Duration::ZERO, Duration::ZERO).await;
+                    return Err(admin_error(e));
+                }
+            },
+        };
         crate::supervise::spawn_critical(
             &Handle::current(),
             "admin",
