@@ -151,3 +151,56 @@ fn access_examples_are_current() {
         );
     }
 }
+
+/// `examples/tunnel-server.yaml` is what the controller creates in the shoot's namespace for
+/// the example destination migration (`isthmus_controller::tunnel_server::objects`), with
+/// the flags the chart gives it (image, the pod network as trusted proxies, priority class).
+#[test]
+fn tunnel_server_example_is_current() {
+    use isthmus_controller::tunnel_server::{objects, Owner, Proxies, TunnelServers};
+    let example = "examples/etcdmigration-destination.yaml";
+    let m: EtcdMigration = serde_saphyr::from_str(&deploy(example)).unwrap();
+    let ns = m.metadata.namespace.clone().unwrap();
+    let settings = TunnelServers {
+        image: "isthmus:latest".into(),
+        trusted_proxies: vec!["10.244.0.0/16".into()],
+        priority_class: "gardener-system-300".into(),
+        service_monitor: true,
+    };
+    let owner = Owner {
+        name: m.metadata.name.clone().unwrap(),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+    };
+    let proxies = Proxies {
+        namespace: "isthmus-system",
+        alias: "all-shoots",
+    };
+    let docs = objects(&m.spec, &ns, &owner, &proxies, &settings)
+        .unwrap()
+        .iter()
+        .map(serde_saphyr::to_string)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let generated = format!(
+        "# Generated from {example} by isthmus_controller::tunnel_server::objects; do not edit.\n\
+         # Regenerate: ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy\n\
+         # What the controller creates in the shoot's namespace on the destination seed while the\n\
+         # temporary VPN's route is served (Join to Shrink), owned by the EtcdMigration (the uid\n\
+         # here is a placeholder), and deletes after: the tunnel server (controller/README.md,\n\
+         # \"The temporary VPN's tunnel server\"), with the flags the chart gives it on a Gardener\n\
+         # seed: --tunnel-image=isthmus:latest, --tunnel-trusted-proxies=10.244.0.0/16 (the pod\n\
+         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor.\n{}",
+        docs.join("---\n")
+    );
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/tunnel-server.yaml");
+    if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is stale; regenerate with:\n  ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy",
+        path.display()
+    );
+}

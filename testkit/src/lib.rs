@@ -52,13 +52,13 @@ pub use kube::{etcd_spec, minimal_etcd, KubeApiServer};
 pub mod flags;
 pub use flags::{ApiServerAuth, ApiServerFlags};
 
-/// Gardener's own etcd deploy, secrets manager and health checks (the `gardener-etcd`
-/// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
-pub mod gardener;
 /// gardenlet's install path of a seed extension (the `gardenlet-install` harness, Gardener
 /// v1.149.3), the real gardener-resource-manager that applies it, and the
 /// kube-controller-manager controllers an uninstall needs without a node.
 pub mod controller_manager;
+/// Gardener's own etcd deploy, secrets manager and health checks (the `gardener-etcd`
+/// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
+pub mod gardener;
 pub mod gardenlet;
 pub mod resource_manager;
 
