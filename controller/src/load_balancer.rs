@@ -66,6 +66,7 @@ pub fn service(text: &str, namespace: &str) -> Result<(String, Value), TemplateE
         meta["labels"] = json!({});
     }
     meta["labels"][ON_DEMAND_LABEL] = json!("true");
+    meta["labels"]["app.kubernetes.io/managed-by"] = json!("isthmus-controller");
     if let Some(o) = svc.as_object_mut() {
         o.remove("status");
     }

@@ -42,7 +42,17 @@ fn proxy_ports_match_the_controller_layout() {
         .iter()
         .map(|(n, p)| (n.clone(), u64::from(*p)))
         .collect();
-    let svc: BTreeSet<(String, u64)> = find(&d, "Service")["spec"]["ports"]
+    // The load balancer the controller makes on demand from the template deploy/ carries.
+    let template = d
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "isthmus-proxy-service")
+        .unwrap();
+    let (_, lb) = isthmus_controller::load_balancer::service(
+        template["data"]["service.yaml"].as_str().unwrap(),
+        "isthmus-system",
+    )
+    .unwrap();
+    let svc: BTreeSet<(String, u64)> = lb["spec"]["ports"]
         .as_array()
         .unwrap()
         .iter()
@@ -69,10 +79,7 @@ fn proxy_ports_match_the_controller_layout() {
         })
         .collect();
     assert_eq!(ports, want);
-    assert_eq!(
-        find(&d, "Service")["spec"]["externalTrafficPolicy"],
-        "Local"
-    );
+    assert_eq!(lb["spec"]["externalTrafficPolicy"], "Local");
 }
 
 #[test]

@@ -69,6 +69,8 @@ pub fn seed_crd_paths() -> Vec<PathBuf> {
         "autoscaling.k8s.io_verticalpodautoscalers.yaml",
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_prometheusrules.yaml",
+        // The shoot Prometheus' ServiceMonitor of a tunnel server (deploy/examples/tunnel-server.yaml).
+        "monitoring.coreos.com_servicemonitors.yaml",
         "operator.gardener.cloud_extensions.yaml",
     ]
     .iter()
