@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Runs the live-migration lab once: installs what it needs (etcd 3.4, protoc, iproute2), builds
+# Runs the live-migration lab once: installs what it needs and nothing else (`install-deps.sh
+# demo`: etcd 3.4, protoc, iproute2, nftables, etcd 3.6, kube-apiserver, the CRDs), builds
 # `isthmus` (the binary under test: each seed's proxy and tunnel server) and `isthmus-lab`, then
 # runs `isthmus-lab demo`, which moves a real 3-member etcd between two seeds (network namespaces)
-# through isthmus proxies while the shoot's real kube-apiservers (target/kube-apiserver/, built by
+# through isthmus proxies while the shoot's real kube-apiservers (~/.cache/isthmus/, built once by
 # scripts/build-kubernetes.sh from install-deps.sh) serve API load from it and call a webhook
 # through the isthmus tunnel. `--controllers`: each seed runs its own kube-apiserver and two
 # `isthmus controller` replicas, which drive the migration (docs/lab.md). Needs root (network
@@ -14,7 +15,7 @@ if [[ $(id -u) -ne 0 ]]; then
   echo "demo.sh: needs root (it creates network namespaces and veth pairs)" >&2
   exit 1
 fi
-scripts/install-deps.sh
+scripts/install-deps.sh demo
 cargo build --release -p isthmus -p isthmus-lab
 bin="${CARGO_TARGET_DIR:-target}/release"
 mkdir -p target/demo

@@ -1,12 +1,83 @@
 #!/usr/bin/env bash
-# The test command of the README: installs what the tests need, runs every test of the
-# workspace (real etcd, real TLS, network namespaces: run as root), then a short fuzz run.
+# The test commands of the README, two tiers (.config/nextest.toml says which test is in which):
+#   scripts/test.sh --fast [ARGS]  unit tests, planners, parsers, config, the proxy and the tunnel
+#                                  on loopback: no root, no network namespace, no one-time build.
+#   scripts/test.sh [ARGS]         every test (what CI runs; as root): installs what the tests
+#                                  need, builds the image, every test (real etcd, real TLS,
+#                                  network namespaces, kube-apiserver, the lab, the node), the
+#                                  doc tests and a short fuzz run.
+# ARGS go to `cargo nextest run` (a filter: `-E 'binary_id(isthmus-proxy::routing)'`, or test
+# names). Both print each test's time and, at the end, the 10 slowest tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+tier=full
+if [[ "${1:-}" == --fast ]]; then
+  tier=fast
+  shift
+fi
+
+# cargo-nextest, pinned; from crates.io the first time (~5 min to build on 2 cores). Without
+# self-update: nothing here may download a binary.
+nextest_version=0.9.151
+if [[ "$(cargo nextest --version 2>/dev/null | head -1)" != "cargo-nextest $nextest_version"* ]]; then
+  cargo install --locked cargo-nextest --version "$nextest_version" \
+    --no-default-features --features default-no-update
+fi
+
+# The 10 slowest tests of the run, from nextest's JUnit report.
+slowest() {
+  local junit="target/nextest/$tier/junit.xml"
+  [[ -f "$junit" ]] || return 0
+  echo "test.sh: the 10 slowest tests of the $tier tier:"
+  grep -o '<testcase [^>]*' "$junit" |
+    sed -E 's/.* name="([^"]*)".* classname="([^"]*)".* time="([^"]*)".*/\3 \2 \1/' |
+    sort -rn | head -10 | awk '{ printf "  %8.1f s  %s %s\n", $1, $2, $3 }'
+}
+phase() { echo "test.sh: $1 took $(($SECONDS - $2)) s"; }
+
+start=$SECONDS
+if [[ "$tier" == fast ]]; then
+  if [[ $(id -u) -eq 0 ]]; then
+    scripts/install-deps.sh fast
+  else
+    for tool in protoc make cc curl; do
+      command -v "$tool" >/dev/null || {
+        echo "test.sh: $tool is missing: sudo scripts/install-deps.sh fast" >&2
+        exit 1
+      }
+    done
+  fi
+  # Helpers that need root or a one-time build refuse under this (isthmus_testkit::tier).
+  export ISTHMUS_TIER=fast
+  status=0
+  cargo nextest run --workspace --profile fast "$@" || status=$?
+  slowest
+  phase "the fast tier" "$start"
+  exit "$status"
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "test.sh: the full tier needs root (network namespaces, the node): sudo $0;" \
+    "\`$0 --fast\` needs none" >&2
+  exit 1
+fi
+scripts/install-deps.sh test
+phase "install-deps" "$start"
 # The production image (tests/image.rs checks it; tests/cluster.rs runs it in a real node).
+t=$SECONDS
 scripts/image.sh
+phase "the image" "$t"
 # Benchmarks are built (clippy --all-targets) but run only by `cargo bench`.
-cargo test --workspace --lib --bins --tests --examples
+t=$SECONDS
+status=0
+cargo nextest run --workspace --profile full --lib --bins --tests --examples "$@" || status=$?
+slowest
+phase "the tests" "$t"
+((status == 0)) || exit "$status"
+t=$SECONDS
 cargo test --workspace --doc
+phase "the doc tests" "$t"
+t=$SECONDS
 scripts/fuzz-smoke.sh
+phase "the fuzz smoke run" "$t"
+phase "the full tier" "$start"

@@ -1,6 +1,7 @@
 //! Every object the chart renders, the example `Extension`, and deploy/ (the chart's plain
 //! render) with its examples, accepted by a real kube-apiserver (v1.34.4) with the CRDs a
-//! Gardener seed has (server-side apply as a dry run, strict field validation; the
+//! Gardener seed has (Gardener v1.149.3's: VPA, PodMonitor, PrometheusRule, fluent-operator's
+//! ClusterParser and ClusterFilter) (server-side apply as a dry run, strict field validation; the
 //! `EtcdMigration` examples through the CRD's schema and CEL rules).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -64,7 +65,7 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
     for p in isthmus_testkit::tools::seed_crd_paths() {
         server.apply_yaml(&p).await;
     }
-    // What a seed has before the chart: its namespaces and Gardener's priority class.
+    // What a seed has before the chart: its namespaces and Gardener's priority classes.
     let mut base = String::new();
     for ns in [
         "extension-isthmus",
@@ -77,7 +78,9 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
             "---\napiVersion: v1\nkind: Namespace\nmetadata: {{name: {ns}}}\n"
         ));
     }
-    base.push_str("---\napiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: gardener-system-critical}\nvalue: 999998950\n");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    base.push_str("---\n");
+    base.push_str(&std::fs::read_to_string(root.join("scripts/cluster/seed.yaml")).unwrap());
     server.apply_yaml_str(&base).await;
 
     let renders = [
@@ -132,8 +135,21 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
         .find(|d| d["kind"] == "VerticalPodAutoscaler")
         .unwrap()
         .clone();
-    bad["spec"]["updatePolicy"]["updateMode"] = json!("InPlace");
+    // (Gardener v1.149.3's VPA knows `InPlace`; v1.139.0's did not.)
+    bad["spec"]["updatePolicy"]["updateMode"] = json!("Sometimes");
     assert!(dry_run(&admin, &bad).await.is_err());
+    // fluent-operator's schema: an unknown field of a filter plugin is refused.
+    let mut bad = renders[0]
+        .1
+        .iter()
+        .find(|d| d["kind"] == "ClusterFilter")
+        .unwrap()
+        .clone();
+    bad["spec"]["filters"][1]["nest"]["liftUnder"] = json!("log");
+    assert!(dry_run(&admin, &bad)
+        .await
+        .unwrap_err()
+        .contains("liftUnder"));
 
     let text = std::fs::read_to_string(chart_dir().join("examples/extension.yaml")).unwrap();
     let ext = &isthmus_testkit::tools::yaml_docs(&text)[0];

@@ -7,11 +7,8 @@
 
 mod common;
 
-use common::chart::{
-    args, controller_flag, example_destination, find, render, render_text, tunnel_servers, SEED,
-};
+use common::chart::{args, find, render, render_text, tunnel_objects, tunnel_servers, SEED};
 use isthmus_config::TunnelServerConfig;
-use isthmus_controller::tunnel_server::{objects, Owner, Proxies};
 use serde_json::{json, Value};
 
 const PLAIN: &str = "examples/plain-values.yaml";
@@ -19,19 +16,7 @@ const PLAIN: &str = "examples/plain-values.yaml";
 /// The configuration of the example migration's tunnel server, as the controller the chart
 /// renders (its flags) would write it.
 fn tunnel_config(docs: &[Value]) -> TunnelServerConfig {
-    let flag = |n: &str| controller_flag(docs, n).unwrap();
-    let owner = Owner {
-        name: "etcd-main".into(),
-        uid: "0".into(),
-    };
-    let (namespace, alias) = (flag("proxy-namespace"), flag("shoot-alias"));
-    let proxies = Proxies {
-        namespace: &namespace,
-        alias: &alias,
-    };
-    let spec = example_destination().spec;
-    let objects = objects(&spec, "shoot--foo--bar", &owner, &proxies, &tunnel_servers(docs))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let objects = tunnel_objects(docs);
     let cm = find(&objects, "ConfigMap", "isthmus-tunnel-server");
     let text = cm["data"]["server.yaml"].as_str().unwrap();
     isthmus_config::parse("server.yaml", text).unwrap_or_else(|e| panic!("{e}\n{text}"))

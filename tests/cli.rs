@@ -127,6 +127,38 @@ fn controller_refuses_a_layout_no_proxy_could_bind() {
     }
 }
 
+/// Issue 46: the proxies' listen address must be a wildcard (the controller reads each pod's
+/// `/config` at the pod's own IP) and the namespace labels `KEY=VALUE`; both stop the start,
+/// naming the flag, before any cluster is asked.
+#[test]
+fn controller_refuses_a_listen_address_and_namespace_labels_it_cannot_use() {
+    for (args, want) in [
+        (
+            &["--listen-address", "127.0.0.1"][..],
+            "--listen-address: 127.0.0.1 is not a wildcard",
+        ),
+        (
+            &["--listen-address", "::1"][..],
+            "--listen-address: ::1 is not a wildcard",
+        ),
+        (
+            &["--proxy-namespace-labels", "isthmus"][..],
+            "--proxy-namespace-labels",
+        ),
+        (&["--proxy-namespace-labels", "=x"][..], "want KEY=VALUE"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("controller")
+            .args(args)
+            .env("KUBECONFIG", "/nonexistent")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} started");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+}
+
 /// Issue 47 point 7: a PROXY header names any client, so only the load balancer's ranges may
 /// send one; a catch-all `--trusted-proxies` stops the start.
 #[test]

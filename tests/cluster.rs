@@ -38,6 +38,7 @@ use std::time::{Instant, SystemTime};
 
 #[test]
 fn isthmus_in_a_real_node() {
+    isthmus_testkit::tier::needs_root("the node of scripts/cluster.sh");
     let t0 = Instant::now();
     let wall0 = SystemTime::now();
     let (node, up, before) = Node::up();

@@ -8,12 +8,17 @@
 //! with kube-controller-manager's namespace controller and garbage collector for the uninstall.
 //!
 //! Shown: every object of the chart applied by the resource manager (`ResourcesApplied=True`,
-//! each object carrying its origin annotation), gardenlet's namespace labels and `SEED_NAME`,
-//! the resource manager's policies from the chart's Service annotations; then an uninstall
-//! (the ManagedResource deleted, as gardenlet does when the Extension goes or
-//! `AlwaysExceptNoShoots` drops the last shoot) removes the chart's objects and the namespace
-//! but keeps the `EtcdMigration` CRD and every `EtcdMigration`
-//! (`resources.gardener.cloud/keep-object`); a reinstall adopts the kept CRD.
+//! each object carrying its origin annotation), nothing per shoot among them (a shoot's
+//! problem cannot make the seed unhealthy), gardenlet's namespace labels and `SEED_NAME`, the
+//! controller spread by the resource manager's high-availability webhook (its type label;
+//! the chart writes no spread), fluent-bit's parser and filters applied, the resource
+//! manager's policies from the chart's Service annotations and from the Service the
+//! controller makes in a shoot namespace (it selects the extension namespace by its
+//! registration label); then an uninstall (the ManagedResource deleted, as gardenlet does when
+//! the Extension goes or `AlwaysExceptNoShoots` drops the last shoot) removes the chart's
+//! objects and the namespace but keeps the `EtcdMigration` CRD and every `EtcdMigration`
+//! (`resources.gardener.cloud/keep-object`); a reinstall, in a namespace of another name,
+//! adopts the kept CRD, and the shoot's Service, untouched, admits the new namespace's proxies.
 //! Health and Progressing need pods: the node test's part (`isthmus_testkit::gardenlet::
 //! watch_status`).
 
@@ -21,6 +26,8 @@
 
 #[path = "gardenlet_install/objects.rs"]
 mod objects;
+#[path = "gardenlet_install/shoot.rs"]
+mod shoot;
 
 use isthmus_testkit::controller_manager::ControllerManager;
 use isthmus_testkit::gardenlet::{GardenletInstall, GARDENER_VERSION};
@@ -29,6 +36,7 @@ use isthmus_testkit::tools::{helm, run_ok, seed_crd_paths, yaml_docs};
 use isthmus_testkit::{KubeApiServer, Scratch};
 use objects::{condition, get, managed, names};
 use serde_json::Value;
+use shoot::{etcd_service, proxies_admitted};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -105,8 +113,12 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
     let h = GardenletInstall::new(&server.admin_kubeconfig(), "isthmus");
     isthmus_testkit::gardenlet::binary(); // built (or found fresh) before the clock starts
     let t0 = Instant::now();
+    // One replica asked for: the resource manager's high-availability webhook decides (2 for
+    // the Deployment's type `controller`), as for every seed controller.
+    let one = scratch.join("one-replica.yaml");
+    std::fs::write(&one, "controller: {replicas: 1}\n").unwrap();
     let out = h
-        .install(&chart, &[seed_values.clone(), ext_values.clone()])
+        .install(&chart, &[seed_values.clone(), ext_values.clone(), one])
         .await;
     let ci = out["controllerInstallation"].as_str().unwrap().to_owned();
     let ns = format!("extension-{ci}");
@@ -173,10 +185,21 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
         "ConfigMap",
         "VerticalPodAutoscaler",
         "PodDisruptionBudget",
+        "ClusterParser",
+        "ClusterFilter",
     ] {
         assert!(
             objects.iter().any(|o| o.contains(&format!("/{kind}/"))),
             "no {kind} in {objects:#?}"
+        );
+    }
+    // Nothing per shoot: seed-wide objects in gardenlet's namespace, the dashboard in `garden`,
+    // cluster-scoped ones.
+    for id in &objects {
+        let in_ns = id.rsplit('/').nth(1).unwrap();
+        assert!(
+            in_ns.is_empty() || in_ns == ns || in_ns == "garden",
+            "{id} is not seed-wide"
         );
     }
     for id in &objects {
@@ -208,6 +231,26 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
             "{c:#}"
         );
     }
+    // The resource manager's high-availability webhook set a controller's 2 replicas (the
+    // type label's doing: without it the 1 asked for stays, and 1 replica is not spread) and
+    // spread them (the chart writes no spread under gardenlet: tests/chart_conventions.rs).
+    // No node here: the spread over hosts is best effort (ScheduleAnyway).
+    let ctl = get(
+        &admin,
+        &format!("apps/v1/Deployment/{ns}/isthmus-controller"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(ctl["spec"]["replicas"], 2);
+    let spread = &ctl["spec"]["template"]["spec"]["topologySpreadConstraints"];
+    assert_eq!(
+        spread[0]["topologyKey"], "kubernetes.io/hostname",
+        "{spread:#}"
+    );
+    assert_eq!(
+        spread[0]["labelSelector"]["matchLabels"]["app.kubernetes.io/name"],
+        "isthmus-controller"
+    );
     let crd = get(&admin, CRD).await.unwrap();
     assert_eq!(crd["metadata"]["annotations"][KEEP], "true");
     // The proxy's load balancer is no object of the ManagedResource (`proxy.service.mode:
@@ -270,13 +313,23 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
         (1, &Value::Bool(false))
     );
 
-    // A migration, then the uninstall.
+    // A migration, the Service the controller makes for it in the shoot namespace, and a pod
+    // of the proxy's (never scheduled: the resource manager writes a namespace's policies
+    // once a pod there carries the label), then the uninstall.
     server
-        .apply_yaml_str("apiVersion: v1\nkind: Namespace\nmetadata: {name: shoot--foo--bar}\n")
+        .apply_yaml_str(
+            "apiVersion: v1\nkind: Namespace\nmetadata: {name: shoot--foo--bar, labels: {gardener.cloud/role: shoot}}\n",
+        )
         .await;
     server
         .apply_yaml(&root().join("deploy/examples/etcdmigration-source.yaml"))
         .await;
+    let migration = get(&admin, MIGRATION).await.unwrap();
+    let service = etcd_service(&ctl, &migration);
+    server.apply_yaml_str(&service.to_string()).await;
+    let t2 = Instant::now();
+    let egress = proxies_admitted(&server, &admin, &ns).await;
+    let to_policy = t2.elapsed();
     let t1 = Instant::now();
     let un = h
         .uninstall(Duration::from_secs(1), Duration::from_secs(180))
@@ -314,9 +367,21 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
     )
     .await;
     assert!(get(&admin, MIGRATION).await.is_some());
+    // The new namespace has another name; the shoot's Service, untouched since, selects it
+    // by the registration label: its proxies may reach etcd before the controller runs.
+    let ns2 = format!("extension-{ci2}");
+    assert_ne!(ns2, ns);
+    let kept = get(&admin, "v1/Service/shoot--foo--bar/isthmus-etcd")
+        .await
+        .unwrap();
+    assert_eq!(
+        kept["metadata"]["annotations"],
+        service["metadata"]["annotations"]
+    );
+    proxies_admitted(&server, &admin, &ns2).await;
     assert!(!kcm.lines().is_empty() && !grm.lines().is_empty());
     println!(
-        "figure: gardener-resource-manager {} ready {grm_ready:.1?} after start; gardenlet-install (render {:.2} s) -> ResourcesApplied=True for {} objects: {to_applied:.1?}; the world's policy ({} listener ports); uninstall (ManagedResource gone {:.1} s, namespace gone {:.1} s): {to_uninstalled:.1?}, CRD and EtcdMigration kept; kube-apiserver {}",
+        "figure: gardener-resource-manager {} ready {grm_ready:.1?} after start; gardenlet-install (render {:.2} s) -> ResourcesApplied=True for {} objects: {to_applied:.1?}; the world's policy ({} listener ports); the shoot Service's egress policy {egress} in the extension namespace {to_policy:.1?} after the Service; uninstall (ManagedResource gone {:.1} s, namespace gone {:.1} s): {to_uninstalled:.1?}, CRD and EtcdMigration kept; kube-apiserver {}",
         isthmus_testkit::resource_manager::VERSION,
         out["seconds"]["render"].as_f64().unwrap(),
         objects.len(),

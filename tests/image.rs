@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn archive() -> PathBuf {
+    isthmus_testkit::tier::full_only("the image (scripts/image.sh, a static release build)");
     let a = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/image/isthmus.oci.tar");
     assert!(
         a.exists(),

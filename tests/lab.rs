@@ -4,14 +4,19 @@
 //! writes and reads; every scenario must end with 0 failed requests and every acknowledged
 //! write present with its value.
 //!
-//! The `controllers` tests run the same migration through the production controller: each seed
-//! a real kube-apiserver with the pinned CRDs and deploy/'s RBAC, two `isthmus controller`
-//! processes, and stand-ins (etcd-druid, DNS provider, kubelet, gardenlet) acting only through
-//! the API; and the control plane's faults: a controller killed mid-step, a seed API server
-//! restarted mid-step, an invalid `EtcdMigration` beside the real one.
+//! The default run is the demo's (`scripts/demo.sh`): the migration driven by the production
+//! controller, each seed a real kube-apiserver with the pinned CRDs and deploy/'s RBAC, two
+//! `isthmus controller` processes, and stand-ins (etcd-druid, DNS provider, kubelet,
+//! gardenlet) acting only through the API; so are the control plane's faults (a controller
+//! killed mid-step, a seed API server restarted mid-step, an invalid `EtcdMigration` beside
+//! the real one) and the abort. The other scenarios call the planner as a library.
 //!
-//! Labs run one at a time (a lock): each is a whole etcd cluster, and the CI machine is small.
-//! Needs root, iproute2 and etcd; `.ci/run` installs them.
+//! Each scenario is one run, and a run is the slow part of the full tier, so a scenario that
+//! would only repeat another's assertions at another setting is merged into it (RTT 0 ms is
+//! the proxy restart's RTT; the default run asserts what the planner's default run did).
+//! Labs run one at a time (nextest's `one-machine` group; a lock under `cargo test`): each is
+//! a whole etcd cluster, and the CI machine is small. Needs root, iproute2 and etcd;
+//! `.ci/run` installs them.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -31,6 +36,7 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
 /// A run; with `controllers`, each seed runs its own kube-apiserver and two `isthmus
 /// controller` replicas that drive the migration (`isthmus_lab::control`).
 fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> Report {
+    isthmus_testkit::tier::needs_root("network namespaces: the lab's seeds");
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     for tool in ["etcd", "ip"] {
         assert!(
@@ -254,9 +260,12 @@ fn assert_moved(r: &Report) {
     }
 }
 
+/// The demo's run (`--controllers`, RTT 50 ms). It holds the assertions of the planner-driven
+/// default run, of `rtt_0_ms` (the same at 0 ms; that RTT is now the proxy restart's) and of
+/// `controllers_drive_the_migration` (the same run), which were one run each.
 #[test]
 fn default_run_moves_etcd_with_zero_failures_and_no_lost_write() {
-    let r = lab("default", 50, Scenario::Migrate);
+    let r = lab_with("default", 50, Scenario::Migrate, true);
     assert_clean(&r, "default");
     assert_moved(&r);
     // The shoot's webhook was called through the tunnel the whole time, through the source
@@ -282,13 +291,19 @@ fn default_run_moves_etcd_with_zero_failures_and_no_lost_write() {
             "no tunnel step {step:?}: {events:?}"
         );
     }
-}
-
-#[test]
-fn rtt_0_ms() {
-    let r = lab("rtt0", 0, Scenario::Migrate);
-    assert_clean(&r, "rtt0");
-    assert_moved(&r);
+    // The controllers drove it: their conditions, objects and Leases.
+    assert_controlled(&r, "default");
+    let c = r.control.as_ref().unwrap();
+    assert!(
+        c.leases
+            .iter()
+            .any(|e| e.what.starts_with("source: Lease held by controller-src-"))
+            && c.leases.iter().any(|e| e
+                .what
+                .starts_with("destination: Lease held by controller-dst-")),
+        "{:?}",
+        c.leases
+    );
 }
 
 #[test]
@@ -326,26 +341,11 @@ fn link_cut_in_the_five_member_phase_the_source_keeps_serving() {
     assert!(!restored.what.contains("(0 connections"), "{:?}", r.events);
 }
 
-#[test]
-fn abort_before_the_join_completes_leaves_the_source_untouched() {
-    let r = lab("abort", 50, Scenario::Abort);
-    assert_clean(&r, "abort");
-    let mut fin = r.members.r#final.clone();
-    fin.sort();
-    assert_eq!(fin, ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
-    let sizes: Vec<usize> = r.members.timeline.iter().map(|m| m.members.len()).collect();
-    assert_eq!(
-        sizes.iter().max(),
-        Some(&4),
-        "a learner was added, then removed: {sizes:?}"
-    );
-    // The source rolled out to its exposed URLs and, after the abort, back.
-    assert_rolled(&r, Side::Source, Rolls::OutAndBack);
-}
-
+/// At RTT 0 ms: it holds `rtt_0_ms`'s run (every assertion of a migration at 0 ms, which the
+/// default run makes at 50 ms).
 #[test]
 fn source_proxy_restart_with_drain_in_the_five_member_phase() {
-    let r = lab("restart", 50, Scenario::ProxyRestart);
+    let r = lab("restart", 0, Scenario::ProxyRestart);
     assert_clean(&r, "restart");
     let five = r.phases.iter().find(|p| p.name == "five").unwrap();
     let restarted = r
@@ -503,25 +503,6 @@ fn assert_controlled(r: &Report, name: &str) {
 }
 
 #[test]
-fn controllers_drive_the_migration() {
-    let r = lab_with("controllers", 50, Scenario::Migrate, true);
-    assert_clean(&r, "controllers");
-    assert_moved(&r);
-    assert_controlled(&r, "controllers");
-    let c = r.control.as_ref().unwrap();
-    assert!(
-        c.leases
-            .iter()
-            .any(|e| e.what.starts_with("source: Lease held by controller-src-"))
-            && c.leases.iter().any(|e| e
-                .what
-                .starts_with("destination: Lease held by controller-dst-")),
-        "{:?}",
-        c.leases
-    );
-}
-
-#[test]
 fn a_controller_killed_mid_join_is_replaced_through_the_lease() {
     let r = lab("kill-controller", 50, Scenario::KillController);
     assert_clean(&r, "kill-controller");
@@ -565,10 +546,13 @@ fn a_seed_api_server_restarted_mid_join_delays_but_does_not_break_the_migration(
     );
 }
 
-/// The abort through the controllers: the destination's controller stops and removes its
-/// learner, deletes its `Etcd` and exposure; then the source's releases its exposure once (its
-/// DNS records are deleted one time, not deleted and re-created while it can no longer read
-/// etcd through them, as before `a_released_source_abort_does_not_need_etcd_again`).
+/// The abort before the join completes, through the controllers: the destination's controller
+/// stops and removes its learner, deletes its `Etcd` and exposure; then the source's releases
+/// its exposure once (its DNS records are deleted one time, not deleted and re-created while
+/// it can no longer read etcd through them, as before
+/// `a_released_source_abort_does_not_need_etcd_again`). It holds the assertions of the
+/// planner-driven abort (`abort_before_the_join_completes_leaves_the_source_untouched`), the
+/// same scenario.
 #[test]
 fn an_abort_through_the_controllers_releases_each_exposure_once() {
     let r = lab_with("abort-controllers", 50, Scenario::Abort, true);
@@ -576,6 +560,13 @@ fn an_abort_through_the_controllers_releases_each_exposure_once() {
     let mut fin = r.members.r#final.clone();
     fin.sort();
     assert_eq!(fin, ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+    let sizes: Vec<usize> = r.members.timeline.iter().map(|m| m.members.len()).collect();
+    assert_eq!(
+        sizes.iter().max(),
+        Some(&4),
+        "a learner was added, then removed: {sizes:?}"
+    );
+    // The source rolled out to its exposed URLs and, after the abort, back.
     assert_rolled(&r, Side::Source, Rolls::OutAndBack);
     let c = r.control.as_ref().unwrap();
     let conditions: Vec<&str> = c.conditions.iter().map(|e| e.what.as_str()).collect();

@@ -1,6 +1,7 @@
 //! The shape of the workspace: no import circle between the files of any crate (each file
 //! depends only on files below it; a parent module declaring or re-exporting its children does
-//! not count), and `unsafe` code in one module of the whole workspace, `proxy/src/sys.rs`.
+//! not count, and a path through a re-export counts as a path to the module that defines the
+//! item), and `unsafe` code in one module of the whole workspace, `proxy/src/sys.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -82,6 +83,14 @@ fn is_ident(c: char) -> bool {
 /// Every path of a `use` tree, braces expanded (`a::{b, c::d}` → `a::b`, `a::c::d`; `self` in
 /// braces is the prefix itself).
 fn expand_use(prefix: &str, tree: &str, out: &mut Vec<String>) {
+    let mut named = Vec::new();
+    expand_use_named(prefix, tree, &mut named);
+    out.extend(named.into_iter().map(|(_, path)| path));
+}
+
+/// [`expand_use`] with the name each path is known by in the importing module (its last
+/// segment, or the `as` alias).
+fn expand_use_named(prefix: &str, tree: &str, out: &mut Vec<(String, String)>) {
     let tree = tree.trim();
     let join = |p: &str, s: &str| {
         if p.is_empty() {
@@ -92,15 +101,21 @@ fn expand_use(prefix: &str, tree: &str, out: &mut Vec<String>) {
             format!("{p}::{s}")
         }
     };
+    let last = |path: &str| path.rsplit("::").next().unwrap_or(path).to_owned();
     match tree.find('{') {
         None => {
-            let plain = tree.split(" as ").next().unwrap_or(tree).trim();
+            let mut parts = tree.split(" as ");
+            let plain = parts.next().unwrap_or(tree).trim();
+            let alias = parts.next().map(|a| a.trim().to_owned());
             let plain = plain.trim_end_matches("::*").trim_end_matches('*');
-            if !plain.is_empty() {
-                out.push(join(prefix, plain.trim_end_matches("::")));
+            let path = if !plain.is_empty() {
+                join(prefix, plain.trim_end_matches("::"))
             } else if !prefix.is_empty() {
-                out.push(prefix.to_owned());
-            }
+                prefix.to_owned()
+            } else {
+                return;
+            };
+            out.push((alias.unwrap_or_else(|| last(&path)), path));
         }
         Some(open) => {
             let head = tree[..open].trim().trim_end_matches("::");
@@ -117,19 +132,19 @@ fn expand_use(prefix: &str, tree: &str, out: &mut Vec<String>) {
                     '{' => depth += 1,
                     '}' => depth -= 1,
                     ',' if depth == 0 => {
-                        expand_use(&prefix, &inner[start..i], out);
+                        expand_use_named(&prefix, &inner[start..i], out);
                         start = i + 1;
                     }
                     _ => {}
                 }
             }
-            expand_use(&prefix, &inner[start..], out);
+            expand_use_named(&prefix, &inner[start..], out);
         }
     }
 }
 
-/// Paths into the crate: every `use` path, and every inline `crate::`/`super::`/`self::` path.
-fn paths(code: &str) -> BTreeSet<String> {
+/// Every `use` statement's tree in `code`.
+fn use_trees(code: &str) -> Vec<&str> {
     let mut out = Vec::new();
     for (at, _) in code.match_indices("use ") {
         let before = code[..at].chars().next_back();
@@ -138,8 +153,17 @@ fn paths(code: &str) -> BTreeSet<String> {
         }
         let rest = &code[at + 4..];
         if let Some(end) = rest.find(';') {
-            expand_use("", &rest[..end], &mut out);
+            out.push(&rest[..end]);
         }
+    }
+    out
+}
+
+/// Paths into the crate: every `use` path, and every inline `crate::`/`super::`/`self::` path.
+fn paths(code: &str) -> BTreeSet<String> {
+    let mut out = Vec::new();
+    for tree in use_trees(code) {
+        expand_use("", tree, &mut out);
     }
     for start in ["crate::", "super::", "self::"] {
         for (at, _) in code.match_indices(start) {
@@ -183,9 +207,60 @@ fn absolute(here: &Module, path: &str) -> Option<Module> {
     Some(base)
 }
 
-/// File-level import graph of one crate: `a.rs → b.rs` when `a` names something of `b` (the
-/// longest module prefix of the path that is a file), except from an ancestor to its
-/// descendants (declarations and re-exports).
+/// The names each file imports (`use`, `pub use`), by the name they are known by there, as
+/// absolute paths: `lib.rs`'s `pub use listener::KeepaliveConfig` gives
+/// `[] → {KeepaliveConfig: [listener, KeepaliveConfig]}`. A path may start at a child module
+/// of the importing file (`use listener::X` in `lib.rs`).
+type Exports = BTreeMap<Module, BTreeMap<String, Module>>;
+
+fn exports(files: &[(Module, String)], is_module: impl Fn(&Module) -> bool) -> Exports {
+    let mut out = Exports::new();
+    for (here, text) in files {
+        let names = out.entry(here.clone()).or_default();
+        for tree in use_trees(text) {
+            let mut named = Vec::new();
+            expand_use_named("", tree, &mut named);
+            for (name, path) in named {
+                let target = absolute(here, &path).or_else(|| {
+                    let mut child = here.clone();
+                    child.extend(path.split("::").map(str::to_owned));
+                    is_module(&child[..here.len() + 1].to_vec()).then_some(child)
+                });
+                if let Some(target) = target {
+                    names.insert(name, target);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The file that defines what `path` (absolute) names: the longest module prefix that is a
+/// file, unless that file only imports the next segment, which is then followed to where it
+/// comes from (re-exports of re-exports too).
+fn resolve(mut path: Module, exports: &Exports, is_module: impl Fn(&Module) -> bool) -> Module {
+    for _ in 0..32 {
+        let mut file = path.clone();
+        while !file.is_empty() && !is_module(&file) {
+            file.pop();
+        }
+        let next = path.get(file.len());
+        let Some(target) = next.and_then(|n| exports.get(&file)?.get(n)) else {
+            return file;
+        };
+        let mut followed = target.clone();
+        followed.extend(path[file.len() + 1..].iter().cloned());
+        if followed == path {
+            return file;
+        }
+        path = followed;
+    }
+    panic!("re-exports in a loop at {path:?}")
+}
+
+/// File-level import graph of one crate: `a.rs → b.rs` when `a` names something defined in
+/// `b` (the longest module prefix of the path that is a file, re-exports followed to the
+/// defining file), except from an ancestor to its descendants (declarations and re-exports).
 fn graph(src: &Path) -> Graph {
     let mut files = Vec::new();
     rust_files(src, &mut files);
@@ -200,18 +275,21 @@ fn graph(src: &Path) -> Graph {
         .iter()
         .map(|(m, f)| (m, f.strip_prefix(src).unwrap().display().to_string()))
         .collect();
+    let texts: Vec<(Module, String)> = files
+        .iter()
+        .map(|(m, f)| (m.clone(), code(&std::fs::read_to_string(f).unwrap())))
+        .collect();
+    let is_module = |m: &Module| by_module.contains_key(m);
+    let exports = exports(&texts, is_module);
     let mut graph = Graph::new();
-    for (here, file) in &files {
+    for (here, text) in &texts {
         let name = by_module[here].clone();
         let deps = graph.entry(name.clone()).or_default();
-        let text = code(&std::fs::read_to_string(file).unwrap());
-        for path in paths(&text) {
-            let Some(mut target) = absolute(here, &path) else {
+        for path in paths(text) {
+            let Some(target) = absolute(here, &path) else {
                 continue;
             };
-            while !target.is_empty() && !by_module.contains_key(&target) {
-                target.pop();
-            }
+            let target = resolve(target, &exports, is_module);
             let descendant = target.len() > here.len() && target.starts_with(here);
             if &target != here && !descendant {
                 if let Some(t) = by_module.get(&target) {
@@ -329,6 +407,36 @@ fn the_graph_sees_circles_through_use_trees_and_inline_paths() {
     assert!(circles(&g).is_empty());
     g.entry("c.rs".into()).or_default().insert("a.rs".into());
     assert_eq!(circles(&g), [["a.rs", "b.rs", "c.rs"]]);
+}
+
+/// A crate whose two files import each other only through the crate root's re-exports (as
+/// `config/src/{defaults,listener}.rs` did): the graph follows each re-export to the file that
+/// defines the item, so the circle is seen; a re-export of a re-export too.
+#[test]
+fn the_graph_follows_re_exports_to_the_defining_file() {
+    let dir = std::env::temp_dir().join(format!("isthmus-structure-{}", std::process::id()));
+    let src = dir.join("src");
+    std::fs::create_dir_all(src.join("outer")).unwrap();
+    let write = |f: &str, t: &str| std::fs::write(src.join(f), t).unwrap();
+    write(
+        "lib.rs",
+        "mod a;\nmod b;\nmod outer;\npub use a::A;\npub use outer::{B as Bee, C};\n",
+    );
+    write("a.rs", "use crate::Bee;\npub struct A(Bee);\n");
+    write(
+        "b.rs",
+        "pub struct B;\npub fn c() -> crate::A { todo!() }\n",
+    );
+    write(
+        "outer/mod.rs",
+        "mod c;\npub use crate::b::B;\npub use c::C;\n",
+    );
+    write("outer/c.rs", "pub struct C;\n");
+    let g = graph(&src);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(g["a.rs"], BTreeSet::from(["b.rs".to_owned()]), "{g:?}");
+    assert_eq!(g["b.rs"], BTreeSet::from(["a.rs".to_owned()]), "{g:?}");
+    assert_eq!(circles(&g), [["a.rs", "b.rs"]]);
 }
 
 #[test]

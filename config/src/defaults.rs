@@ -1,7 +1,7 @@
 //! Default values of the schemas' fields, in one place so that serialisation can leave out
 //! what equals them.
 
-use crate::Duration;
+use crate::duration::Duration;
 
 /// Whether `v` is its type's default (for `skip_serializing_if`).
 pub(crate) fn is_default<T: Default + PartialEq>(v: &T) -> bool {
@@ -9,9 +9,6 @@ pub(crate) fn is_default<T: Default + PartialEq>(v: &T) -> bool {
 }
 pub(crate) fn is_connect_timeout(d: &Duration) -> bool {
     *d == connect_timeout()
-}
-pub(crate) fn is_keepalive(k: &Option<crate::KeepaliveConfig>) -> bool {
-    *k == keepalive()
 }
 pub(crate) fn header_read_timeout() -> Duration {
     Duration::from_secs(10)
@@ -66,9 +63,6 @@ pub(crate) fn keepalive_interval() -> Duration {
 }
 pub(crate) fn keepalive_probes() -> u32 {
     6
-}
-pub(crate) fn keepalive() -> Option<crate::KeepaliveConfig> {
-    Some(crate::KeepaliveConfig::default())
 }
 pub(crate) fn max_request_bytes() -> usize {
     8192

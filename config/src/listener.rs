@@ -1,6 +1,10 @@
 //! A listening socket of the proxy and its routes.
 
-use crate::{defaults, nullable, Cidr, Duration, SniPattern};
+use crate::cidr::Cidr;
+use crate::duration::Duration;
+use crate::keepalive::{self, KeepaliveConfig};
+use crate::sni::SniPattern;
+use crate::{defaults, nullable};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 
@@ -78,10 +82,7 @@ pub struct ListenerConfig {
     #[serde(default)]
     pub trusted_proxies: Vec<Cidr>,
     /// TCP keepalive of accepted (downstream) sockets; `null` turns it off.
-    #[serde(
-        default = "defaults::keepalive",
-        deserialize_with = "nullable::keepalive"
-    )]
+    #[serde(default = "keepalive::on", deserialize_with = "nullable::keepalive")]
     pub tcp_keepalive: Option<KeepaliveConfig>,
     /// Routes. For `tls_passthrough` each has an `sni`: matching is case-insensitive and
     /// ignores a trailing dot; an exact name wins over a wildcard, and the longest
@@ -111,7 +112,7 @@ impl ListenerConfig {
             max_connections_per_source: None,
             allowed_sources: Vec::new(),
             trusted_proxies: Vec::new(),
-            tcp_keepalive: defaults::keepalive(),
+            tcp_keepalive: keepalive::on(),
             routes: Vec::new(),
         }
     }
@@ -140,32 +141,6 @@ pub struct RouteConfig {
     /// the top-level `routes_without_allowed_sources` decides.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_sources: Vec<Cidr>,
-}
-
-/// TCP keepalive probes (`SO_KEEPALIVE`, `TCP_KEEPIDLE`, `TCP_KEEPINTVL`, `TCP_KEEPCNT`).
-/// They keep load-balancer and NAT state of idle etcd streams alive and detect dead peers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct KeepaliveConfig {
-    /// Idle time before the first probe. Default `60s`.
-    #[serde(default = "defaults::keepalive_time")]
-    pub time: Duration,
-    /// Time between probes. Default `10s`.
-    #[serde(default = "defaults::keepalive_interval")]
-    pub interval: Duration,
-    /// Unanswered probes before the connection is declared dead. Default `6`.
-    #[serde(default = "defaults::keepalive_probes")]
-    pub probes: u32,
-}
-
-impl Default for KeepaliveConfig {
-    fn default() -> Self {
-        Self {
-            time: defaults::keepalive_time(),
-            interval: defaults::keepalive_interval(),
-            probes: defaults::keepalive_probes(),
-        }
-    }
 }
 
 /// What a listener speaks.

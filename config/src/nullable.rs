@@ -3,6 +3,8 @@
 //! `marked-yaml` treats every scalar as text, so `default_upstream: null` would otherwise be the
 //! upstream named "null". Use with `#[serde(default, deserialize_with = "nullable::string")]`.
 
+use crate::duration::Duration;
+use crate::keepalive::KeepaliveConfig;
 use serde::{Deserialize, Deserializer};
 
 /// `null`, `~`, `Null`, `NULL` and the empty string become `None`.
@@ -16,26 +18,24 @@ fn is_null(s: &str) -> bool {
 }
 
 /// A duration that may be `null` (meaning: none).
-pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::Duration>, D::Error> {
+pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
     let s = Option::<String>::deserialize(d)?;
     match s {
         None => Ok(None),
         Some(s) if is_null(&s) => Ok(None),
-        Some(s) => crate::Duration::parse(&s)
+        Some(s) => Duration::parse(&s)
             .map(Some)
             .map_err(serde::de::Error::custom),
     }
 }
 
 /// A keepalive setting that may be `null` (meaning: off).
-pub fn keepalive<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Option<crate::KeepaliveConfig>, D::Error> {
+pub fn keepalive<'de, D: Deserializer<'de>>(d: D) -> Result<Option<KeepaliveConfig>, D::Error> {
     // A visitor rather than `#[serde(untagged)]`: untagged buffers the value as generic data,
     // which loses marked-yaml's typed scalars (every number would be text) and the field path.
     struct V;
     impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Option<crate::KeepaliveConfig>;
+        type Value = Option<KeepaliveConfig>;
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
             f.write_str("a mapping {time, interval, probes} or null")
         }
@@ -54,7 +54,7 @@ pub fn keepalive<'de, D: Deserializer<'de>>(
         }
         fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
             let d = serde::de::value::MapAccessDeserializer::new(map);
-            crate::KeepaliveConfig::deserialize(d).map(Some)
+            KeepaliveConfig::deserialize(d).map(Some)
         }
     }
     d.deserialize_any(V)

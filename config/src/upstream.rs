@@ -1,6 +1,9 @@
 //! An upstream of the proxy: its endpoints and the policy of connections to them.
 
-use crate::{defaults, nullable, Duration, Endpoint, KeepaliveConfig};
+use crate::duration::Duration;
+use crate::endpoint::Endpoint;
+use crate::keepalive::{self, KeepaliveConfig};
+use crate::{defaults, nullable};
 use serde::{Deserialize, Serialize};
 
 /// A named group of endpoints. Serialised, it leaves out every field at its default: a seed's
@@ -48,9 +51,9 @@ pub struct UpstreamConfig {
     pub max_connections: Option<usize>,
     /// TCP keepalive of upstream sockets; `null` turns it off.
     #[serde(
-        default = "defaults::keepalive",
+        default = "keepalive::on",
         deserialize_with = "nullable::keepalive",
-        skip_serializing_if = "defaults::is_keepalive"
+        skip_serializing_if = "keepalive::is_on"
     )]
     pub tcp_keepalive: Option<KeepaliveConfig>,
     /// Ejection of endpoints that keep failing.
@@ -73,7 +76,7 @@ impl UpstreamConfig {
             idle_timeout: None,
             max_connection_duration: None,
             max_connections: None,
-            tcp_keepalive: defaults::keepalive(),
+            tcp_keepalive: keepalive::on(),
             outlier_detection: OutlierDetection::default(),
             send_proxy_protocol: SendProxyProtocol::default(),
         }

@@ -346,7 +346,21 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
             .and_then(|a| a.get(SUSPEND_SPEC_RECONCILE))
             .is_some(),
         scale_operation,
+        applied_by_isthmus: false,
     }
+}
+
+/// Whether field manager `manager` has server-side applied to the object (an `Apply` entry in
+/// its `metadata.managedFields`).
+pub fn applied_by(obj: &Value, manager: &str) -> bool {
+    obj.pointer("/metadata/managedFields")
+        .and_then(Value::as_array)
+        .is_some_and(|entries| {
+            entries.iter().any(|e| {
+                str_at(e, &["manager"]) == Some(manager)
+                    && str_at(e, &["operation"]) == Some("Apply")
+            })
+        })
 }
 
 /// The reconcile request an `Etcd` carries in either spelling (etcd-druid acts on both and

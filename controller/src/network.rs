@@ -49,20 +49,32 @@ pub fn selector(users: &[EtcdUser]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The labels that select the proxies' namespace by its name (`kubernetes.io/metadata.name`),
+/// for installs whose namespace keeps its name. Under gardenlet the namespace is
+/// `extension-<installation>`, renamed with every install, and selected by its registration
+/// label instead (the chart's `--proxy-namespace-labels`).
+pub fn namespace_name_labels(namespace: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        namespace.to_string(),
+    )])
+}
+
 /// The server-side-apply body of the Service in `namespace` for `users`, admitting the pods
-/// of `proxy_namespace` that carry `alias`' labels; `None` when there is nobody to serve or
-/// the users' pods share no label (the selector would take every pod of the namespace).
+/// of the namespaces labelled `proxy_namespace_labels` that carry `alias`' labels; `None`
+/// when there is nobody to serve or the users' pods share no label (the selector would take
+/// every pod of the namespace).
 pub fn etcd_service(
     namespace: &str,
     users: &[EtcdUser],
-    proxy_namespace: &str,
+    proxy_namespace_labels: &BTreeMap<String, String>,
     alias: &str,
 ) -> Option<Value> {
     let selector = selector(users);
-    if selector.is_empty() {
+    if selector.is_empty() || proxy_namespace_labels.is_empty() {
         return None;
     }
-    let peers = json!([{"matchLabels": {"kubernetes.io/metadata.name": proxy_namespace}}]);
+    let peers = json!([{"matchLabels": proxy_namespace_labels}]);
     let owners: Vec<Value> = users
         .iter()
         .map(|u| {
@@ -131,7 +143,7 @@ mod tests {
         let s = etcd_service(
             "shoot--a",
             std::slice::from_ref(&main),
-            "extension-isthmus",
+            &namespace_name_labels("extension-isthmus"),
             "all-shoots",
         )
         .unwrap();
@@ -143,7 +155,15 @@ mod tests {
             s["metadata"]["annotations"][NAMESPACE_SELECTORS],
             r#"[{"matchLabels":{"kubernetes.io/metadata.name":"extension-isthmus"}}]"#
         );
-        let both = etcd_service("shoot--a", &[main, events], "x", "all-shoots").unwrap();
+        let registration = BTreeMap::from([(
+            "controllerregistration.core.gardener.cloud/name".to_string(),
+            "isthmus".to_string(),
+        )]);
+        let both = etcd_service("shoot--a", &[main, events], &registration, "all-shoots").unwrap();
+        assert_eq!(
+            both["metadata"]["annotations"][NAMESPACE_SELECTORS],
+            r#"[{"matchLabels":{"controllerregistration.core.gardener.cloud/name":"isthmus"}}]"#
+        );
         assert_eq!(both["spec"]["selector"], json!({"app": "etcd-statefulset"}));
         assert_eq!(
             both["metadata"]["ownerReferences"]
@@ -155,13 +175,19 @@ mod tests {
     }
 
     #[test]
-    fn never_a_selector_of_every_pod() {
-        assert_eq!(etcd_service("ns", &[], "x", "all-shoots"), None);
+    fn never_a_selector_of_every_pod_nor_of_every_namespace() {
+        let x = namespace_name_labels("x");
+        assert_eq!(etcd_service("ns", &[], &x, "all-shoots"), None);
         let a = user("a", &[("role", "main")]);
         let b = user("b", &[("role", "events")]);
-        assert_eq!(etcd_service("ns", &[a, b], "x", "all-shoots"), None);
+        assert_eq!(etcd_service("ns", &[a, b], &x, "all-shoots"), None);
         assert_eq!(
-            etcd_service("ns", &[user("c", &[])], "x", "all-shoots"),
+            etcd_service("ns", &[user("c", &[])], &x, "all-shoots"),
+            None
+        );
+        let c = user("c", &[("role", "main")]);
+        assert_eq!(
+            etcd_service("ns", &[c], &BTreeMap::new(), "all-shoots"),
             None
         );
     }

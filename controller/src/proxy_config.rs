@@ -25,7 +25,8 @@ pub const CONFIG_KEY: &str = "proxy.json";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Admin address inside the pod; the controller reads `/config` from each pod's IP on
-    /// this port, so it must not be loopback.
+    /// this port, so it must not be loopback. Its IP is every listener's too: the wildcard
+    /// of the pods' families (`0.0.0.0`, or `::` for a dual-stack socket).
     pub admin: SocketAddr,
     /// `(listener name, port)`.
     pub listeners: Vec<(String, u16)>,

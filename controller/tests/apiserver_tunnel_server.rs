@@ -18,10 +18,10 @@ use common::seed::Seed;
 use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::{EtcdMigration, Step};
 use isthmus_controller::gardener::etcd_resource;
-use isthmus_testkit::kube::minimal_etcd;
 use isthmus_controller::proxy_config::CONFIG_KEY;
 use isthmus_controller::tunnel_server::kinds;
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
+use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -87,7 +87,11 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
     let c = seed.admin.clone();
     // gardenlet's grant for both migrations of the namespace (one Role: both rules).
     let main = migration("etcd-main", "etcd-main", "vpn-tmp.foo.internal.example.com");
-    let events = migration("etcd-events", "etcd-events", "vpn-tmp2.foo.internal.example.com");
+    let events = migration(
+        "etcd-events",
+        "etcd-events",
+        "vpn-tmp2.foo.internal.example.com",
+    );
     let secrets = [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()];
     let [mut role, binding] = grant(&main.spec, NS, &Subject::default(), &secrets);
     let [other, _] = grant(&events.spec, NS, &Subject::default(), &secrets);
@@ -120,12 +124,19 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
     .await;
     for o in present(&c).await {
         let id = format!("{}/{}", o["kind"], o["metadata"]["name"]);
-        assert_eq!(o["metadata"]["ownerReferences"][0]["uid"], uid.as_str(), "{id}");
+        assert_eq!(
+            o["metadata"]["ownerReferences"][0]["uid"],
+            uid.as_str(),
+            "{id}"
+        );
         assert_eq!(
             o["metadata"]["labels"]["gardener.cloud/role"], "controlplane",
             "{id}"
         );
-        assert_eq!(o["metadata"]["managedFields"][0]["manager"], "isthmus", "{id}");
+        assert_eq!(
+            o["metadata"]["managedFields"][0]["manager"], "isthmus",
+            "{id}"
+        );
     }
     let d = api(&c, NS, "apps/v1", "Deployment")
         .get("isthmus-tunnel-server")
@@ -133,15 +144,17 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
         .unwrap();
     let pod = &d.data["spec"]["template"]["spec"];
     assert_eq!(pod["priorityClassName"], "gardener-system-300");
-    assert_eq!(pod["containers"][0]["readinessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(
+        pod["containers"][0]["readinessProbe"]["httpGet"]["path"],
+        "/healthz"
+    );
     // The proxies' VPN route leads to the server's agents Service, with the PROXY v2 header
     // the server's config trusts.
     let routes = Api::<ConfigMap>::namespaced(c.clone(), common::seed::SYSTEM)
         .get("isthmus-proxy-routes")
         .await
         .unwrap();
-    let file: Value =
-        serde_json::from_str(&routes.data.unwrap()[CONFIG_KEY]).unwrap();
+    let file: Value = serde_json::from_str(&routes.data.unwrap()[CONFIG_KEY]).unwrap();
     let upstream = file["upstreams"]
         .as_array()
         .unwrap()
@@ -178,7 +191,11 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
         migrations.get_opt("etcd-events").await.unwrap().is_none()
     })
     .await;
-    assert_eq!(present(&c).await.len(), want, "the other's finalizer took nothing");
+    assert_eq!(
+        present(&c).await.len(),
+        want,
+        "the other's finalizer took nothing"
+    );
 
     // Complete: the VPN's route goes, and the server with it. (The destination's Etcd, 3
     // members, is what Complete releases its fields on; no etcd-druid is needed for that.)
@@ -224,9 +241,12 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
         .delete("etcd-main", &DeleteParams::default())
         .await
         .unwrap();
-    wait_until("the tunnel server removed by the finalizer", WAIT, || async {
-        present(&c).await.is_empty()
-            && migrations.get_opt("etcd-main").await.unwrap().is_none()
-    })
+    wait_until(
+        "the tunnel server removed by the finalizer",
+        WAIT,
+        || async {
+            present(&c).await.is_empty() && migrations.get_opt("etcd-main").await.unwrap().is_none()
+        },
+    )
     .await;
 }

@@ -173,13 +173,15 @@ fn tunnel_server_example_is_current() {
         trusted_proxies: vec!["10.244.0.0/16".into()],
         priority_class: "gardener-system-300".into(),
         service_monitor: true,
+        listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
     };
     let owner = Owner {
         name: m.metadata.name.clone().unwrap(),
         uid: "00000000-0000-0000-0000-000000000000".into(),
     };
+    let namespace_labels = isthmus_controller::network::namespace_name_labels("isthmus-system");
     let proxies = Proxies {
-        namespace: "isthmus-system",
+        namespace_labels: &namespace_labels,
         alias: "all-shoots",
     };
     let docs = objects(&m.spec, &ns, &owner, &proxies, &settings)

@@ -17,12 +17,12 @@ use isthmus_controller::plan::{validate, SeedRules};
 use isthmus_controller::tunnel_server::{kinds, objects, CONFIG_KEY};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use tunnel::{example, owner, settings, PROXIES};
+use tunnel::{example, owner, proxies, settings};
 
 const NS: &str = "shoot--foo--bar";
 
 fn bodies() -> Vec<Value> {
-    objects(&example().spec, NS, &owner(), &PROXIES, &settings()).unwrap()
+    objects(&example().spec, NS, &owner(), &proxies(), &settings()).unwrap()
 }
 
 fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> &'a Value {
@@ -70,7 +70,7 @@ fn every_object_is_a_control_plane_part_of_the_shoot_owned_by_the_migration() {
     // Without spec.vpn.server: none.
     let mut spec = example().spec;
     spec.vpn.as_mut().unwrap().server = None;
-    assert!(objects(&spec, NS, &owner(), &PROXIES, &settings())
+    assert!(objects(&spec, NS, &owner(), &proxies(), &settings())
         .unwrap()
         .is_empty());
     // Without the ServiceMonitor's CRD (a plain cluster): none of it.
@@ -78,7 +78,7 @@ fn every_object_is_a_control_plane_part_of_the_shoot_owned_by_the_migration() {
         service_monitor: false,
         ..settings()
     };
-    let docs = objects(&example().spec, NS, &owner(), &PROXIES, &plain).unwrap();
+    let docs = objects(&example().spec, NS, &owner(), &proxies(), &plain).unwrap();
     assert!(docs.iter().all(|d| d["kind"] != "ServiceMonitor"));
 }
 

@@ -691,7 +691,7 @@ impl Conn {
         let down_done = self.d2u.finished();
         let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
         let moved = to_up + to_down;
-        let burst = flow::BUF_SIZE as u64;
+        let burst = spares::BUF_SIZE as u64;
         let (up, down) = (Moved::of(to_up, burst), Moved::of(to_down, burst));
         if let Some(t) = traffic {
             t.add(up);

@@ -91,6 +91,9 @@ authentication:
 authorization:
   mode: Webhook
 serializeImagePulls: false
+# ConfigMap volumes are refreshed at each pod sync: 10 s, not the default 1 m (+ jitter), so a
+# route the controller writes reaches the proxy in seconds on this test node (tests/cluster.rs).
+syncFrequency: 10s
 # The disk is shared with other work: never evict this node's pods for it.
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 imageGCHighThresholdPercent: 100

@@ -7,7 +7,8 @@ use isthmus_controller::kube_adapter::probe::HttpFetcher;
 use isthmus_controller::kube_adapter::{self, connect, serve_metrics, Context, Metrics, Settings};
 use isthmus_controller::proxy_config::Layout;
 use isthmus_controller::tunnel_server::TunnelServers;
-use std::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -40,6 +41,19 @@ pub struct Args {
     /// Namespace of the proxy DaemonSet and its route ConfigMap.
     #[arg(long, default_value = "isthmus-system")]
     pub proxy_namespace: String,
+    /// Labels that select the proxy's namespace (`KEY=VALUE`, comma-separated or repeated):
+    /// the `isthmus-etcd` Service the controller creates in each migrating shoot namespace
+    /// admits that namespace's proxy pods by them. Under gardenlet its registration label
+    /// (`controllerregistration.core.gardener.cloud/name=isthmus`): the `extension-…`
+    /// namespace is renamed with every install. Default:
+    /// `kubernetes.io/metadata.name=<--proxy-namespace>`.
+    #[arg(long, value_delimiter = ',', value_name = "KEY=VALUE")]
+    pub proxy_namespace_labels: Vec<String>,
+    /// The wildcard every proxy listener and the admin port bind in the rendered file:
+    /// `0.0.0.0`, or `::` on a seed with IPv6 (one dual-stack socket; IPv4 clients arrive as
+    /// `::ffff:a.b.c.d` and match IPv4 allow-lists).
+    #[arg(long, default_value = "0.0.0.0", value_name = "IP")]
+    pub listen_address: IpAddr,
     /// gardener-resource-manager's alias of shoot namespaces: the `isthmus-etcd` Service the
     /// controller creates in each migrating shoot namespace carries it, and the proxy pods'
     /// egress labels name it (`to-<alias>-isthmus-etcd-tcp-2379`).
@@ -105,6 +119,13 @@ pub struct Args {
     /// no migration needs it. Unset: the Service is always there (the chart's).
     #[arg(long, value_name = "CONFIGMAP")]
     pub proxy_service_template: Option<String>,
+    /// Patch an annotation (`isthmus.dev/routes`) onto each proxy pod that does not serve a
+    /// new route file yet, so that kubelet delivers the file within about a second instead
+    /// of at its periodic sync (about a minute). Needs `patch` on pods in the proxy namespace
+    /// (the chart grants it, narrowed to that annotation on the proxy pods by an admission
+    /// policy). `false`: wait for kubelet's sync.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub nudge_proxy_pods: bool,
     /// Print the EtcdMigration CRD (YAML) and exit.
     #[arg(long)]
     pub print_crd: bool,
@@ -144,7 +165,19 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             "--tunnel-trusted-proxies: {all} trusts every address to name any agent; list where the proxies dial from (the seed's pod network)"
         );
     }
-    let admin = SocketAddr::from(([0, 0, 0, 0], args.proxy_admin_port));
+    // The controller reads each pod's /config at the pod's own IP: a wildcard only.
+    if !args.listen_address.is_unspecified() {
+        anyhow::bail!(
+            "--listen-address: {} is not a wildcard; want 0.0.0.0 or ::",
+            args.listen_address
+        );
+    }
+    let proxy_namespace_labels = namespace_labels(&args.proxy_namespace_labels)
+        .context("--proxy-namespace-labels")?
+        .unwrap_or_else(|| {
+            isthmus_controller::network::namespace_name_labels(&args.proxy_namespace)
+        });
+    let admin = SocketAddr::new(args.listen_address, args.proxy_admin_port);
     let mut layout = Layout::standard(PortScheme::default(), args.members, args.vpn_port, admin);
     layout.trusted_proxies = args.trusted_proxies;
     layout.default_allowed_sources = args.default_allowed_sources;
@@ -168,6 +201,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         cluster_domain: args.cluster_domain,
         vpn_dns_parents: args.vpn_dns_parent,
         proxy_namespace: args.proxy_namespace,
+        proxy_namespace_labels,
         shoot_alias: args.shoot_alias,
         proxy_configmap: args.proxy_configmap,
         proxy_selector: args.proxy_selector,
@@ -175,6 +209,8 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         namespace: args.namespace,
         poll: Duration::from_secs(5),
         resync: Duration::from_secs(300),
+        rollout_poll: Duration::from_secs(1),
+        nudge_proxy_pods: args.nudge_proxy_pods,
         etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));
@@ -185,6 +221,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             trusted_proxies: args.tunnel_trusted_proxies,
             priority_class: args.tunnel_priority_class,
             service_monitor: args.tunnel_service_monitor,
+            listen: args.listen_address,
         });
     }
     if let Some(template) = args.proxy_service_template {
@@ -200,4 +237,18 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     );
     run_as_leader(&lock, &leader, kube_adapter::run(ctx)).await?;
     Ok(())
+}
+
+/// `KEY=VALUE` pairs as labels; `None` when there are none.
+fn namespace_labels(pairs: &[String]) -> anyhow::Result<Option<BTreeMap<String, String>>> {
+    let mut labels = BTreeMap::new();
+    for p in pairs {
+        match p.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                labels.insert(k.to_string(), v.to_string());
+            }
+            _ => anyhow::bail!("{p:?}: want KEY=VALUE"),
+        }
+    }
+    Ok((!labels.is_empty()).then_some(labels))
 }

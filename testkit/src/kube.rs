@@ -189,6 +189,7 @@ impl KubeApiServer {
     /// etcd + kube-apiserver on OS-chosen loopback ports; ready (`GET /readyz` is `ok`) when it
     /// returns. Panics with the tail of the apiserver log if not ready within 60 s.
     pub async fn start() -> KubeApiServer {
+        crate::tier::full_only("kube-apiserver (the one-time Kubernetes build)");
         let apiserver_bin = kube_apiserver_binary();
         let etcd_bin = etcd_binary();
         let scratch = Scratch::new("kube-apiserver");

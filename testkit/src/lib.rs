@@ -61,6 +61,8 @@ pub mod controller_manager;
 pub mod gardener;
 pub mod gardenlet;
 pub mod resource_manager;
+/// The fast and the full tier: the guard of every helper that needs root or a one-time build.
+pub mod tier;
 
 /// A real Prometheus for the monitoring tests.
 pub mod prometheus;

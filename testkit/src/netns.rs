@@ -14,8 +14,11 @@ pub struct Netns {
 
 impl Netns {
     /// Creates `isth-<label>-<pid>-<n>` with loopback up. Fails with a clear message when
-    /// namespaces are unavailable (not root, no iproute2).
+    /// namespaces are unavailable (the fast tier, not root, no iproute2).
     pub fn new(label: &str) -> Result<Self, String> {
+        if let Some(refused) = crate::tier::root_refusal("network namespaces") {
+            return Err(refused);
+        }
         static N: AtomicUsize = AtomicUsize::new(0);
         let name = format!(
             "isth-{label}-{}-{}",

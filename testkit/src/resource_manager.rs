@@ -6,11 +6,20 @@
 //! (`pkg/component/shared/resourcemanager.go` `runtimeGardenerResourceManagerDefaultValues`,
 //! `pkg/component/gardener/resourcemanager` `ensureConfigMap`).
 //!
+//! Of its webhooks, the one an extension's chart relies on: high-availability-config (the
+//! replicas and spread of Deployments labelled `high-availability-config.resources.gardener.cloud/type`
+//! in namespaces labelled `…/consider`), registered with the API server as the seed's
+//! MutatingWebhookConfiguration registers it (`NewHighAvailabilityConfigMutatingWebhook` and
+//! `buildWebhookNamespaceSelector` of `pkg/component/gardener/resourcemanager`), by URL.
+//!
 //! Differences from a seed, each because there is no pod here: a node process (with a token of
 //! its ServiceAccount, bound to cluster-admin: the seed's ClusterRole is nearly as wide), no
-//! leader election, and no webhooks (a seed registers them with the API server; nothing here calls them). Its
-//! serving certificate (the webhook server starts regardless) comes from rcgen. Its log is
-//! kept ([`ResourceManager::lines`]).
+//! leader election, the other webhooks off (projected tokens, seccomp profiles and the like
+//! act on pods, which never run here), the webhook reached at 127.0.0.1 by URL instead of
+//! its Service. Its serving certificate comes from rcgen. Its log is kept
+//! ([`ResourceManager::lines`]).
+
+mod ha_webhook;
 
 use crate::{free_port, KubeApiServer, Logged, Scratch, TestPki};
 use std::net::SocketAddr;
@@ -92,15 +101,15 @@ impl ResourceManager {
             .await;
         let scratch = Scratch::new("grm");
         std::fs::create_dir_all(scratch.join("tls")).unwrap();
-        TestPki::new()
-            .server_cert(&["127.0.0.1", "gardener-resource-manager"])
+        let pki = TestPki::new();
+        pki.server_cert(&["127.0.0.1", "gardener-resource-manager"])
             .write(&scratch.join("tls"), "tls");
         for _ in 0..5 {
-            let health = free_port();
+            let (health, webhooks) = (free_port(), free_port());
             let config = scratch.join("config.yaml");
             std::fs::write(
                 &config,
-                config_yaml(&kubeconfig, &scratch, cluster_id, health),
+                config_yaml(&kubeconfig, &scratch, cluster_id, health, webhooks),
             )
             .unwrap();
             // It logs to stderr, but prints the error it exits with to stdout.
@@ -112,6 +121,10 @@ impl ResourceManager {
             let deadline = Instant::now() + Duration::from_secs(120);
             loop {
                 if let Ok((200, _)) = crate::http_get(addr, "/readyz").await {
+                    server
+                        .apply_yaml_str(&ha_webhook::registration(webhooks, &pki.ca_pem()))
+                        .await;
+                    ha_webhook::answers(server).await;
                     return ResourceManager {
                         process,
                         _scratch: scratch,
@@ -149,8 +162,14 @@ fn log(process: &Logged, scratch: &Scratch) -> String {
 }
 
 /// The seed instance's configuration (see the module doc) with loopback ports.
-fn config_yaml(kubeconfig: &Path, scratch: &Scratch, cluster_id: &str, health: u16) -> String {
-    let (webhooks, metrics) = (free_port(), free_port());
+fn config_yaml(
+    kubeconfig: &Path,
+    scratch: &Scratch,
+    cluster_id: &str,
+    health: u16,
+    webhooks: u16,
+) -> String {
+    let metrics = free_port();
     let tls = scratch.join("tls");
     format!(
         r#"apiVersion: resourcemanager.config.gardener.cloud/v1alpha1
@@ -184,6 +203,9 @@ server:
     port: {metrics}
 logLevel: info
 logFormat: json
+webhooks:
+  highAvailabilityConfig:
+    enabled: true
 controllers:
   clusterID: {cluster_id}
   resourceClass: seed

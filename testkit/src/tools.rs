@@ -11,6 +11,7 @@ pub const HELM_VERSION: &str = "v4.2.3";
 pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
+    crate::tier::full_only(&format!("{name} (the one-time build {script})"));
     let p = crate::cache::dir().join(dir).join(name);
     assert!(p.is_file(), "{} is missing: run {script}", p.display());
     p
@@ -18,6 +19,7 @@ fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
 
 /// `helm`, overridable with `ISTHMUS_HELM`.
 pub fn helm() -> PathBuf {
+    crate::tier::full_only("helm (the one-time build scripts/build-helm.sh)");
     if let Some(p) = std::env::var_os("ISTHMUS_HELM") {
         return PathBuf::from(p);
     }
@@ -61,8 +63,9 @@ pub fn run_ok(cmd: &mut Command) -> String {
     stdout
 }
 
-/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.139.0):
-/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`; and the garden's `Extension`.
+/// The CRDs of a Gardener seed that the chart's objects use (from Gardener v1.149.3):
+/// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`, fluent-operator's `ClusterParser`
+/// and `ClusterFilter`; and the garden's `Extension`.
 pub fn seed_crd_paths() -> Vec<PathBuf> {
     let dir = crate::cache::upstream_crds();
     [
@@ -71,6 +74,8 @@ pub fn seed_crd_paths() -> Vec<PathBuf> {
         "monitoring.coreos.com_prometheusrules.yaml",
         // The shoot Prometheus' ServiceMonitor of a tunnel server (deploy/examples/tunnel-server.yaml).
         "monitoring.coreos.com_servicemonitors.yaml",
+        "fluentbit.fluent.io_clusterparsers.yaml",
+        "fluentbit.fluent.io_clusterfilters.yaml",
         "operator.gardener.cloud_extensions.yaml",
     ]
     .iter()

@@ -144,7 +144,43 @@ pub fn tunnel_servers(docs: &[Value]) -> isthmus_controller::tunnel_server::Tunn
             .unwrap_or_default(),
         priority_class: flag("tunnel-priority-class").unwrap_or_default(),
         service_monitor: flag("tunnel-service-monitor").as_deref() == Some("true"),
+        listen: flag("listen-address")
+            .expect("the chart passes --listen-address")
+            .parse()
+            .unwrap(),
     }
+}
+
+/// The objects of the example migration's tunnel server (in `shoot--foo--bar`) as the
+/// controller the chart renders would apply them (its `--tunnel-*`, `--proxy-namespace-labels`
+/// and `--shoot-alias` flags).
+pub fn tunnel_objects(docs: &[Value]) -> Vec<Value> {
+    let flag = |n: &str| controller_flag(docs, n).unwrap_or_else(|| panic!("no --{n}"));
+    let namespace_labels = flag("proxy-namespace-labels")
+        .split(',')
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    let alias = flag("shoot-alias");
+    let proxies = isthmus_controller::tunnel_server::Proxies {
+        namespace_labels: &namespace_labels,
+        alias: &alias,
+    };
+    let owner = isthmus_controller::tunnel_server::Owner {
+        name: "etcd-main".into(),
+        uid: "0".into(),
+    };
+    let spec = example_destination().spec;
+    isthmus_controller::tunnel_server::objects(
+        &spec,
+        "shoot--foo--bar",
+        &owner,
+        &proxies,
+        &tunnel_servers(docs),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// The example destination migration (`deploy/examples/etcdmigration-destination.yaml`),

@@ -116,8 +116,14 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* repository:tag, and @digest when image.digest is set (the runtime then pulls exactly that image; the tag only documents it). */}}
 {{- define "isthmus.image" -}}
-{{ printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) }}
+{{- $ref := printf "%s:%s" .Values.image.repository (toString (.Values.image.tag | default .Chart.AppVersion)) -}}
+{{- with .Values.image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}{{ fail (printf "image.digest: want sha256:<64 hex digits>, got %q" .) }}{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{ $ref }}
 {{- end -}}
 
 {{/* The pod security context every isthmus pod shares (non-root, RuntimeDefault). */}}
@@ -159,3 +165,78 @@ controller then refuses a migration whose VPN route sends the header.
 
 {{/* The tunnel servers' agents port: the controller's (isthmus_controller::tunnel_server::AGENTS_PORT). */}}
 {{- define "isthmus.tunnelAgentPort" -}}9443{{- end -}}
+
+{{/* "true" when gardenlet installs the chart: it injects gardener.seed (README.md). */}}
+{{- define "isthmus.onGardener" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- if $s }}true{{ end -}}
+{{- end -}}
+
+{{/*
+The labels that select the release namespace (JSON object). gardenlet's namespace is
+`extension-<installation>` and changes with every (re)install, so under gardenlet it is selected
+by the registration label gardenlet puts on it (the registration's name is the release name);
+by its name otherwise.
+*/}}
+{{- define "isthmus.ownNamespaceLabels" -}}
+{{- if include "isthmus.onGardener" . -}}
+{{- toJson (dict "controllerregistration.core.gardener.cloud/name" .Release.Name) -}}
+{{- else -}}
+{{- toJson (dict "kubernetes.io/metadata.name" .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The proxy Service's IP families (JSON list): proxy.service.ipFamilies, else as gardenlet sets
+up istio-ingressgateway: [IPv6, IPv4] on a dual-stack seed (gardener.seed.networks.ipFamilies
+holds both), else none (the cluster's default family).
+*/}}
+{{- define "isthmus.ipFamilies" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $seed := dig "networks" "ipFamilies" list $s | default (dig "spec" "networks" "ipFamilies" list $s) -}}
+{{- $list := .Values.proxy.service.ipFamilies | default list -}}
+{{- if and (not $list) (has "IPv4" $seed) (has "IPv6" $seed) -}}
+{{- $list = list "IPv6" "IPv4" -}}
+{{- end -}}
+{{- range $list -}}
+{{- if not (has . (list "IPv4" "IPv6")) -}}{{ fail (printf "proxy.service.ipFamilies: want IPv4 or IPv6, got %q" .) }}{{- end -}}
+{{- end -}}
+{{- toJson $list -}}
+{{- end -}}
+
+{{/* The proxy Service's ipFamilyPolicy: proxy.service.ipFamilyPolicy, else PreferDualStack with two families, else none. */}}
+{{- define "isthmus.ipFamilyPolicy" -}}
+{{- $families := include "isthmus.ipFamilies" . | fromJsonArray -}}
+{{- $p := .Values.proxy.service.ipFamilyPolicy | default (ternary "PreferDualStack" "" (eq (len $families) 2)) -}}
+{{- if and $p (not (has $p (list "SingleStack" "PreferDualStack" "RequireDualStack"))) -}}
+{{- fail (printf "proxy.service.ipFamilyPolicy: want SingleStack, PreferDualStack or RequireDualStack, got %q" $p) -}}
+{{- end -}}
+{{- $p -}}
+{{- end -}}
+
+{{/*
+The wildcard the pods listen on: `::` (one dual-stack socket, IPv4 clients as ::ffff:a.b.c.d,
+which the proxy's allow-lists match as IPv4) when the seed or the Service has IPv6, so the
+Service's IPv6 traffic and probes of an IPv6 pod address find a listener; else 0.0.0.0.
+*/}}
+{{- define "isthmus.listenIP" -}}
+{{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
+{{- $seed := dig "networks" "ipFamilies" list $s | default (dig "spec" "networks" "ipFamilies" list $s) -}}
+{{- $all := concat $seed (include "isthmus.ipFamilies" . | fromJsonArray) -}}
+{{- ternary "::" "0.0.0.0" (has "IPv6" $all) -}}
+{{- end -}}
+
+{{/* `<listen ip>:<port>` (brackets for IPv6); dict: root, port. */}}
+{{- define "isthmus.listenAddress" -}}
+{{- $ip := include "isthmus.listenIP" .root -}}
+{{- if contains ":" $ip -}}[{{ $ip }}]:{{ .port }}{{- else -}}{{ $ip }}:{{ .port }}{{- end -}}
+{{- end -}}
+
+{{/* isthmus.ownNamespaceLabels as `key=value,…` (the controller's --proxy-namespace-labels). */}}
+{{- define "isthmus.ownNamespaceLabelPairs" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := include "isthmus.ownNamespaceLabels" . | fromJson -}}
+{{- $pairs = append $pairs (printf "%s=%s" $k $v) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}

@@ -19,9 +19,12 @@ pub const FINALIZER: &str = "isthmus.dev/cleanup";
 /// Where the shared proxy lives on this seed.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// Namespace of the proxy DaemonSet and its ConfigMap: the namespace the shoot
-    /// namespaces' `isthmus-etcd` Services admit (`crate::network`).
+    /// Namespace of the proxy DaemonSet and its ConfigMap.
     pub proxy_namespace: String,
+    /// Labels of that namespace: the shoot namespaces' `isthmus-etcd` Services admit the
+    /// namespaces carrying them (`crate::network`; under gardenlet its registration label,
+    /// since the namespace's name changes with every install).
+    pub proxy_namespace_labels: std::collections::BTreeMap<String, String>,
     /// gardener-resource-manager's alias of shoot namespaces in the proxy pods' egress labels
     /// (`all-shoots`).
     pub shoot_alias: String,
@@ -43,6 +46,13 @@ pub struct Settings {
     pub poll: Duration,
     /// Requeue interval once a step is ready (drift check).
     pub resync: Duration,
+    /// Requeue interval while a written route file is not served by every proxy pod yet:
+    /// the pods get it within about a second when nudged, and each step that changes routes
+    /// waits for it.
+    pub rollout_poll: Duration,
+    /// Nudge kubelet to deliver a new route file to a proxy pod at once (`nudge`), instead
+    /// of at its periodic sync (about a minute).
+    pub nudge_proxy_pods: bool,
     /// `host:port` → address to dial for etcd's exposed client URLs instead of resolving
     /// them (curl's `--connect-to`); empty in a cluster.
     pub etcd_connect_to: std::collections::BTreeMap<String, std::net::SocketAddr>,

@@ -53,7 +53,12 @@ pub(super) async fn sync(
     }
     let settings = &ctx.settings;
     let services: Api<Service> = Api::namespaced(ctx.client.clone(), ns);
-    match etcd_service(ns, &users, &settings.proxy_namespace, &settings.shoot_alias) {
+    match etcd_service(
+        ns,
+        &users,
+        &settings.proxy_namespace_labels,
+        &settings.shoot_alias,
+    ) {
         Some(body) => {
             services
                 .patch(ETCD_SERVICE, &ssa(), &Patch::Apply(body))

@@ -24,6 +24,20 @@ pub struct StepLabels {
     pub ready: String,
 }
 
+/// Label of the nudge counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NudgeLabels {
+    /// `patched` or `failed`.
+    pub outcome: String,
+}
+
+/// Label of the overwrite counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OverwriteLabels {
+    /// The `EtcdSpecOverwritten` reason (`Reasserted`, `ReplicasRaised`, `BootstrapRemoved`).
+    pub reason: String,
+}
+
 /// The controller's metrics.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics {
@@ -33,6 +47,10 @@ pub struct Metrics {
     pub failures: Family<FailureLabels, Counter>,
     /// 1 while this replica holds the leader Lease.
     pub leader: Gauge,
+    /// Proxy pods nudged to get a new route file at once, by outcome (`super::nudge`).
+    pub nudges: Family<NudgeLabels, Counter>,
+    /// Findings that another writer removed or changed isthmus' fields on an `Etcd`.
+    pub overwritten: Family<OverwriteLabels, Counter>,
 }
 
 impl Metrics {
@@ -51,10 +69,30 @@ impl Metrics {
             m.failures.clone(),
         );
         r.register(
+            "etcd_overwritten",
+            "Findings that another writer (gardenlet's Deploy) removed or changed isthmus' fields on an Etcd, by reason",
+            m.overwritten.clone(),
+        );
+        r.register(
             "leader",
             "1 while this replica holds the leader Lease",
             m.leader.clone(),
         );
+        r.register(
+            "proxy_nudges",
+            "Proxy pods nudged to get a new route file at once, by outcome",
+            m.nudges.clone(),
+        );
         m
+    }
+
+    /// Counts one nudge of a proxy pod.
+    pub fn nudge(&self, patched: bool) {
+        let outcome = if patched { "patched" } else { "failed" };
+        self.nudges
+            .get_or_create(&NudgeLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
     }
 }

@@ -14,6 +14,8 @@ pub mod lease;
 mod load_balancer;
 mod membership;
 mod metrics;
+mod notice;
+pub mod nudge;
 pub mod probe;
 mod proxy;
 mod reconcile;
@@ -24,7 +26,7 @@ mod write;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;
-pub use metrics::{FailureLabels, Metrics, StepLabels};
+pub use metrics::{FailureLabels, Metrics, OverwriteLabels, StepLabels};
 pub use reconcile::{error_policy, reconcile};
 pub use serve::{connect, serve_metrics, serve_metrics_with, ConnectError};
 

@@ -1,6 +1,7 @@
 //! Writing the shared proxy ConfigMap and checking that every proxy pod serves it.
 
 use super::context::{Context, FIELD_MANAGER};
+use super::nudge;
 use super::Error;
 use crate::crd::EtcdMigration;
 use crate::plan::conditions::{Verdict, ROUTE_CONFLICT};
@@ -19,6 +20,9 @@ use std::net::{IpAddr, SocketAddr};
 pub struct Synced {
     /// Every running proxy pod reports the new file's hash.
     pub rolled_out: bool,
+    /// A pod behind was nudged in the last half minute: kubelet is delivering the file, and
+    /// the rollout is worth checking again in a second.
+    pub delivering: bool,
     /// Conditions for the migration reconciled (none for a cleanup).
     pub conditions: Vec<Verdict>,
 }
@@ -129,13 +133,15 @@ pub async fn sync(
 
     let pods: Api<Pod> = Api::namespaced(ctx.client.clone(), &s.proxy_namespace);
     let mut reports = Vec::new();
+    let now = nudge::now_ms();
+    let mut fresh = false;
     for pod in pods
         .list(&ListParams::default().labels(&s.proxy_selector))
         .await?
         .items
     {
         // Pods that are not running yet will read the new file when they start.
-        let status = pod.status.unwrap_or_default();
+        let status = pod.status.clone().unwrap_or_default();
         if pod.metadata.deletion_timestamp.is_some() || status.phase.as_deref() != Some("Running") {
             continue;
         }
@@ -146,6 +152,15 @@ pub async fn sync(
             .fetcher
             .fetch(SocketAddr::new(ip, s.proxy_admin_port))
             .await;
+        let behind = !matches!(&report, Ok(h) if *h == rendered.hash);
+        if behind && s.nudge_proxy_pods {
+            let decision = nudge::decide(&pod, &rendered.hash, now);
+            fresh |= decision.fresh;
+            if let Some(first) = decision.nudge_first {
+                let done = nudge::nudge(&pods, &pod, &rendered.hash, first, now).await;
+                ctx.metrics.nudge(done);
+            }
+        }
         if let Err(e) = &report {
             tracing::info!(error = %e, "proxy pod not on the new config yet");
         }
@@ -153,6 +168,7 @@ pub async fn sync(
     }
     Ok(Synced {
         rolled_out: conflicts.is_empty() && rolled_out(&rendered.hash, &reports),
+        delivering: fresh,
         conditions,
     })
 }

@@ -6,14 +6,14 @@
 //! and **without force**: a field another manager (gardenlet) owns with another value is a
 //! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
-use super::context::{Context, FINALIZER};
+use super::context::{Context, FIELD_MANAGER, FINALIZER};
 use super::membership::{read_cluster, run_ops};
 use super::refuse::{refuse, refuse_access};
 use super::write::{confirm_and_delete, release_etcd, status_apply, write};
-use super::{etcd_service, load_balancer, proxy, tunnel_server, Error};
+use super::{etcd_service, load_balancer, notice, proxy, tunnel_server, Error};
 use crate::crd::{EtcdMigration, ObjectRef, Role};
 use crate::gardener::{
-    dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
+    applied_by, dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
 };
 use crate::plan::conditions::{self as cond, Verdict};
 use crate::plan::{self, Observed};
@@ -141,6 +141,7 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     }
 
     status_apply(ctx, ns, &name, &plan.status).await?;
+    notice::overwritten(ctx, m, &obs.previous, &plan.status).await;
     // ...and gone after the last migration that needed it reached its end.
     load_balancer::sync(ctx).await?;
     if let Some(e) = failure {
@@ -159,11 +160,15 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
             ready: plan.status.step_ready.to_string(),
         })
         .inc();
-    Ok(Action::requeue(if plan.status.step_ready {
-        ctx.settings.resync
-    } else {
-        ctx.settings.poll
-    }))
+    Ok(Action::requeue(
+        if !synced.rolled_out && synced.delivering {
+            ctx.settings.rollout_poll
+        } else if plan.status.step_ready {
+            ctx.settings.resync
+        } else {
+            ctx.settings.poll
+        },
+    ))
 }
 
 /// Everything the planner reads from the API: the load balancer's address, our DNS records,
@@ -182,7 +187,12 @@ async fn observe(
         dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
     }
     let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
-        Some(o) => Some(etcd_observe(&serde_json::to_value(&o)?, spec.druid_api)),
+        Some(o) => {
+            let v = serde_json::to_value(&o)?;
+            let mut e = etcd_observe(&v, spec.druid_api);
+            e.applied_by_isthmus = applied_by(&v, FIELD_MANAGER);
+            Some(e)
+        }
         None => None,
     };
     Ok(Observed {

@@ -85,7 +85,7 @@ pub(super) async fn refuse_access(
 }
 
 /// At most `max` bytes of `s`, cut at a character boundary (an Event note holds 1 kB).
-fn truncate(s: &str, max: usize) -> String {
+pub(super) fn truncate(s: &str, max: usize) -> String {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

@@ -77,7 +77,7 @@ async fn sync(
         )));
     }
     let proxies = Proxies {
-        namespace: &ctx.settings.proxy_namespace,
+        namespace_labels: &ctx.settings.proxy_namespace_labels,
         alias: &ctx.settings.shoot_alias,
     };
     let bodies = objects(&me.spec, ns, &owner, &proxies, servers)

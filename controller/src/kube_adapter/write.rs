@@ -1,4 +1,5 @@
-//! Writing a plan's objects: server-side apply (field manager `isthmus`, strict, no force),
+//! Writing a plan's objects: server-side apply (field manager `isthmus`, strict, no force but
+//! the destination abort's `replicas: 0`),
 //! the reconcile request after an apply that changed a spec (`plan::request`), and deletion
 //! after Gardener's confirmation annotation.
 
@@ -45,7 +46,9 @@ pub(super) async fn write(
     }
     match &plan.etcd {
         EtcdAction::Keep => {}
-        EtcdAction::Apply { fields } => apply_etcd(etcd_api, spec, ns, fields).await?,
+        EtcdAction::Apply { fields } => {
+            apply_etcd(etcd_api, spec, ns, fields, plan.force_etcd).await?
+        }
         EtcdAction::Release => release_etcd(etcd_api, spec, ns).await?,
         EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
     }
@@ -57,16 +60,17 @@ pub(super) async fn write(
 }
 
 /// Owns exactly `fields` on the `Etcd` and asks etcd-druid to reconcile if that changed it.
+/// `force` only for the destination's abort (`Plan::force_etcd`).
 async fn apply_etcd(
     api: &Api<DynamicObject>,
     spec: &EtcdMigrationSpec,
     ns: &str,
     fields: &EtcdFields,
+    force: bool,
 ) -> Result<(), Error> {
     let body = etcd_body(spec, ns, fields);
-    let after = api
-        .patch(&spec.etcd_name, &ssa(), &Patch::Apply(body))
-        .await?;
+    let pp = if force { ssa().force() } else { ssa() };
+    let after = api.patch(&spec.etcd_name, &pp, &Patch::Apply(body)).await?;
     if etcd_needs_request(&etcd_observe(
         &serde_json::to_value(&after)?,
         spec.druid_api,
@@ -84,7 +88,7 @@ pub(super) async fn release_etcd(
     spec: &EtcdMigrationSpec,
     ns: &str,
 ) -> Result<(), Error> {
-    apply_etcd(api, spec, ns, &EtcdFields::default()).await
+    apply_etcd(api, spec, ns, &EtcdFields::default(), false).await
 }
 
 /// Sets `<key>: reconcile` with a merge patch, outside our apply's intent: the owner's removal

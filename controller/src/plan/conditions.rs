@@ -27,6 +27,11 @@ pub const SPEC_INVALID: &str = "SpecInvalid";
 /// isthmus: the members' routes admit only listed sources (`False`, reason `OpenToAnySource`:
 /// they admit every address; `True` with reason `NoSourceAllowed`: they admit nobody).
 pub const EXPOSURE_RESTRICTED: &str = "ExposureRestricted";
+/// isthmus: another writer (gardenlet's `Deploy`) removed or changed fields isthmus set on the
+/// `Etcd` (`True`: reason `Reasserted`, `ReplicasRaised` or `BootstrapRemoved`, the fields and
+/// the orchestrator's duty in the message; `False` / `FieldsInPlace` once the step is reached
+/// again). Written only once it happened (`plan::overwrite`).
+pub const OVERWRITTEN: &str = "EtcdSpecOverwritten";
 /// isthmus: a route this migration needs (the temporary VPN's name, say) is held by an older
 /// migration (`True`); the file then lacks it, so the exposure is not reported served.
 /// Written only once it happened (`False` when resolved).

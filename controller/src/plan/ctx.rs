@@ -37,6 +37,8 @@ pub(super) struct Outcome {
     pub(super) ops: Vec<EtcdOp>,
     pub(super) verdict: Verdict,
     pub(super) ready: bool,
+    /// What another writer did to the `Etcd` that cannot be put back (`overwrite`).
+    pub(super) overwritten: Option<Verdict>,
 }
 
 impl Outcome {
@@ -47,6 +49,7 @@ impl Outcome {
             ops: Vec::new(),
             verdict,
             ready,
+            overwritten: None,
         }
     }
 }

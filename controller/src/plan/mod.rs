@@ -71,6 +71,7 @@ mod ctx;
 mod druid;
 pub mod names;
 mod needs;
+mod overwrite;
 mod release;
 pub mod request;
 mod roles;
@@ -86,6 +87,7 @@ use std::collections::BTreeMap;
 pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
 pub use needs::{needs, Needs};
+pub use overwrite::{BOOTSTRAP_REMOVED, REASSERTED, REPLICAS_RAISED};
 pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
 pub use validate::{validate, SeedRules, SpecProblem};
@@ -304,6 +306,10 @@ pub struct EtcdObs {
     /// `ScaleOperationComplete=False` (`ScalingIn`, `ScalingOut`, `BootstrapMembersRemoval`;
     /// etcd-druid#1426, not in v0.38.1). `None` when `True` or absent.
     pub scale_operation: Option<String>,
+    /// isthmus' field manager has applied to it (its `managedFields` hold an `isthmus` /
+    /// `Apply` entry): on the destination, isthmus created it, so a missing bootstrap block
+    /// was removed by another writer (`overwrite`), not left out at creation.
+    pub applied_by_isthmus: bool,
 }
 
 impl EtcdObs {
@@ -361,6 +367,10 @@ pub struct Plan {
     pub routes: Vec<MemberRoute>,
     /// The `Etcd`.
     pub etcd: EtcdAction,
+    /// Apply the `Etcd` with force: the destination's abort, whose `replicas: 0` must win over
+    /// a `replicas` gardenlet's `Deploy` raised (then its manager's) — the `Etcd` is deleted
+    /// next. Every other write is never forced.
+    pub force_etcd: bool,
     /// etcd members that must leave the cluster. At Shrink etcd-druid removes them in
     /// Kubernetes (after the bootstrap members are cleared); a local backend calls
     /// `member remove` itself, after moving leadership to a member that stays.

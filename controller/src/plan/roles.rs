@@ -7,7 +7,7 @@ use super::ctx::{
     advertised, apply, cleanup_verdict, duration_secs, etcd_ready, etcd_synced, label, listed,
     urls, Ctx, Outcome,
 };
-use super::{druid, EtcdAction, EtcdFields, EtcdMember, EtcdOp};
+use super::{druid, overwrite, EtcdAction, EtcdFields, EtcdMember, EtcdOp};
 use crate::crd::{DestinationSpec, MemberUrls, Step};
 
 /// Default `spec.destination.joinTimeout`.
@@ -129,19 +129,40 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                 .collect()
         })
         .unwrap_or_default();
-    let keep_bootstrap = step != Step::Shrink || leader_on_source.is_some();
-    let bootstrap = if keep_bootstrap {
+    let is_voter = |m: &MemberUrls| {
+        voters
+            .iter()
+            .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
+    };
+    // The source members go only once the destination's 3 are voters: without them the rest
+    // would have no quorum of its own.
+    let keep_bootstrap =
+        step != Step::Shrink || leader_on_source.is_some() || !own.iter().take(3).all(is_voter);
+    let live = ctx.obs.etcd.as_ref();
+    // Removed by another writer (gardenlet's Deploy), it cannot be put back (druid's CEL
+    // rule): never in the apply again (`overwrite`).
+    let gone = overwrite::bootstrap_gone(live);
+    let removed = keep_bootstrap && gone && !overwrite::cleared_at_shrink(ctx, step);
+    let hold = removed && step != Step::Shrink;
+    let bootstrap = if keep_bootstrap && !gone {
         sources.clone()
     } else {
         Vec::new()
     };
-    // Never the opposite of a scale operation druid runs (etcd-druid#1426).
-    let scale = druid::serialised(ctx, replicas, bootstrap);
+    // Held while the source members may be leaving under druid: no membership change.
+    let wanted = match live.and_then(|e| e.fields.replicas) {
+        Some(have) if hold => have,
+        _ => replicas,
+    };
+    // Never the opposite of a scale operation druid runs (etcd-druid#1426), never a decrease
+    // druid refuses.
+    let scale = druid::serialised(ctx, wanted, bootstrap);
+    let (scale_replicas, raised) = overwrite::replicas(live, scale.replicas);
     let fields = EtcdFields {
-        replicas: Some(scale.replicas),
+        replicas: Some(scale_replicas),
         member_name_prefix: Some(dest.member_name_prefix.clone()),
         bootstrap_members: scale.bootstrap,
-        advertise: advertised(ctx, scale.replicas),
+        advertise: advertised(ctx, scale_replicas),
         skip_client_san_verification: Some(true),
     };
     match (&ctx.obs.etcd, &ctx.exposure) {
@@ -165,11 +186,7 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
             }
         }
         // druid's CEL rule: bootstrapWithExistingCluster only at creation.
-        (Some(e), _)
-            if step != Step::Shrink
-                && e.fields.bootstrap_members.is_empty()
-                && e.joined_at.is_none() =>
-        {
+        (Some(e), _) if step != Step::Shrink && e.fields.bootstrap_members.is_empty() && !gone => {
             let v = Verdict::refused(
                         t,
                         "EtcdCreatedWithoutBootstrap",
@@ -183,13 +200,12 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
     // members (etcd-druid#1426), and etcd's own member list says what counts then.
     let joined =
         step == Step::Shrink || ctx.obs.etcd.as_ref().is_some_and(|e| e.joined_at.is_some());
-    let all_voters = own.iter().take(replicas as usize).all(|m| {
-        voters
-            .iter()
-            .any(|v| v.name == m.name || v.peer_urls == m.peer_urls)
-    });
-    let etcd_done =
-        etcd_ready(ctx, &fields, replicas) && joined && all_voters && scale.waiting.is_none();
+    let all_voters = own.iter().take(replicas as usize).all(is_voter);
+    let etcd_done = etcd_ready(ctx, &fields, replicas)
+        && joined
+        && all_voters
+        && scale.waiting.is_none()
+        && !hold;
     let leftovers: Vec<String> = match (step, cluster) {
         (Step::Shrink, Some(c)) => listed(c, sources).into_iter().map(label).collect(),
         _ => Vec::new(),
@@ -212,6 +228,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     "EtcdUnreachable",
                     "cannot read etcd's member list through the client exposure",
                 ),
+                _ if hold => Verdict::refused(
+                    t,
+                    overwrite::BOOTSTRAP_REMOVED,
+                    "spec.etcd.bootstrapWithExistingCluster was removed by another writer before Shrink; the step is held (EtcdSpecOverwritten)",
+                ),
                 _ if scale.waiting.is_some() => Verdict::waiting(
                     t,
                     druid::SCALE_WAIT,
@@ -228,6 +249,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
                     t,
                     "MovingLeadership",
                     "moving etcd leadership to a destination member before the source members leave",
+                ),
+                Step::Shrink if keep_bootstrap => Verdict::waiting(
+                    t,
+                    "WaitingForDestinationVoters",
+                    "the source members are removed only once the 3 destination members are voters",
                 ),
                 _ if etcd_done && !ctx.vpn_ready => Verdict::waiting(
                     t,
@@ -272,6 +298,11 @@ pub(super) fn destination_members(ctx: &Ctx<'_>, dest: &DestinationSpec, step: S
     let mut out = Outcome::new(apply(ctx, fields), v, ready);
     out.members_to_remove = leftovers;
     out.ops = ops;
+    out.overwritten = match raised {
+        _ if removed => Some(overwrite::bootstrap_removed(ctx, step)),
+        Some(have) => Some(overwrite::replicas_raised(ctx, have, replicas)),
+        None => None,
+    };
     out
 }
 

@@ -4,7 +4,7 @@
 use super::conditions::{self as cond, Verdict};
 use super::ctx::{annotations, member_prefix, Ctx, Exposure, Outcome};
 use super::names::{members_named, routes, Member, VPN_RECORD};
-use super::{abort, druid, release, roles};
+use super::{abort, druid, overwrite, release, roles};
 use super::{DnsRecordDesired, DnsRecordSpec, EtcdAction, Observed, Plan};
 use crate::crd::{EtcdMigrationSpec, EtcdMigrationStatus, Role, Step};
 use std::net::IpAddr;
@@ -90,6 +90,9 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let out = decide(&ctx, step);
     let verdict = druid::suspended(&ctx, &out).unwrap_or_else(|| out.verdict.clone());
     verdicts.push(verdict);
+    verdicts.extend(overwrite::verdict(&ctx, step, &out));
+    // The destination's abort stops its members whatever `replicas` a Deploy wrote since.
+    let force_etcd = step == Step::Abort && matches!(out.etcd, EtcdAction::Apply { .. });
 
     // Planning at all means the spec was accepted (`validate`).
     let mut conditions = obs.previous.conditions.clone();
@@ -103,6 +106,7 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
         dns_deletions,
         routes: my_routes,
         etcd: out.etcd,
+        force_etcd,
         members_to_remove: out.members_to_remove,
         etcd_ops: out.ops,
         status: EtcdMigrationStatus {

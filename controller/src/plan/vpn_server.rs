@@ -59,7 +59,9 @@ impl SeedRules {
                 ),
             );
         }
-        if let Err(e) = server_yaml(server, trusted) {
+        // The wildcard is the controller's; either family loads the same.
+        let any = std::net::IpAddr::from([0, 0, 0, 0]);
+        if let Err(e) = server_yaml(server, trusted, any) {
             bad("spec.vpn.server".into(), "ServerConfigRefused", e.0);
         }
         let want = format!(

@@ -396,7 +396,9 @@ fn listener(
     allowed_sources: Vec<Cidr>,
     routes: Vec<RouteConfig>,
 ) -> ListenerConfig {
-    let mut l = ListenerConfig::new(name, SocketAddr::from(([0, 0, 0, 0], port)));
+    // On the admin address's wildcard: `0.0.0.0`, or `::` on a seed with IPv6 (one
+    // dual-stack socket).
+    let mut l = ListenerConfig::new(name, SocketAddr::new(layout.admin.ip(), port));
     if !layout.trusted_proxies.is_empty() {
         l.proxy_protocol = ProxyProtocolMode::Accept;
         l.trusted_proxies = trusted.to_vec();

@@ -32,7 +32,7 @@ fn allowed(port: u16) -> String {
 
 /// The agents' Service: the target of the proxies' VPN route.
 pub(super) fn agents_service(mut meta: Value, proxies: &Proxies<'_>) -> Value {
-    let peers = json!([{"matchLabels": {"kubernetes.io/metadata.name": proxies.namespace}}]);
+    let peers = json!([{"matchLabels": proxies.namespace_labels}]);
     meta["annotations"] = json!({
         NAMESPACE_SELECTORS: peers.to_string(),
         NAMESPACE_ALIAS: proxies.alias,

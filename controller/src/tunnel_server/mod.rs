@@ -20,6 +20,8 @@ pub use config::{server_yaml, CONFIG_KEY};
 use crate::crd::EtcdMigrationSpec;
 use crate::gardener::MIGRATION_LABEL;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
 
 /// Name of the Deployment, its ConfigMap and PDB, and of the agents' Service (the proxies'
 /// VPN route leads there: `spec.vpn.target` is `isthmus-tunnel-server.<ns>.svc.<domain>:9443`).
@@ -50,6 +52,9 @@ pub struct TunnelServers {
     pub priority_class: String,
     /// Whether to create the shoot Prometheus' `ServiceMonitor` (its CRD is a seed's).
     pub service_monitor: bool,
+    /// The wildcard every listener binds (the controller's `--listen-address`): `::` on a
+    /// dual-stack or IPv6 seed, else `0.0.0.0`.
+    pub listen: IpAddr,
 }
 
 /// The `EtcdMigration` that owns the objects.
@@ -65,8 +70,10 @@ pub struct Owner {
 /// alias' label (`to-<alias>-isthmus-tunnel-server-tcp-9443`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proxies<'a> {
-    /// The proxies' namespace.
-    pub namespace: &'a str,
+    /// The labels that select the proxies' namespace (`--proxy-namespace-labels`: under
+    /// gardenlet its registration label, since `extension-<installation>` is renamed with
+    /// every install; else its name, `network::namespace_name_labels`).
+    pub namespace_labels: &'a BTreeMap<String, String>,
     /// gardener-resource-manager's alias of shoot namespaces (`all-shoots`).
     pub alias: &'a str,
 }
@@ -108,7 +115,7 @@ pub fn objects(
     let Some(server) = spec.vpn.as_ref().and_then(|v| v.server.as_ref()) else {
         return Ok(Vec::new());
     };
-    let config = server_yaml(server, &settings.trusted_proxies)?;
+    let config = server_yaml(server, &settings.trusted_proxies, settings.listen)?;
     let meta = |name: &str| {
         json!({
             "name": name, "namespace": namespace, "labels": labels(&owner.name),

@@ -58,6 +58,8 @@ pub struct DruidStandIn {
     pub violations: Arc<Mutex<Vec<String>>>,
     /// Generations reconciled, in order.
     pub reconciled: Arc<Mutex<Vec<i64>>>,
+    /// Generations whose reconciliation began (acted on, finished or not), in order.
+    pub started: Arc<Mutex<Vec<i64>>>,
     task: JoinHandle<()>,
 }
 
@@ -82,6 +84,7 @@ struct State {
     last_removal: Option<Instant>,
     violations: Arc<Mutex<Vec<String>>>,
     reconciled: Arc<Mutex<Vec<i64>>>,
+    started: Arc<Mutex<Vec<i64>>>,
     /// The spec as seen last tick (what etcd-druid#1426's CEL rules compare a change with).
     seen: Option<Value>,
     /// The scale operation in progress (etcd-druid#1426), and whether one ever ran (druid
@@ -101,6 +104,7 @@ impl DruidStandIn {
         let promote = Arc::new(AtomicBool::new(true));
         let violations = Arc::new(Mutex::new(Vec::new()));
         let reconciled = Arc::new(Mutex::new(Vec::new()));
+        let started = Arc::new(Mutex::new(Vec::new()));
         let p = promote.clone();
         let mut state = State {
             side,
@@ -112,6 +116,7 @@ impl DruidStandIn {
             last_removal: None,
             violations: violations.clone(),
             reconciled: reconciled.clone(),
+            started: started.clone(),
             seen: None,
             scale_op: None,
             scale_seen: false,
@@ -130,6 +135,7 @@ impl DruidStandIn {
             promote,
             violations,
             reconciled,
+            started,
             task,
         }
     }
@@ -158,6 +164,7 @@ async fn tick(
             sources: std::mem::take(&mut st.sources),
             violations: st.violations.clone(),
             reconciled: st.reconciled.clone(),
+            started: st.started.clone(),
             side: st.side,
             seen: None,
             scale_op: None,
@@ -204,6 +211,7 @@ async fn tick(
         }
         st.target = Some((generation, v["spec"].clone()));
         st.acted = Some(v["spec"].clone());
+        st.started.lock().unwrap().push(generation);
     }
     let busy = match st.target.clone() {
         Some((_, spec)) => act(st, etcd, &spec, promote),

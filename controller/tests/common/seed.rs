@@ -241,6 +241,7 @@ impl Seed {
         let gauge = metrics.leader.clone();
         let settings = Settings {
             proxy_namespace: SYSTEM.into(),
+            proxy_namespace_labels: isthmus_controller::network::namespace_name_labels(SYSTEM),
             shoot_alias: "all-shoots".into(),
             proxy_configmap: "isthmus-proxy-routes".into(),
             proxy_selector: "app.kubernetes.io/name=isthmus-proxy".into(),
@@ -256,6 +257,8 @@ impl Seed {
             namespace: None,
             poll: Duration::from_millis(300),
             resync: Duration::from_secs(5),
+            rollout_poll: Duration::from_millis(300),
+            nudge_proxy_pods: true,
             etcd_connect_to: connect_to,
         };
         let fetcher = Arc::new(KubeletAndProxyStandIn {

@@ -6,7 +6,9 @@
 
 use isthmus_controller::crd::EtcdMigration;
 use isthmus_controller::tunnel_server::{Owner, Proxies, TunnelServers};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::LazyLock;
 
 /// The example destination `EtcdMigration` (namespace `shoot--foo--bar`).
 pub fn example() -> EtcdMigration {
@@ -22,13 +24,20 @@ pub fn settings() -> TunnelServers {
         trusted_proxies: vec!["10.244.0.0/16".into()],
         priority_class: "gardener-system-300".into(),
         service_monitor: true,
+        listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
     }
 }
 
-pub const PROXIES: Proxies<'static> = Proxies {
-    namespace: "isthmus-system",
-    alias: "all-shoots",
-};
+/// The proxies' namespace, by its name (a plain install).
+pub static PROXY_NAMESPACE: LazyLock<BTreeMap<String, String>> =
+    LazyLock::new(|| isthmus_controller::network::namespace_name_labels("isthmus-system"));
+
+pub fn proxies() -> Proxies<'static> {
+    Proxies {
+        namespace_labels: &PROXY_NAMESPACE,
+        alias: "all-shoots",
+    }
+}
 
 pub fn owner() -> Owner {
     Owner {

@@ -34,6 +34,7 @@ pub async fn controller(
     let gauge = metrics.leader.clone();
     let settings = Settings {
         proxy_namespace: SYSTEM.into(),
+        proxy_namespace_labels: isthmus_controller::network::namespace_name_labels(SYSTEM),
         shoot_alias: "all-shoots".into(),
         proxy_configmap: "isthmus-proxy-routes".into(),
         proxy_selector: "app.kubernetes.io/name=isthmus-proxy".into(),
@@ -49,6 +50,8 @@ pub async fn controller(
         namespace: None,
         poll: Duration::from_millis(300),
         resync: Duration::from_secs(5),
+        rollout_poll: Duration::from_millis(300),
+        nudge_proxy_pods: true,
         etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(KubeletAndProxyStandIn {
@@ -104,7 +107,12 @@ pub fn cloud_provider(c: Client, address: &str) -> JoinHandle<()> {
     tokio::spawn(async move {
         let services: Api<Service> = Api::namespaced(c, SYSTEM);
         loop {
-            for s in services.list(&Default::default()).await.into_iter().flat_map(|l| l.items) {
+            for s in services
+                .list(&Default::default())
+                .await
+                .into_iter()
+                .flat_map(|l| l.items)
+            {
                 let lb = s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
                 let has = s
                     .status

@@ -13,17 +13,13 @@
 
 use super::keepalive::Tag;
 use super::pace::Pace;
-use super::Spares;
+use super::spares::{Held, Spares, BUF_SIZE};
 #[cfg(target_os = "linux")]
 use crate::sys::Pipe;
 use mio::net::TcpStream;
 use prometheus_client::metrics::counter::Counter;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-
-/// Bytes a copy buffer holds; a read that fills it marks a bulk burst, which moves on with
-/// `splice(2)` instead of copying.
-pub const BUF_SIZE: usize = 64 * 1024;
 
 const CAN_READ: u8 = 1;
 const CLOSING: u8 = 1 << 1;
@@ -33,19 +29,6 @@ const SHUT: u8 = 1 << 4;
 const BULK: u8 = 1 << 5;
 /// The destination is watched for room to write (its registration includes `WRITABLE`).
 const WATCHED: u8 = 1 << 6;
-
-/// Bytes read from the source and not yet written to the destination. Exists only while the
-/// destination pushes back, so an idle connection holds no buffer and no pipe.
-#[derive(Debug)]
-pub enum Held {
-    Copy {
-        buf: Vec<u8>,
-        at: usize,
-        end: usize,
-    },
-    #[cfg(target_os = "linux")]
-    Pipe(Pipe),
-}
 
 /// One direction's state.
 #[derive(Debug)]

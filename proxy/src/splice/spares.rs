@@ -1,8 +1,24 @@
-//! Spare copy buffers and pipes of one splicer.
+//! Spare copy buffers and pipes of one splicer, and the bytes a flow holds in them.
 
-use super::flow::{Held, BUF_SIZE};
 #[cfg(target_os = "linux")]
 use crate::sys::Pipe;
+
+/// Bytes a copy buffer holds; a read that fills it marks a bulk burst, which moves on with
+/// `splice(2)` instead of copying.
+pub const BUF_SIZE: usize = 64 * 1024;
+
+/// Bytes read from the source and not yet written to the destination. Exists only while the
+/// destination pushes back, so an idle connection holds no buffer and no pipe.
+#[derive(Debug)]
+pub enum Held {
+    Copy {
+        buf: Vec<u8>,
+        at: usize,
+        end: usize,
+    },
+    #[cfg(target_os = "linux")]
+    Pipe(Pipe),
+}
 
 /// Spare buffers and pipes kept per splicer; beyond that they are freed.
 const MAX_SPARE: usize = 16;
