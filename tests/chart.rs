@@ -224,6 +224,7 @@ fn bad_values_fail_with_a_message_that_names_the_value() {
             vec!["tunnel.servers[0].namespace=shoot--a"],
             "tunnel.servers: gone",
         ),
+        (vec!["priorityClassName=x"], "priorityClassName: gone"),
         (
             vec!["proxy.service.mode=sometimes"],
             "proxy.service.mode: want always or onDemand",

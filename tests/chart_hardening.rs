@@ -1,7 +1,7 @@
 //! Issue 47 points 2 and 7, on the rendered chart: the tunnel servers the controller runs
 //! with the chart's flags trust the proxies' PROXY v2 header and admit only named clients,
-//! trust in a PROXY header is narrowed to the load balancer, and the controller's egress is
-//! bounded.
+//! their CONNECT front only the shoot's kube-apiserver in both NetworkPolicy modes, trust in
+//! a PROXY header is narrowed to the load balancer, and the controller's egress is bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -77,6 +77,42 @@ fn proxy_headers_count_only_from_the_load_balancers_ranges() {
     assert!(!args(&ctl["spec"]["template"])
         .iter()
         .any(|a| a.starts_with("--trusted-proxies")));
+}
+
+/// Point 7: in both NetworkPolicy modes the CONNECT front admits the shoot namespace's
+/// kube-apiserver only: the controller the chart renders makes the front's own policies with
+/// each server, and its Service is no `all-webhook-targets` target (whose policies admit
+/// every webhook caller of the namespace).
+#[test]
+fn both_network_policy_modes_admit_only_the_own_kube_apiserver_to_connect() {
+    let own = json!([{"podSelector": {"matchLabels": {"app": "kubernetes", "role": "apiserver"}}}]);
+    for explicit in ["false", "true"] {
+        let docs = render(&SEED, &[&format!("networkPolicy.explicit={explicit}")]);
+        let objects = tunnel_objects(&docs);
+        let ingress = find(&objects, "NetworkPolicy", "isthmus-tunnel-server-connect");
+        assert_eq!(ingress["spec"]["ingress"][0]["from"], own, "{explicit}");
+        assert_eq!(
+            ingress["spec"]["ingress"][0]["ports"],
+            json!([{"port": 8132, "protocol": "TCP"}])
+        );
+        let egress = find(
+            &objects,
+            "NetworkPolicy",
+            "isthmus-kube-apiserver-to-tunnel-server",
+        );
+        assert_eq!(egress["spec"]["podSelector"], own[0]["podSelector"]);
+        for name in ["isthmus-tunnel-server", "isthmus-tunnel-connect"] {
+            let annotations = &find(&objects, "Service", name)["metadata"]["annotations"];
+            assert!(
+                !annotations
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .any(|k| k.contains("webhook-targets")),
+                "{name}: {annotations}"
+            );
+        }
+    }
 }
 
 /// Point 7: the controller's egress is the API server, DNS, the proxy pods and the load

@@ -111,6 +111,16 @@ pub fn grant(
             ("apps", "deployments", tunnel_server::NAME),
             ("policy", "poddisruptionbudgets", tunnel_server::NAME),
             (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::CONNECT_INGRESS_POLICY,
+            ),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::CONNECT_EGRESS_POLICY,
+            ),
+            (
                 "monitoring.coreos.com",
                 "servicemonitors",
                 tunnel_server::SERVICE_MONITOR,

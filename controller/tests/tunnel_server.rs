@@ -216,8 +216,7 @@ fn the_budget_never_blocks_a_drain() {
 }
 
 /// gardener-resource-manager's annotations: the proxies' namespace reaches the agents' port
-/// and nothing else; this namespace's kube-apiserver (`to-all-webhook-targets`) the CONNECT
-/// front; the shoot's Prometheus (`to-all-scrape-targets`) the metrics port.
+/// and nothing else; the shoot's Prometheus (`to-all-scrape-targets`) the metrics port.
 #[test]
 fn the_services_admit_exactly_their_peers() {
     let docs = bodies();
@@ -263,23 +262,56 @@ fn the_services_admit_exactly_their_peers() {
     );
     let c = &connect["metadata"]["annotations"];
     assert!(c[format!("{NP}namespace-selectors")].is_null(), "{c}");
-    for (selector, port) in [("all-webhook-targets", 8132), ("all-scrape-targets", 9902)] {
-        let allowed: Value = serde_json::from_str(
-            c[format!("{NP}from-{selector}-allowed-ports")]
-                .as_str()
-                .unwrap(),
-        )
-        .unwrap();
-        assert_eq!(
-            allowed,
-            json!([{"port": port, "protocol": "TCP"}]),
-            "{selector}"
-        );
-    }
+    // The CONNECT front is no webhook target: that would admit every webhook caller of the
+    // namespace (issue 47 point 7); its policies are the controller's (below).
+    assert_eq!(c.as_object().unwrap().len(), 1, "{c}");
+    let allowed: Value = serde_json::from_str(
+        c[format!("{NP}from-all-scrape-targets-allowed-ports")]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(allowed, json!([{"port": 9902, "protocol": "TCP"}]));
     let pod = &find(&docs, "Deployment", "isthmus-tunnel-server")["spec"]["template"];
     for s in [agents, connect] {
         assert!(matches(&s["spec"]["selector"], &pod["metadata"]["labels"]));
     }
+}
+
+/// Issue 47 point 7, kept now that the controller makes the server: the CONNECT front admits
+/// this namespace's kube-apiserver (`app=kubernetes,role=apiserver`) on its port only, and
+/// lets it out there (a seed's shoot namespace denies egress by default).
+#[test]
+fn only_the_own_kube_apiserver_reaches_the_connect_front() {
+    let docs = bodies();
+    let pod = &find(&docs, "Deployment", "isthmus-tunnel-server")["spec"]["template"];
+    let apiserver = json!({"matchLabels": {"app": "kubernetes", "role": "apiserver"}});
+    let port = json!([{"port": 8132, "protocol": "TCP"}]);
+    let ingress = find(&docs, "NetworkPolicy", "isthmus-tunnel-server-connect");
+    let spec = &ingress["spec"];
+    assert!(matches(
+        &spec["podSelector"]["matchLabels"],
+        &pod["metadata"]["labels"]
+    ));
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+    assert_eq!(
+        spec["ingress"],
+        json!([{"from": [{"podSelector": apiserver}], "ports": port}])
+    );
+    let egress = find(
+        &docs,
+        "NetworkPolicy",
+        "isthmus-kube-apiserver-to-tunnel-server",
+    );
+    let spec = &egress["spec"];
+    assert_eq!(spec["podSelector"], apiserver);
+    assert_eq!(spec["policyTypes"], json!(["Egress"]));
+    assert!(matches(
+        &spec["egress"][0]["to"][0]["podSelector"]["matchLabels"],
+        &pod["metadata"]["labels"]
+    ));
+    assert_eq!(spec["egress"][0]["ports"], port);
+    assert_eq!(spec["egress"].as_array().unwrap().len(), 1);
 }
 
 /// The shoot Prometheus (`serviceMonitorSelector: prometheus=shoot`, its namespace) scrapes
@@ -410,6 +442,13 @@ fn the_grant_names_the_servers_objects() {
     assert_eq!(names("poddisruptionbudgets"), ["isthmus-tunnel-server"]);
     assert_eq!(names("configmaps"), ["isthmus-tunnel-server"]);
     assert_eq!(names("servicemonitors"), ["shoot-isthmus-tunnel-server"]);
+    assert_eq!(
+        names("networkpolicies"),
+        [
+            "isthmus-tunnel-server-connect",
+            "isthmus-kube-apiserver-to-tunnel-server"
+        ]
+    );
     assert_eq!(
         names("services"),
         [

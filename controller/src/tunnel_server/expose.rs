@@ -6,18 +6,14 @@
 //! - `isthmus-tunnel-server`: the agents' port, admitted from the proxies' namespace for the
 //!   pods labelled `to-<alias>-isthmus-tunnel-server-tcp-9443` (the proxy pods), like
 //!   `vpn-seed-server`'s Service admits the istio ingress gateways;
-//! - `isthmus-tunnel-connect`: the CONNECT front for this namespace's pods labelled
-//!   `to-all-webhook-targets` (Gardener's kube-apiserver: its label for what it calls out
-//!   to), or `to-isthmus-tunnel-connect-tcp-8132`; and the metrics port for the shoot's
+//! - `isthmus-tunnel-connect`: the CONNECT front, whose policies are the controller's own
+//!   (`super::policy`: the kube-apiserver only), and the metrics port for the shoot's
 //!   Prometheus (`to-all-scrape-targets`).
 
 use super::{selector, Proxies, ADMIN_PORT, AGENTS_PORT, CONNECT_PORT};
 use crate::network::{NAMESPACE_ALIAS, NAMESPACE_SELECTORS};
 use serde_json::{json, Value};
 
-/// gardener-resource-manager: `from-<pod label selector>-allowed-ports`.
-const FROM_WEBHOOK_CALLERS: &str =
-    "networking.resources.gardener.cloud/from-all-webhook-targets-allowed-ports";
 /// gardener-resource-manager: the shoot namespace's Prometheus may scrape these ports.
 const FROM_SCRAPERS: &str =
     "networking.resources.gardener.cloud/from-all-scrape-targets-allowed-ports";
@@ -44,13 +40,11 @@ pub(super) fn agents_service(mut meta: Value, proxies: &Proxies<'_>) -> Value {
     })
 }
 
-/// The CONNECT front's and metrics' Service, reached from this namespace only.
+/// The CONNECT front's and metrics' Service, reached from this namespace only: the shoot's
+/// Prometheus through the resource manager, the kube-apiserver through `super::policy`.
 pub(super) fn connect_service(mut meta: Value) -> Value {
     meta["labels"]["app.kubernetes.io/component"] = json!("connect");
-    meta["annotations"] = json!({
-        FROM_WEBHOOK_CALLERS: allowed(CONNECT_PORT),
-        FROM_SCRAPERS: allowed(ADMIN_PORT),
-    });
+    meta["annotations"] = json!({FROM_SCRAPERS: allowed(ADMIN_PORT)});
     json!({
         "apiVersion": "v1", "kind": "Service", "metadata": meta,
         "spec": {"type": "ClusterIP", "selector": selector(),

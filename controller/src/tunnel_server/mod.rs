@@ -13,9 +13,11 @@
 
 mod config;
 mod expose;
+mod policy;
 mod workload;
 
 pub use config::{server_yaml, CONFIG_KEY};
+pub use policy::{EGRESS as CONNECT_EGRESS_POLICY, INGRESS as CONNECT_INGRESS_POLICY};
 
 use crate::crd::EtcdMigrationSpec;
 use crate::gardener::MIGRATION_LABEL;
@@ -90,6 +92,16 @@ pub fn kinds(service_monitor: bool) -> Vec<(&'static str, &'static str, &'static
         ("v1", "ConfigMap", NAME),
         ("v1", "Service", NAME),
         ("v1", "Service", CONNECT_SERVICE),
+        (
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            CONNECT_INGRESS_POLICY,
+        ),
+        (
+            "networking.k8s.io/v1",
+            "NetworkPolicy",
+            CONNECT_EGRESS_POLICY,
+        ),
         ("policy/v1", "PodDisruptionBudget", NAME),
         ("apps/v1", "Deployment", NAME),
     ];
@@ -130,9 +142,12 @@ pub fn objects(
                "data": {CONFIG_KEY: config}}),
         expose::agents_service(meta(NAME), proxies),
         expose::connect_service(meta(CONNECT_SERVICE)),
+    ];
+    out.extend(policy::policies(meta, selector()));
+    out.extend([
         workload::pdb(meta(NAME)),
         workload::deployment(meta(NAME), server, &config, settings),
-    ];
+    ]);
     if settings.service_monitor {
         out.push(expose::service_monitor(meta(SERVICE_MONITOR)));
     }
