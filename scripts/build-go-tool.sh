@@ -5,6 +5,9 @@
 # The node of scripts/cluster.sh uses it for CoreDNS and kube-router:
 #   build-go-tool.sh coredns v1.12.1 github.com/coredns/coredns -version           (~6 min cold)
 #   build-go-tool.sh kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version  (~2 min cold)
+#   build-go-tool.sh etcd-druid v0.38.1 github.com/gardener/etcd-druid/cmd --version             (~? min cold)
+#   build-go-tool.sh etcd-backup-restore v0.43.0 github.com/gardener/etcd-backup-restore --version (~? min cold)
+# GO_TOOL_LDFLAGS adds linker flags (a command's -X version stamp).
 # Idempotent: does nothing when the binary exists and answers the version check.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,8 +20,13 @@ if [[ -x "$out" ]] && "$out" "$@" >/dev/null 2>&1; then
   exit 0
 fi
 command -v go >/dev/null || { echo "build-go-tool: go is not installed" >&2; exit 1; }
-grep -qE "^(require )?\s*${pkg%%/cmd/*} $version\b" "$root/scripts/$name/go.mod" ||
-  { echo "build-go-tool: scripts/$name/go.mod does not pin ${pkg%%/cmd/*} $version" >&2; exit 1; }
+# The module: the package path up to its /cmd/… (or a trailing /cmd). A command of the
+# wrapper module itself (isthmus.invalid/NAME, a stand-in) is pinned by what it requires.
+mod="${pkg%%/cmd/*}"
+mod="${mod%/cmd}"
+[[ "$pkg" == "isthmus.invalid/$name" ]] && mod='\S+'
+grep -qE "^(require )?\s*$mod $version\b" "$root/scripts/$name/go.mod" ||
+  { echo "build-go-tool: scripts/$name/go.mod does not pin $mod $version" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 echo "build-go-tool: building $name $version"
 start=$(date +%s)
@@ -26,6 +34,6 @@ cd "$root/scripts/$name"
 # -mod=readonly: go.mod/go.sum are the pin. CGO_ENABLED=0: a static binary, runnable in an
 # image without libraries.
 GO111MODULE=on GOFLAGS= CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath \
-  -ldflags "-s -w" -o "$out.tmp" "$pkg"
+  -ldflags "-s -w ${GO_TOOL_LDFLAGS:-}" -o "$out.tmp" "$pkg"
 mv "$out.tmp" "$out"
 echo "build-go-tool: $name $version built in $(($(date +%s) - start)) s -> $out"

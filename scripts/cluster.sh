@@ -24,8 +24,10 @@
 # What runs: etcd v3.6 (the tests' build), kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet and kube-proxy (one pinned build of k8s.io/kubernetes), containerd +
 # runc + CNI plugins (Debian), kube-router (NetworkPolicy enforcement and LoadBalancer addresses)
-# as node processes; CoreDNS as a pod. Images (pause, CoreDNS, a test etcd, isthmus) are built
-# locally into OCI archives and imported: there is no registry and nothing is pulled.
+# as node processes; CoreDNS, the default StorageClass's provisioner (local-path) and the real
+# etcd-druid v0.38.1 (in `garden`, as gardenlet deploys it: any `Etcd` becomes real etcd pods
+# with etcd-backup-restore) as pods. Images (pause, CoreDNS, a test etcd, druid's, isthmus) are
+# built locally into OCI archives and imported: there is no registry and nothing is pulled.
 #
 # Isolation: the node is the network namespace `isthmus-node` (10.200.0.2) joined by a veth to
 # `isthmus-node-ext` (10.200.0.1), which plays "the outside" (clients of the LoadBalancer range
@@ -66,6 +68,7 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/config.sh"
 . "$root/scripts/cluster/node.sh"
 . "$root/scripts/cluster/images.sh"
+. "$root/scripts/cluster/druid.sh"
 . "$root/scripts/cluster/isthmus.sh"
 . "$root/scripts/cluster/grm.sh"
 

@@ -29,6 +29,7 @@ test=(
   strace                       # the peers bench's syscalls scenario (calls per connection)
   containerd runc containernetworking-plugins   # the real node of scripts/cluster.sh
   iptables ipset socat umoci   # kube-proxy/kube-router rules, the API door, images
+  busybox-static               # the node's helper image (local-path-provisioner's helper pods)
 )
 packages=("${fast[@]}")
 [[ "$set_name" == fast ]] || packages+=("${demo[@]}")
@@ -71,6 +72,8 @@ done
 # `cargo bench --bench tunnels` on first use.)
 "$d/build-go-tool.sh" kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version
 "$d/build-go-tool.sh" coredns v1.12.1 github.com/coredns/coredns -version
+# What the node's etcd-druid runs: druid, backup-restore, the etcd-wrapper stand-in, local-path.
+"$d/build-druid.sh"
 "$d/build-helm.sh"
 "$d/build-prometheus.sh"
 # Gardener's own etcd deploy, secrets manager and health checks (the gardener-etcd harness of

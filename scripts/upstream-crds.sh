@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Fetches the pinned upstream CRDs the controller is tested against into $ISTHMUS_CACHE/upstream-crds/:
-#   - etcd-druid's `Etcd` CRD (with its CEL rules) from the Go module github.com/gardener/etcd-druid/api
+#   - etcd-druid's `Etcd` CRD (with its CEL rules) from the Go module github.com/gardener/etcd-druid/api,
+#     and the module's two other CRDs (`EtcdCopyBackupsTask`, `EtcdOpsTask`): the real etcd-druid
+#     of the node (scripts/cluster/druid.sh) watches all three
 #   - Gardener's `DNSRecord` CRD from the Go module github.com/gardener/gardener
 #   - from the same Gardener module, what the chart (charts/isthmus) is checked against: the
 #     `Extension` CRD (operator.gardener.cloud, the chart's registration) and the seed CRDs
@@ -24,6 +26,8 @@ out="$ISTHMUS_CACHE/upstream-crds"
 # module@version  file-in-module  name-in-target
 crds=(
   "github.com/gardener/etcd-druid/api@v0.38.1 core/v1alpha1/crds/druid.gardener.cloud_etcds.yaml druid.gardener.cloud_etcds.yaml"
+  "github.com/gardener/etcd-druid/api@v0.38.1 core/v1alpha1/crds/druid.gardener.cloud_etcdcopybackupstasks.yaml druid.gardener.cloud_etcdcopybackupstasks.yaml"
+  "github.com/gardener/etcd-druid/api@v0.38.1 core/v1alpha1/crds/druid.gardener.cloud_etcdopstasks.yaml druid.gardener.cloud_etcdopstasks.yaml"
   "github.com/gardener/gardener@v1.149.3 example/seed-crds/10-crd-extensions.gardener.cloud_dnsrecords.yaml extensions.gardener.cloud_dnsrecords.yaml"
   "github.com/gardener/gardener@v1.149.3 example/operator/10-crd-operator.gardener.cloud_extensions.yaml operator.gardener.cloud_extensions.yaml"
   "github.com/gardener/gardener@v1.149.3 example/seed-crds/10-crd-autoscaling.k8s.io_verticalpodautoscalers.yaml autoscaling.k8s.io_verticalpodautoscalers.yaml"

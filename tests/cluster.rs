@@ -1,7 +1,8 @@
 //! isthmus in a real Kubernetes node (`scripts/cluster.sh`: kubelet, kube-proxy, containerd,
-//! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses), installed as
-//! gardener-operator installs it (the image from `scripts/image.sh`; `helm install` of the
-//! chart's archive with a seed's injected values), end to end: probes, a TLS client outside
+//! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses, a default StorageClass,
+//! the real etcd-druid), installed as gardener-operator installs it (the image from
+//! `scripts/image.sh`; `helm install` of the chart's archive with a seed's injected values),
+//! end to end: probes, etcd-druid's own example `Etcd` becoming Ready, a TLS client outside
 //! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
 //! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
 //! from both sides, the Lease hand-over, a rolling update to a new image through `helm
@@ -16,6 +17,8 @@
 
 #[path = "cluster/checks.rs"]
 mod checks;
+#[path = "cluster/druid.rs"]
+mod druid;
 #[path = "cluster/grm.rs"]
 mod grm;
 #[path = "cluster/node.rs"]
@@ -24,6 +27,8 @@ mod node;
 mod policies;
 #[path = "cluster/release.rs"]
 mod release;
+#[path = "cluster/routes.rs"]
+mod routes;
 #[path = "cluster/shoot.rs"]
 mod shoot;
 #[path = "cluster/traffic.rs"]
@@ -46,9 +51,11 @@ fn isthmus_in_a_real_node() {
     checks::first_pod_ready(&node, wall0);
     checks::proxy_ready_through_probes(&node);
     checks::proxy_threads_run_as_batch(&node);
+    druid::stock_etcd_becomes_ready(&node);
     let shoot = shoot::Shoot::deploy(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);
+    routes::delivery_figures(&node);
     policies::network_policies(&node);
     checks::lease_hand_over(&node);
     upgrade::rolling_update_without_failed_connections(&node, &client);

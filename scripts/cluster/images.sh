@@ -5,12 +5,23 @@
 #   isthmus.local/coredns:v1.12.1       the pinned CoreDNS build (static)
 #   isthmus.local/test-etcd:v3.6.16     for the end-to-end tests: the tests' etcd, curl and pause,
 #                                       each with exactly the libraries it links (ldd)
+# and what etcd-druid runs (scripts/cluster/druid.sh), each a static Go build on the distroless
+# layout its upstream image uses (deploy/rootfs: user nonroot 65532 with its home):
+#   isthmus.local/etcd-druid:v0.38.1    etcd-druid itself
+#   isthmus.local/etcd-wrapper-standin:v3.5.27  the etcd container: the stand-in for
+#                                       etcd-wrapper (scripts/etcd-wrapper-standin/), etcd v3.5.27
+#   isthmus.local/etcdbrctl:v0.43.0     etcd-backup-restore, the etcd pods' sidecar
+#   isthmus.local/local-path-provisioner:v0.0.30  the node's default StorageClass (root, as upstream)
+#   isthmus.local/busybox:1.35.0        Debian's static busybox: the provisioner's helper pods and
+#                                       druid's `alpine` init container
 # The isthmus image itself comes from scripts/image.sh.
 
 IMAGES="$ISTHMUS_CACHE/node-images"
 
 # image_build ARCHIVE NAME ENTRYPOINT FILE...: a one-layer image of FILEs (each at its own path,
 # plus the libraries a dynamic one needs), entrypoint ENTRYPOINT, written as an OCI archive.
+# IMAGE_NONROOT=1: on deploy/rootfs (distroless's passwd, group, nsswitch.conf), user
+# 65532:65532 with its home /home/nonroot and a /tmp. IMAGE_LINKS="LINK=TARGET …": symlinks.
 image_build() {
   local archive="$1" name="$2" entry="$3"
   shift 3
@@ -29,10 +40,21 @@ image_build() {
       install -D -m 0755 "$lib" "$work/bundle/rootfs$lib"
     done
   done
+  local link user=()
+  for link in ${IMAGE_LINKS:-}; do
+    ln -s "${link#*=}" "$work/bundle/rootfs${link%%=*}"
+  done
+  if [[ -n "${IMAGE_NONROOT:-}" ]]; then
+    cp -a "$root/deploy/rootfs/." "$work/bundle/rootfs/"
+    chown -R 0:0 "$work/bundle/rootfs/etc"
+    install -d -m 1777 "$work/bundle/rootfs/tmp"
+    install -d -m 0700 -o 65532 -g 65532 "$work/bundle/rootfs/home/nonroot"
+    user=(--config.user 65532:65532)
+  fi
   chmod 0755 "$work/bundle/rootfs"
   umoci repack --image "$work/oci:img" "$work/bundle" >/dev/null
   umoci config --image "$work/oci:img" --config.entrypoint "$entry" --clear config.cmd \
-    --architecture amd64 --os linux
+    "${user[@]}" --architecture amd64 --os linux
   umoci tag --image "$work/oci:img" "$name"
   umoci rm --image "$work/oci:img"
   umoci gc --layout "$work/oci"
@@ -55,6 +77,7 @@ images_build_all() {
   image_build "$IMAGES/test-etcd-v3.6.16.oci.tar" isthmus.local/test-etcd:v3.6.16 \
     /usr/local/bin/etcd "$ETCD_BIN=/usr/local/bin/etcd" /usr/bin/curl=/usr/bin/curl \
     "$IMAGES/pause=/pause"
+  druid_images_build
 }
 
 # images_load ARCHIVE...: import OCI archives into the node's containerd (namespace k8s.io,
@@ -70,5 +93,5 @@ images_load() {
 
 images_import_all() {
   images_load "$IMAGES/pause.oci.tar" "$IMAGES/coredns-$COREDNS_VERSION.oci.tar" \
-    "$IMAGES/test-etcd-v3.6.16.oci.tar"
+    "$IMAGES/test-etcd-v3.6.16.oci.tar" "${DRUID_IMAGES[@]}"
 }

@@ -228,6 +228,8 @@ cluster_up() {
   node_start
   forwarder_start
   wait_for "CoreDNS Ready" 180 kubectl_admin -n kube-system wait --for=condition=Available deploy/coredns --timeout=1s
+  storage_install
+  druid_install
   echo "cluster: node up in $((SECONDS - t0)) s"
   if [[ "${1:-}" != "--no-isthmus" ]]; then
     isthmus_install
