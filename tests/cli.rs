@@ -178,8 +178,9 @@ fn controller_refuses_to_trust_every_address_with_proxy_headers() {
     }
 }
 
-/// The image's binary must not link the lab or its etcd client (tonic, prost), and must build
-/// without protoc: `cargo tree -p isthmus` over normal and build dependencies names none of them.
+/// The image's binary must not link the lab, the seed world's stand-ins or their etcd client
+/// (tonic, prost), and must build without protoc: `cargo tree -p isthmus` over normal and build
+/// dependencies names none of them.
 #[test]
 fn isthmus_links_no_lab_etcd_client_tonic_or_prost() {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| env!("CARGO").into());
@@ -202,9 +203,16 @@ fn isthmus_links_no_lab_etcd_client_tonic_or_prost() {
         .iter()
         .copied()
         .filter(|n| {
-            ["isthmus-lab", "etcd-client", "tonic", "prost", "protoc"]
-                .iter()
-                .any(|b| n == b || n.starts_with(&format!("{b}-")))
+            [
+                "isthmus-lab",
+                "isthmus-seed-world",
+                "etcd-client",
+                "tonic",
+                "prost",
+                "protoc",
+            ]
+            .iter()
+            .any(|b| n == b || n.starts_with(&format!("{b}-")))
         })
         .collect();
     assert!(banned.is_empty(), "isthmus depends on {banned:?}:\n{tree}");

@@ -3,7 +3,8 @@
 //! running as its ServiceAccount under Lease leader election, and one real etcd cluster
 //! (Debian's etcd 3.4) whose members advertise the exposed names the planner spells. The
 //! orchestrator (gardenlet) is the test body; etcd-druid and the DNS provider are the small
-//! stand-ins of `common/` (they act only through the API and etcd's own API).
+//! stand-ins of the seed world (`isthmus_seed_world`, the lab's too: they act only through the
+//! API and etcd's own API).
 //!
 //! Needs root (`unshare -m` for the members' private `/etc/hosts`), the kube-apiserver build
 //! and the upstream CRDs (`scripts/install-deps.sh`).
@@ -11,54 +12,36 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
+#[path = "common/two_seeds.rs"]
+mod two_seeds;
 
-use common::druid_standin::{DruidStandIn, Side};
-use common::etcd::{free_run, MemberDef, TestEtcd};
-use common::seed::Seed;
-use common::{spec, NS};
-use isthmus_controller::crd::{
-    EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
-};
+use common::NS;
+use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, Step};
 use isthmus_controller::gardener::{dnsrecord_resource, etcd_resource};
-use isthmus_controller::plan;
+use isthmus_seed_world::druid::EtcdDruid;
+use isthmus_seed_world::etcd::{Cluster, Loopback};
+use isthmus_seed_world::gardenlet;
+use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Mutex;
+use two_seeds::*;
 
-const STEP_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The two specs with ports on free loopback ports (the exposure's ports are the etcd
-/// members' real ports here: no proxy in between), the source with one member.
+/// The two-seed specs, the destination with the `etcdTemplate` of a minimal `Etcd`.
 fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
-    let pa = free_run(1);
-    let pb = loop {
-        let p = free_run(3);
-        if p.abs_diff(pa) > 300 {
-            break p;
-        }
-    };
-    let mut src = spec(Role::Source, Step::Expose);
-    src.members = 1;
-    src.ports = PortScheme {
-        peer_base: pa,
-        client_base: pa - 100,
-    };
-    let mut dst = spec(Role::Destination, Step::Expose);
-    dst.ports = PortScheme {
-        peer_base: pb,
-        client_base: pb - 100,
-    };
+    let (src, mut dst) = two_seeds::specs();
     let tmpl = minimal_etcd("etcd-main", NS, 2);
     let mut tspec = tmpl["spec"].clone();
     tspec.as_object_mut().unwrap().remove("replicas");
     if let Some(d) = dst.destination.as_mut() {
-        d.source_members = Vec::new();
         d.etcd_template = Some(EtcdTemplate {
             labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
             annotations: Default::default(),
@@ -69,22 +52,8 @@ fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
 }
 
 /// Every member either seed may have, with the planner's names and URLs.
-fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> TestEtcd {
-    let defs = plan::members(src, NS)
-        .into_iter()
-        .chain(plan::members(dst, NS))
-        .map(|m| MemberDef {
-            name: m.member.clone(),
-            dns: m.dns_name.clone(),
-            peer_port: m.peer_port,
-            client_port: m.client_port,
-        })
-        .collect();
-    TestEtcd::new(defs)
-}
-
-fn migrations(c: &Client) -> Api<EtcdMigration> {
-    Api::namespaced(c.clone(), NS)
+fn etcd_for(src: &EtcdMigrationSpec, dst: &EtcdMigrationSpec) -> Loopback {
+    Loopback::new(&members(src, dst), NS, "etcd-main")
 }
 
 /// The shoot namespace's `isthmus-etcd` Service, if there is one.
@@ -94,101 +63,25 @@ async fn etcd_service(c: &Client) -> Option<Value> {
     Some(serde_json::to_value(s).unwrap())
 }
 
-async fn set_step(c: &Client, step: Step) {
-    let patch = json!({"spec": {"step": step}});
-    migrations(c)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
-}
-
-async fn status(c: &Client) -> Value {
-    let m = migrations(c).get("shoot").await.unwrap();
-    serde_json::to_value(m.status.unwrap_or_default()).unwrap()
-}
-
-fn condition(status: &Value, t: &str) -> Option<(String, String)> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["reason"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-}
-
-/// Waits until `step` is planned and ready.
-async fn reach(c: &Client, step: Step, what: &str) -> Value {
-    let mut last = Value::Null;
-    let step_json = serde_json::to_value(step).unwrap();
-    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        if s["step"] == step_json && s["stepReady"] == true {
-            return s;
-        }
-        if s != last {
-            last = s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{what}: {step:?} not ready after {STEP_TIMEOUT:?}: {last:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
-    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        if condition(&s, t)
-            .as_ref()
-            .map(|(a, b)| (a.as_str(), b.as_str()))
-            == Some(want)
-        {
-            return s;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{t} never {want:?}: {s:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
-    let mut m: Vec<(String, bool)> = etcd
-        .lock()
-        .unwrap()
-        .members()
-        .into_iter()
-        .map(|m| (m.1, m.3))
-        .collect();
-    m.sort();
-    m
-}
-
 struct World {
     a: Seed,
     b: Seed,
-    etcd: Arc<Mutex<TestEtcd>>,
+    etcd: Arc<Mutex<Cluster>>,
+    connect_to: BTreeMap<String, SocketAddr>,
     src: EtcdMigrationSpec,
     dst: EtcdMigrationSpec,
-    druid_a: DruidStandIn,
-    druid_b: DruidStandIn,
+    druid_a: Box<dyn EtcdDruid>,
+    druid_b: Box<dyn EtcdDruid>,
     /// etcd's CA, a client certificate and its key (PEM).
     tls: (String, String, String),
 }
 
 impl World {
-    /// Neither etcd-druid stand-in was asked to reconcile a generation it had reconciled.
+    /// Neither etcd-druid was asked to reconcile a generation it had reconciled, nor to make a
+    /// change etcd-druid#1426's CEL rules refuse.
     fn assert_druid_contract(&self) {
         for (seed, d) in [("source", &self.druid_a), ("destination", &self.druid_b)] {
-            let v = d.violations.lock().unwrap().clone();
+            let v = d.violations();
             assert!(v.is_empty(), "{seed}: {v:?}");
         }
     }
@@ -203,15 +96,16 @@ async fn world() -> World {
         .with_test_writer()
         .try_init();
     let (src, dst) = specs();
-    let mut etcd = etcd_for(&src, &dst);
-    etcd.start("etcd-main-0", &["etcd-main-0"], "new");
-    etcd.wait_healthy();
-    let (ca, cert, key) = (
-        etcd.ca_pem(),
-        etcd.client.cert_pem.clone(),
-        etcd.client.key_pem.clone(),
-    );
-    let etcd = Arc::new(Mutex::new(etcd));
+    let Loopback {
+        mut cluster,
+        ca_pem: ca,
+        client,
+        connect_to,
+    } = etcd_for(&src, &dst);
+    // The source's one member, as druid runs it before any migration.
+    cluster.bootstrap(&["etcd-main-0".into()]).await.unwrap();
+    let (cert, key) = (client.cert_pem.clone(), client.key_pem.clone());
+    let etcd = Arc::new(Mutex::new(cluster));
     let (mut a, mut b) = tokio::join!(
         Seed::start("seed-a", "203.0.113.7", NS),
         Seed::start("seed-b", "198.51.100.9", NS)
@@ -225,35 +119,19 @@ async fn world() -> World {
     a.grant(&src, NS).await;
     b.grant(&dst, NS).await;
     // gardenlet's source Etcd: the running member (one replica here).
-    let gardenlet_etcd: DynamicObject =
-        serde_json::from_value(minimal_etcd("etcd-main", NS, 1)).unwrap();
-    Api::<DynamicObject>::namespaced_with(a.admin.clone(), NS, &etcd_resource())
-        .create(&PostParams::default(), &gardenlet_etcd)
+    gardenlet::create_etcd(&a.admin, &minimal_etcd("etcd-main", NS, 1))
         .await
         .unwrap();
-    let sources = vec!["etcd-main-0".to_string()];
-    let druid_a = DruidStandIn::start(
-        a.admin.clone(),
-        NS,
-        Side::Source,
-        etcd.clone(),
-        sources.clone(),
-    );
-    let druid_b = DruidStandIn::start(
-        b.admin.clone(),
-        NS,
-        Side::Destination,
-        etcd.clone(),
-        sources,
-    );
+    let (druid_a, druid_b) = druids(&a, &b, &etcd);
     World {
         a,
         b,
         etcd,
+        connect_to,
         src,
         dst,
-        druid_a,
-        druid_b,
+        druid_a: Box::new(druid_a),
+        druid_b: Box::new(druid_b),
         tls: (ca, cert, key),
     }
 }
@@ -340,20 +218,15 @@ impl Bad {
     }
 }
 
-async fn create(c: &Client, spec: &EtcdMigrationSpec) {
-    migrations(c)
-        .create(
-            &PostParams::default(),
-            &EtcdMigration::new("shoot", spec.clone()),
-        )
+/// Exposes both seeds and hands the source's exposed members to the destination, as gardenlet
+/// does.
+async fn expose_both(w: &World) {
+    gardenlet::create_migration(&w.a.admin, NS, "shoot", &w.src)
         .await
         .unwrap();
-}
-
-/// Exposes both seeds and hands the source's exposed members to the destination.
-async fn expose_both(w: &World) {
-    create(&w.a.admin, &w.src).await;
-    create(&w.b.admin, &w.dst).await;
+    gardenlet::create_migration(&w.b.admin, NS, "shoot", &w.dst)
+        .await
+        .unwrap();
     let s = reach(&w.a.admin, Step::Expose, "source").await;
     assert_eq!(
         condition(&s, "SourceEtcdPreparedForPeerJoin"),
@@ -361,11 +234,10 @@ async fn expose_both(w: &World) {
     );
     reach(&w.b.admin, Step::Expose, "destination").await;
     let exposed: Vec<MemberUrls> = serde_json::from_value(s["exposedMembers"].clone()).unwrap();
-    let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
-    migrations(&w.b.admin)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
+    let copied = gardenlet::copy_exposed_members(&w.a.admin, &w.b.admin, NS, "shoot")
         .await
         .unwrap();
+    assert_eq!(copied, exposed);
 }
 
 /// A rotation of the source's etcd client certificate as gardenlet's secrets manager does it
@@ -395,7 +267,7 @@ async fn rotate_client_secret(w: &World, etcds: &Api<DynamicObject>, gardenlet: 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     let w = world().await;
-    let connect = w.etcd.lock().unwrap().connect_to();
+    let connect = w.connect_to.clone();
     let (_ctl_a, leader_a) = w.a.controller("controller-a-0", connect.clone()).await;
     let (ctl_b0, leader_b0) = w.b.controller("controller-b-0", connect.clone()).await;
     wait_until("destination replica 0 leads", STEP_TIMEOUT, || {
@@ -492,7 +364,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "PeersJoinedSuccessfully".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -521,7 +393,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
 
     set_step(&w.b.admin, Step::Grow).await;
     reach(&w.b.admin, Step::Grow, "grow").await;
-    assert_eq!(members_of(&w.etcd).len(), 4);
+    assert_eq!(members_of(&w.etcd).await.len(), 4);
 
     // Shrink: leadership moves to a destination member first; druid removes the source.
     set_step(&w.b.admin, Step::Shrink).await;
@@ -531,7 +403,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         Some(("True".into(), "SourceMembersRemoved".into()))
     );
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
@@ -566,7 +438,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         .items
         .is_empty());
     let cm_a: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.a.admin.clone(), common::seed::SYSTEM);
+        Api::namespaced(w.a.admin.clone(), SYSTEM);
     let text = cm_a
         .get("isthmus-proxy-routes")
         .await
@@ -612,8 +484,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     assert!(e["spec"]["etcd"]
         .get("additionalAdvertisePeerURLs")
         .is_none());
-    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> =
-        Api::namespaced(w.b.admin.clone(), common::seed::SYSTEM);
+    let cm: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(w.b.admin.clone(), SYSTEM);
     let text = cm.get("isthmus-proxy-routes").await.unwrap().data.unwrap()["proxy.json"].clone();
     assert!(
         !text.contains("shoot--foo--bar"),
@@ -643,8 +514,8 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     if let Some(d) = w.dst.destination.as_mut() {
         d.join_timeout = Some("3s".into());
     }
-    w.druid_b.promote.store(false, Ordering::SeqCst);
-    let connect = w.etcd.lock().unwrap().connect_to();
+    w.etcd.lock().await.hold_promotion = true;
+    let connect = w.connect_to.clone();
     let _ctl_a = w.a.controller("controller-a-0", connect.clone()).await;
     let _ctl_b = w.b.controller("controller-b-0", connect.clone()).await;
     expose_both(&w).await;
@@ -658,7 +529,11 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         ("False", "JoinTimedOut"),
     )
     .await;
-    let learners: Vec<(String, bool)> = members_of(&w.etcd).into_iter().filter(|m| m.1).collect();
+    let learners: Vec<(String, bool)> = members_of(&w.etcd)
+        .await
+        .into_iter()
+        .filter(|m| m.1)
+        .collect();
     assert!(!learners.is_empty(), "a learner joined");
 
     set_step(&w.b.admin, Step::Abort).await;
@@ -668,7 +543,10 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         condition(&s, "LiveMigrationAborted"),
         Some(("True".into(), "CleanedUp".into()))
     );
-    assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
+    assert_eq!(
+        members_of(&w.etcd).await,
+        vec![("etcd-main-0".into(), false)]
+    );
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
     assert!(
         etcds_b.get_opt("etcd-main").await.unwrap().is_none(),
@@ -684,6 +562,6 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
         .is_empty());
     reach(&w.a.admin, Step::Abort, "source abort").await;
     // The source cluster serves on.
-    w.etcd.lock().unwrap().wait_healthy();
+    wait_healthy(&w.etcd).await;
     w.assert_druid_contract();
 }

@@ -8,11 +8,11 @@
 
 mod common;
 
-use common::seed::Seed;
 use common::{spec, NS};
 use isthmus_controller::crd::{EtcdMigration, Role, Step};
 use isthmus_controller::gardener::etcd_resource;
 use isthmus_controller::plan::{DRUID_OPERATION, OPERATION, SUSPEND_SPEC_RECONCILE};
+use isthmus_seed_world::seed::Seed;
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use kube::api::{Api, DynamicObject, PostParams};

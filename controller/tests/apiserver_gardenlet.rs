@@ -20,10 +20,11 @@ mod deploy;
 mod pki;
 #[path = "apiserver_gardenlet/record.rs"]
 mod record;
+#[path = "common/two_seeds.rs"]
+mod two_seeds;
 #[path = "apiserver_gardenlet/world.rs"]
 mod world;
 
-use common::druid_standin::Side;
 use common::NS;
 use deploy::{deploy, Figure};
 use isthmus_controller::crd::Step;
@@ -33,6 +34,7 @@ use isthmus_testkit::gardener::{crd_paths, GardenerEtcd};
 use isthmus_testkit::{wait_until, KubeApiServer};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::{json, Value};
+use world::Side;
 use world::*;
 
 fn managers(obj: &DynamicObject) -> Value {
@@ -197,11 +199,11 @@ fn print(figures: &[Figure]) {
     }
 }
 
-/// One print-friendly check that the shoot's etcd keeps a quorum: every running member
-/// answers `endpoint health`.
-fn quorum(w: &World, when: &str) {
-    let members = members_of(&w.etcd);
-    w.etcd.lock().unwrap().wait_healthy();
+/// One print-friendly check that the shoot's etcd keeps a quorum: every voter serves a
+/// linearizable read.
+async fn quorum(w: &World, when: &str) {
+    let members = members_of(&w.etcd).await;
+    wait_healthy(&w.etcd).await;
     println!("etcd after {when}: healthy, members {members:?}");
 }
 
@@ -216,12 +218,12 @@ async fn gardenlets_deploy_at_every_step_is_survived() {
     for step in [Step::Join, Step::Grow, Step::Shrink] {
         set_step(&w.a.admin, step).await;
         set_step(&w.b.admin, step).await;
-        reach(&w.b.admin, step).await;
-        reach(&w.a.admin, step).await;
-        quorum(&w, &format!("{step:?}"));
+        reach(&w.b.admin, step, "destination").await;
+        reach(&w.a.admin, step, "source").await;
+        quorum(&w, &format!("{step:?}")).await;
         figures.push(deploy(&w, Side::Source, step, true).await);
         figures.push(deploy(&w, Side::Destination, step, true).await);
-        quorum(&w, &format!("the Deploys at {step:?}"));
+        quorum(&w, &format!("the Deploys at {step:?}")).await;
         let s = status(&w.b.admin).await;
         assert_eq!(condition(&s, "ObjectsApplied").unwrap().0, "True", "{s:#}");
         if step == Step::Join {
@@ -230,7 +232,7 @@ async fn gardenlets_deploy_at_every_step_is_survived() {
                 condition(&s, "EtcdSpecOverwritten"),
                 Some(("True".into(), "ReplicasRaised".into()))
             );
-            let members = members_of(&w.etcd);
+            let members = members_of(&w.etcd).await;
             assert_eq!(
                 members.iter().filter(|m| m.0.starts_with("dest-")).count(),
                 3
@@ -240,10 +242,10 @@ async fn gardenlets_deploy_at_every_step_is_survived() {
     // Source Complete: its members left at Shrink, the Etcd is gardenlet's; a Deploy's wipe
     // is not undone.
     set_step(&w.a.admin, Step::Complete).await;
-    reach(&w.a.admin, Step::Complete).await;
+    reach(&w.a.admin, Step::Complete, "source").await;
     figures.push(deploy(&w, Side::Source, Step::Complete, false).await);
     set_step(&w.b.admin, Step::Complete).await;
-    reach(&w.b.admin, Step::Complete).await;
+    reach(&w.b.admin, Step::Complete, "destination").await;
     figures.push(deploy(&w, Side::Destination, Step::Complete, true).await);
     print(&figures);
 
@@ -285,14 +287,14 @@ async fn gardenlets_deploy_at_every_step_is_survived() {
     // Only the destination's three members, a quorum, no request of isthmus' for a
     // generation druid had reconciled (gardenlet's Deploy asks even for an unchanged spec).
     assert_eq!(
-        members_of(&w.etcd),
+        members_of(&w.etcd).await,
         vec![
             ("dest-etcd-main-0".into(), false),
             ("dest-etcd-main-1".into(), false),
             ("dest-etcd-main-2".into(), false)
         ]
     );
-    quorum(&w, "Complete");
+    quorum(&w, "Complete").await;
     let gardenlets: Vec<(Side, i64)> = figures.iter().map(|f| (f.side, f.generation)).collect();
     let v = w.isthmus_violations(&gardenlets);
     assert!(v.is_empty(), "{v:?}");
@@ -315,7 +317,7 @@ async fn a_later_gardenlet_that_drops_the_bootstrap_block_holds_join_and_grow() 
     let w = World::start(true).await;
     w.expose_both().await;
     set_step(&w.b.admin, Step::Join).await;
-    reach(&w.b.admin, Step::Join).await;
+    reach(&w.b.admin, Step::Join, "destination").await;
     // gardenlet on etcd-druid api v0.38+: its Deploy's patch also nulls the bootstrap block
     // (simulated: v1.149.3's Deploy, then the null with the request it would carry).
     let out = w.gardenlet_b.redeploy(&[]).await;
@@ -363,10 +365,15 @@ async fn a_later_gardenlet_that_drops_the_bootstrap_block_holds_join_and_grow() 
     wait_until(
         "the source member removed by druid",
         STEP_TIMEOUT,
-        || async { members_of(&w.etcd).iter().all(|m| m.0.starts_with("dest-")) },
+        || async {
+            members_of(&w.etcd)
+                .await
+                .iter()
+                .all(|m| m.0.starts_with("dest-"))
+        },
     )
     .await;
-    quorum(&w, "druid removed the source member");
+    quorum(&w, "druid removed the source member").await;
     // Grow is held: not reached, its condition says why.
     set_step(&w.b.admin, Step::Grow).await;
     let s = wait_condition(
@@ -378,12 +385,12 @@ async fn a_later_gardenlet_that_drops_the_bootstrap_block_holds_join_and_grow() 
     assert_eq!(s["stepReady"], false);
     // Shrink goes on and ends with the destination's members only.
     set_step(&w.b.admin, Step::Shrink).await;
-    let s = reach(&w.b.admin, Step::Shrink).await;
+    let s = reach(&w.b.admin, Step::Shrink, "destination").await;
     assert_eq!(
         condition(&s, "EtcdMigrationComplete"),
         Some(("True".into(), "SourceMembersRemoved".into()))
     );
-    quorum(&w, "Shrink");
+    quorum(&w, "Shrink").await;
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(w.b.admin.clone(), NS);
     let found = events
         .list(&Default::default())
@@ -408,7 +415,7 @@ async fn an_abort_after_a_deploy_stops_the_members_gardenlet_scaled_up() {
     w.expose_both().await;
     set_step(&w.b.admin, Step::Join).await;
     wait_until("a learner joined", STEP_TIMEOUT, || async {
-        members_of(&w.etcd).iter().any(|m| m.1)
+        members_of(&w.etcd).await.iter().any(|m| m.1)
     })
     .await;
     let out = w.gardenlet_b.redeploy(&[]).await;
@@ -421,7 +428,7 @@ async fn an_abort_after_a_deploy_stops_the_members_gardenlet_scaled_up() {
     set_step(&w.a.admin, Step::Abort).await;
     // The source's Deploy during its abort wipes what the abort releases anyway.
     w.gardenlet_a.redeploy(SOURCE_ARGS).await;
-    let s = reach(&w.b.admin, Step::Abort).await;
+    let s = reach(&w.b.admin, Step::Abort, "destination").await;
     assert_eq!(
         condition(&s, "LiveMigrationAborted"),
         Some(("True".into(), "CleanedUp".into()))
@@ -430,7 +437,10 @@ async fn an_abort_after_a_deploy_stops_the_members_gardenlet_scaled_up() {
         etcd_object(&w.b.admin).await.is_none(),
         "destination Etcd deleted"
     );
-    assert_eq!(members_of(&w.etcd), vec![("etcd-main-0".into(), false)]);
-    reach(&w.a.admin, Step::Abort).await;
-    quorum(&w, "the abort");
+    assert_eq!(
+        members_of(&w.etcd).await,
+        vec![("etcd-main-0".into(), false)]
+    );
+    reach(&w.a.admin, Step::Abort, "source").await;
+    quorum(&w, "the abort").await;
 }

@@ -12,11 +12,11 @@
 
 mod common;
 
-use common::seed::{Seed, SYSTEM};
 use common::{spec, NS};
 use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, Role, Step};
 use isthmus_controller::gardener::etcd_resource;
+use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use k8s_openapi::api::core::v1::Service;

@@ -217,7 +217,7 @@ async fn the_controller_reads_no_other_shoots_secret_and_writes_only_where_grant
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_without_the_grant_is_reported_forbidden() {
     use isthmus_controller::crd::EtcdMigration;
-    let seed = common::seed::Seed::start("seed-a", "203.0.113.7", OTHER).await;
+    let seed = isthmus_seed_world::seed::Seed::start("seed-a", "203.0.113.7", OTHER).await;
     let _controller = seed.controller("controller-a-0", Default::default()).await;
     let api: Api<EtcdMigration> = Api::namespaced(seed.admin.clone(), OTHER);
     let mut s = spec(Role::Source, Step::Expose);

@@ -9,9 +9,9 @@
 
 mod common;
 
-use common::seed::{Seed, SYSTEM};
 use common::spec;
 use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, EtcdTemplate, Role, Step};
+use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
 use k8s_openapi::api::core::v1::ConfigMap;

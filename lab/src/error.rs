@@ -38,6 +38,9 @@ pub enum Error {
     /// The in-process tunnel (webhook part) could not be set up, e.g. its TLS configuration.
     #[error("tunnel: {0}")]
     Tunnel(#[from] isthmus_tunnel::Error),
+    /// A part of the seed world (the etcd harness, a stand-in) failed.
+    #[error("{0}")]
+    Seed(#[from] isthmus_seed_world::Error),
 }
 
 /// The lab's result type.

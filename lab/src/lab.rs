@@ -5,7 +5,7 @@
 
 use crate::error::Result;
 use crate::etcd;
-use crate::member;
+use crate::member::{self, MemberRef};
 use crate::record::Record;
 use crate::report::Quorum;
 use crate::side::Side;
@@ -38,16 +38,8 @@ impl Lab {
     /// start; the exposure and the roll to the exposed URLs come at `Expose`), and waits until
     /// they serve.
     pub async fn start_source(&mut self) -> Result<()> {
-        self.world.etcd.members = member::source();
-        for m in member::source() {
-            let urls = self.world.etcd.peer_urls(m);
-            self.world.start_member(m, &urls, "new")?;
-        }
-        for url in self.world.urls(&member::source()) {
-            etcd::wait_serving(&url, Duration::from_secs(60))
-                .await
-                .map_err(|e| self.world.explain(e))?;
-        }
+        let names: Vec<String> = member::source().iter().map(MemberRef::name).collect();
+        self.world.etcd.bootstrap(&names).await?;
         self.record_membership().await;
         Ok(())
     }
@@ -66,15 +58,7 @@ impl Lab {
 
     /// Records the membership as etcd lists it now.
     pub async fn record_membership(&mut self) {
-        // Ask the voters only: a learner that was just added is not serving yet, and the
-        // client may send the list request to it (connection refused, seen in the abort
-        // scenario right after the learner add). Voters list learners too.
-        let urls = self.world.voter_urls();
-        match self.world.member_names(&urls).await {
-            Ok(names) => self.record.membership(names),
-            // The timeline is informative; a missing point is logged, not fatal.
-            Err(e) => tracing::warn!(error = %e, "membership not recorded"),
-        }
+        self.world.etcd.note_membership(&mut self.record).await;
     }
 
     /// Opens a phase and records where the leader is and how many voters the cluster can
@@ -82,7 +66,7 @@ impl Lab {
     /// without a leader).
     pub async fn enter(&mut self, name: &str) {
         self.record.phase(name);
-        let voters = self.world.etcd.voters();
+        let voters = self.world.voters();
         let urls = self.world.urls(&voters);
         let leader = tokio::time::timeout(Duration::from_secs(2), etcd::leader(&urls))
             .await

@@ -21,9 +21,9 @@ pub mod client;
 pub mod clock;
 pub mod control;
 mod driver;
-pub mod druid;
 pub mod error;
-pub mod etcd;
+/// The real etcd harness (the seed world's: the controller's tests run the same).
+pub use isthmus_seed_world::etcd;
 pub mod lab;
 /// The userspace link (testkit's: the tunnel's tests and benches use the same).
 pub use isthmus_testkit::link;
@@ -36,7 +36,6 @@ pub mod planner;
 pub mod proxy;
 pub mod record;
 pub mod report;
-pub mod rolling;
 pub mod seeds;
 pub mod side;
 pub mod specs;

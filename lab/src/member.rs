@@ -5,14 +5,15 @@
 //! A member has two possible peer URLs: its in-cluster one (etcd-druid's peer Service name,
 //! `<pod>.<etcd>-peer.<namespace>.svc`, spelled alike in both seeds and resolved by each seed
 //! to its own pod) and its exposed one. Which it advertises is the etcd-druid stand-in's
-//! business (`crate::druid`); a listed member is recognised by its name, or by its exposed
-//! URL while it is a learner that has not started (learners are added with that URL).
+//! business (the seed world's etcd-druid); a listed member is recognised by its name, or by
+//! its exposed URL while it is a learner that has not started (learners are added with it).
 
 use crate::seeds::Seed;
 use crate::side::Side;
 use crate::specs::{self, ETCD, NAMESPACE};
 use isthmus_controller::crd::Step;
 use isthmus_controller::plan;
+use isthmus_seed_world::etcd::{MemberDef, Place};
 
 /// Members per seed (3: the HA control plane of GEP-20).
 pub const MEMBERS: u16 = 3;
@@ -92,15 +93,6 @@ impl MemberRef {
     pub fn in_cluster_url(&self) -> String {
         format!("https://{}:{}", self.in_cluster_dns(), self.peer_port())
     }
-    /// Whether `l` is this member in etcd's list: by name, or, for a learner that has not
-    /// started (no name yet), by the exposed URL it was added with.
-    pub fn listed_as(&self, l: &Listed) -> bool {
-        if l.name.is_empty() {
-            l.peer_urls.contains(&self.peer_url())
-        } else {
-            l.name == self.name()
-        }
-    }
     fn planned(&self, f: impl FnOnce(plan::Member) -> String) -> String {
         // Every lab member (index < 3) has a planner entry; an empty name would fail loudly
         // in etcd's flag parsing rather than silently.
@@ -132,34 +124,16 @@ impl MemberRef {
     pub fn client_url(&self, seed: &Seed) -> String {
         format!("http://{}:{}", seed.seed_ip, self.client_port())
     }
-}
-
-/// One member as the cluster lists it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listed {
-    pub id: u64,
-    pub name: String,
-    pub peer_urls: Vec<String>,
-    pub learner: bool,
-}
-
-impl Listed {
-    /// The lab's name for this member: etcd's, or, for a learner that has not started (no
-    /// name in etcd yet), the name of the lab member it was added as.
-    pub fn lab_name(&self) -> String {
-        all()
-            .iter()
-            .find(|m| m.listed_as(self))
-            .map_or_else(|| self.name.clone(), MemberRef::name)
-    }
-
-    /// The lab name, marked when it is a learner (the membership timeline's spelling).
-    pub fn marked_name(&self) -> String {
-        let name = self.lab_name();
-        if self.learner {
-            format!("{name} (learner)")
-        } else {
-            name
+    /// The member as the etcd harness runs it, inside `seed`.
+    pub fn def(&self, seed: &Seed) -> MemberDef {
+        MemberDef {
+            name: self.name(),
+            exposed_peer_url: self.peer_url(),
+            in_cluster_peer_url: self.in_cluster_url(),
+            listen_peer_url: format!("https://127.0.0.1:{}", self.peer_port()),
+            client_url: self.client_url(seed),
+            tls_client_url: format!("https://127.0.0.1:{}", self.tls_client_port()),
+            place: Place::Netns(seed.netns().to_string()),
         }
     }
 }

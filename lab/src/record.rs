@@ -5,6 +5,7 @@
 use crate::clock::ms;
 use crate::report::{Event, Membership, Quorum, Rolled};
 use crate::stats::Fault;
+use isthmus_seed_world::journal::{self, Journal};
 use tokio::time::Instant;
 
 /// Everything the run noted, in order.
@@ -79,5 +80,28 @@ impl Record {
     pub fn membership(&mut self, members: Vec<String>) {
         let t_ms = self.now_ms();
         self.timeline.push(Membership { t_ms, members });
+    }
+}
+
+/// The seed world's stand-ins and etcd harness note into the record: events, the rolls of
+/// peer URLs, the membership after each change.
+impl Journal for Record {
+    fn event(&mut self, what: String) {
+        Record::event(self, what);
+    }
+
+    fn rolled(&mut self, r: journal::Rolled) {
+        let since_epoch = r.started.saturating_duration_since(self.epoch.into_std());
+        self.rolled.push(Rolled {
+            t_ms: ms(since_epoch),
+            member: r.member,
+            peer_urls: r.peer_urls,
+            leader_moved: r.leader_moved,
+            took_ms: ms(r.took),
+        });
+    }
+
+    fn membership(&mut self, members: Vec<String>) {
+        Record::membership(self, members);
     }
 }

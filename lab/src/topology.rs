@@ -8,6 +8,7 @@ use crate::member::{MemberRef, MEMBERS};
 use crate::seeds::Seed;
 use crate::side::Side;
 use isthmus_controller::crd::PortScheme;
+use isthmus_seed_world::etcd::MemberDef;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
@@ -73,6 +74,14 @@ impl Topology {
         members
             .iter()
             .map(|m| m.client_url(self.seed(m.side)))
+            .collect()
+    }
+
+    /// Every member the lab may run, as the etcd harness runs it (each in its seed).
+    pub fn member_defs(&self) -> Vec<MemberDef> {
+        crate::member::all()
+            .into_iter()
+            .map(|m| m.def(self.seed(m.side)))
             .collect()
     }
 }

@@ -91,9 +91,9 @@ authentication:
 authorization:
   mode: Webhook
 serializeImagePulls: false
-# ConfigMap volumes are refreshed at each pod sync: 10 s, not the default 1 m (+ jitter), so a
-# route the controller writes reaches the proxy in seconds on this test node (tests/cluster.rs).
-syncFrequency: 10s
+# syncFrequency stays kubelet's (and a seed's) default, 1 m + jitter: a route the controller
+# writes reaches the proxy pods in about a second because the controller nudges them
+# (controller/src/kube_adapter/nudge.rs), which tests/cluster.rs times on this node.
 # The disk is shared with other work: never evict this node's pods for it.
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
 imageGCHighThresholdPercent: 100

@@ -24,14 +24,11 @@
 //! (`ISTHMUS_KEEP_SCRATCH=1` keeps it).
 
 use crate::flags::{ApiServerAuth, ApiServerFlags, CLUSTER_ISSUER};
-use crate::{free_port, wait_until, CertKey, Scratch, TestPki};
+use crate::{free_port, CertKey, Scratch, TestPki};
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::core::GroupVersionKind;
-use kube::discovery::Scope;
 use kube::{Client, Config};
 use serde_json::{json, Value};
 use std::fmt;
@@ -388,13 +385,9 @@ impl KubeApiServer {
 
     /// [`apply_yaml`](Self::apply_yaml) on a string.
     pub async fn apply_yaml_str(&self, yaml: &str) -> Vec<String> {
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(yaml).unwrap_or_else(|e| panic!("parsing YAML: {e}"));
-        let docs = docs
-            .into_iter()
-            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
-            .collect();
-        self.apply_values(&self.admin().await, docs).await
+        crate::apply::try_apply_yaml(&self.admin().await, yaml, "testkit")
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     async fn apply_values(&self, client: &Client, docs: Vec<Value>) -> Vec<String> {
@@ -497,72 +490,12 @@ async fn start_etcd(bin: &Path, scratch: &Scratch) -> (Child, String) {
     unreachable!()
 }
 
-/// Server-side applies one object; for a CRD, waits until it is Established. Returns
-/// `Kind/namespace/name` or `Kind/name`.
+/// Server-side applies one object (field manager "testkit"); for a CRD, waits until it is
+/// Established. Returns `Kind/namespace/name` or `Kind/name`.
 async fn apply_one(client: &Client, doc: Value) -> String {
-    let api_version = doc["apiVersion"].as_str().unwrap_or_default().to_owned();
-    let kind = doc["kind"].as_str().unwrap_or_default().to_owned();
-    let name = doc["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    assert!(
-        !api_version.is_empty() && !kind.is_empty() && !name.is_empty(),
-        "document without apiVersion, kind or metadata.name: {doc}"
-    );
-    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
-    let gvk = GroupVersionKind::gvk(group, version, &kind);
-    // A kind whose CRD was applied a moment ago may take a moment to be discoverable.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let found = loop {
-        match kube::discovery::pinned_kind(client, &gvk).await {
-            Ok(found) => break found,
-            Err(e) => assert!(
-                Instant::now() < deadline,
-                "discovery of {api_version} {kind}: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    let (ar, caps) = found;
-    let pp = PatchParams::apply("testkit").force().validation_strict();
-    let (api, id): (Api<DynamicObject>, String) = if caps.scope == Scope::Namespaced {
-        let ns = doc["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or("default")
-            .to_owned();
-        (
-            Api::namespaced_with(client.clone(), &ns, &ar),
-            format!("{kind}/{ns}/{name}"),
-        )
-    } else {
-        (Api::all_with(client.clone(), &ar), format!("{kind}/{name}"))
-    };
-    api.patch(&name, &pp, &Patch::Apply(&doc))
+    crate::apply::try_apply(client, &doc, "testkit")
         .await
-        .unwrap_or_else(|e| panic!("applying {id}: {e}"));
-    if kind == "CustomResourceDefinition" && group == "apiextensions.k8s.io" {
-        let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-        wait_until(
-            &format!("{id} Established"),
-            Duration::from_secs(30),
-            || {
-                let crds = crds.clone();
-                let name = name.clone();
-                async move {
-                    crds.get(&name).await.ok().is_some_and(|c| {
-                        c.status
-                            .and_then(|s| s.conditions)
-                            .unwrap_or_default()
-                            .iter()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
-                }
-            },
-        )
-        .await;
-    }
-    id
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A minimal valid etcd-druid `Etcd` (druid.gardener.cloud/v1alpha1) under the pinned CRD:

@@ -37,12 +37,17 @@ pub use netns::Netns;
 mod process;
 pub use process::{free_port, Logged};
 
+mod kubelet_stop;
+pub use kubelet_stop::stop_like_kubelet;
+
 /// A thread's scheduling policy (`/proc`).
 pub mod sched;
 
 /// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
 pub mod link;
 
+/// Server-side apply of one manifest, as an installer does it.
+pub mod apply;
 /// A real kube-apiserver (the pinned build) on a real etcd, with clients for an admin and for
 /// ServiceAccounts under RBAC.
 pub mod kube;

@@ -3,10 +3,10 @@
 //! reconciles etcd-druid (the stand-in, acting on `Deploy`'s own request) made of the wiped
 //! spec, and how long until the step was reached again.
 
-use super::common::druid_standin::{DruidStandIn, Side};
 use super::record::{present, wiped, Recorder, Sample};
-use super::world::{reach, World, SOURCE_ARGS, STEP_TIMEOUT};
+use super::world::{reach, Side, World, SOURCE_ARGS, STEP_TIMEOUT};
 use isthmus_controller::crd::Step;
+use isthmus_seed_world::druid::DruidTask;
 use isthmus_testkit::gardener::GardenerEtcd;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -29,8 +29,9 @@ pub struct Figure {
     pub timestamp: String,
     /// How long from its patch until every removed reassertable field was back.
     pub reasserted: Option<Duration>,
-    /// etcd-druid's reconciles of a generation without them: begun (it acted on that spec,
-    /// with the real druid a StatefulSet update, a roll), and of those finished.
+    /// etcd-druid's reconciles of a generation without them: begun (it handed that spec to
+    /// the StatefulSet, whose pods roll onto it), and of those finished (the members ran it:
+    /// the stand-in's pods rolled onto in-cluster peer URLs only).
     pub wiped_begun: usize,
     pub wiped_finished: usize,
     /// How long from its patch until the step was reached again.
@@ -59,7 +60,7 @@ struct Parts<'a> {
     gardenlet: &'a GardenerEtcd,
     etcd: &'a Recorder,
     status: &'a Recorder,
-    druid: &'a DruidStandIn,
+    druid: &'a DruidTask,
     args: &'static [&'static str],
 }
 
@@ -104,8 +105,7 @@ async fn first(rec: &Recorder, from: usize, what: &str, pred: impl Fn(&Sample) -
 pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figure {
     let p = parts(w, side);
     let (mark, status_mark) = (p.etcd.len(), p.status.len());
-    let reconciled_before = p.druid.reconciled.lock().unwrap().len();
-    let started_before = p.druid.started.lock().unwrap().len();
+    let acted_before = p.druid.generations();
     let out = p.gardenlet.redeploy(p.args).await;
     let ts = out["timestamp"].as_str().unwrap().to_string();
     let before = out["before"].clone();
@@ -131,7 +131,7 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
                 Side::Source => &w.a.admin,
                 Side::Destination => &w.b.admin,
             };
-            reach(admin, step).await;
+            reach(admin, step, &format!("{side:?} after its Deploy")).await;
             at.at.elapsed()
         }
         Some(_) => {
@@ -150,15 +150,16 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
     let last_wiped = back
         .as_ref()
         .map_or(at.generation(), |b| b.generation() - 1);
-    let count = |list: &std::sync::Mutex<Vec<i64>>, from: usize| match back {
+    let acted = p.druid.generations();
+    let count = |list: &[i64], from: usize| match back {
         None => 0,
-        Some(_) => list.lock().unwrap()[from..]
+        Some(_) => list[from..]
             .iter()
             .filter(|g| (at.generation()..=last_wiped).contains(g))
             .count(),
     };
-    let wiped_begun = count(&p.druid.started, started_before);
-    let wiped_finished = count(&p.druid.reconciled, reconciled_before);
+    let wiped_begun = count(&acted.reconciled, acted_before.reconciled.len());
+    let wiped_finished = count(&acted.rolled_out, acted_before.rolled_out.len());
     Figure {
         side,
         step,

@@ -4,18 +4,22 @@
 //! `secrets-manager-use-data-for-name: <config>` when it first generates that config (gardener
 //! v1.149.3 `pkg/utils/secrets/manager/generate.go`, `keepExistingSecretsIfNeeded`), so
 //! `Deploy`'s `etcd-client-<hash>` and `ca-etcd-bundle-<hash>` are issued by this CA, and the
-//! controller reaches the test's etcd with exactly the Secrets the `Etcd` names. Gardener
-//! reads only PKCS#1 RSA keys (`pkg/utils/encoding.go`, `DecodePrivateKey`), which rcgen does
-//! not make: `openssl` does.
+//! controller reaches the test's etcd with exactly the Secrets the `Etcd` names: the members'
+//! certificates are this CA's too, and it is all they trust (the seed world's
+//! `Loopback::cluster_of_ca`). Gardener reads only PKCS#1 RSA keys (`pkg/utils/encoding.go`,
+//! `DecodePrivateKey`), which rcgen does not make: `openssl` does.
 
+use isthmus_seed_world::etcd::MemberCa;
+use isthmus_testkit::Scratch;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
 
-/// The CA, PEM: certificate and PKCS#1 key.
+/// The CA, PEM: certificate and PKCS#1 key, and the directory `openssl` issues in.
 pub struct EtcdCa {
     pub cert: String,
     pub key: String,
+    dir: Scratch,
 }
 
 fn openssl(dir: &Path, args: &[&str]) {
@@ -31,90 +35,38 @@ fn openssl(dir: &Path, args: &[&str]) {
     );
 }
 
-/// Makes the CA in `dir` and, signed by it, the etcd members' certificate for `names` (server
-/// and client, as etcd peers use theirs) over `member.crt`/`member.key`; appends the CA to
-/// `ca.crt`, the bundle every member and `etcdctl` trust (the test's own CA stays in it).
-/// Call before the first member starts (`common::etcd::TestEtcd` reads these files then).
-pub fn issue_for_etcd(dir: &Path, names: &[String]) -> EtcdCa {
-    openssl(
-        dir,
-        &["genrsa", "-traditional", "-out", "gardener-ca.key", "2048"],
-    );
-    openssl(
-        dir,
-        &[
-            "req",
-            "-x509",
-            "-new",
-            "-key",
-            "gardener-ca.key",
-            "-sha256",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=ca-etcd",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-            "-out",
-            "gardener-ca.crt",
-        ],
-    );
-    openssl(dir, &["genrsa", "-out", "member.key", "2048"]);
-    openssl(
-        dir,
-        &[
-            "req",
-            "-new",
-            "-key",
-            "member.key",
-            "-subj",
-            "/CN=etcd-member",
-            "-out",
-            "member.csr",
-        ],
-    );
-    let sans: Vec<String> = names
-        .iter()
-        .map(|n| format!("DNS:{n}"))
-        .chain(["DNS:localhost".into(), "IP:127.0.0.1".into()])
-        .collect();
-    let ext = format!(
-        "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n",
-        sans.join(",")
-    );
-    std::fs::write(dir.join("member.ext"), ext).unwrap();
-    openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "member.csr",
-            "-CA",
-            "gardener-ca.crt",
-            "-CAkey",
-            "gardener-ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-sha256",
-            "-extfile",
-            "member.ext",
-            "-out",
-            "member.crt",
-        ],
-    );
-    let cert = std::fs::read_to_string(dir.join("gardener-ca.crt")).unwrap();
-    let key = std::fs::read_to_string(dir.join("gardener-ca.key")).unwrap();
-    let mut bundle = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
-    bundle.push_str(&cert);
-    std::fs::write(dir.join("ca.crt"), bundle).unwrap();
-    EtcdCa { cert, key }
-}
-
 impl EtcdCa {
+    /// A new `ca-etcd`.
+    pub fn new() -> Self {
+        let dir = Scratch::new("ca-etcd");
+        let d = dir.path();
+        openssl(d, &["genrsa", "-traditional", "-out", "ca.key", "2048"]);
+        openssl(
+            d,
+            &[
+                "req",
+                "-x509",
+                "-new",
+                "-key",
+                "ca.key",
+                "-sha256",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=ca-etcd",
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+                "-out",
+                "ca.crt",
+            ],
+        );
+        let cert = std::fs::read_to_string(dir.join("ca.crt")).unwrap();
+        let key = std::fs::read_to_string(dir.join("ca.key")).unwrap();
+        EtcdCa { cert, key, dir }
+    }
+
     /// The Secret the secrets manager takes `ca-etcd`'s data from.
     pub fn takeover_secret(&self, namespace: &str) -> Value {
         json!({
@@ -123,5 +75,65 @@ impl EtcdCa {
                          "labels": {"secrets-manager-use-data-for-name": "ca-etcd"}},
             "stringData": {"ca.crt": self.cert, "ca.key": self.key},
         })
+    }
+}
+
+impl MemberCa for EtcdCa {
+    fn ca_pem(&self) -> String {
+        self.cert.clone()
+    }
+
+    /// An etcd member's certificate for `names` (server and client, as etcd peers use theirs).
+    fn peer_pem(&self, names: &[&str]) -> (String, String) {
+        let d = self.dir.path();
+        openssl(d, &["genrsa", "-out", "member.key", "2048"]);
+        openssl(
+            d,
+            &[
+                "req",
+                "-new",
+                "-key",
+                "member.key",
+                "-subj",
+                "/CN=etcd-member",
+                "-out",
+                "member.csr",
+            ],
+        );
+        let sans: Vec<String> = names
+            .iter()
+            .map(|n| match n.parse::<std::net::IpAddr>() {
+                Ok(_) => format!("IP:{n}"),
+                Err(_) => format!("DNS:{n}"),
+            })
+            .collect();
+        let ext = format!(
+            "subjectAltName={}\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=critical,digitalSignature,keyEncipherment\nbasicConstraints=CA:FALSE\n",
+            sans.join(",")
+        );
+        std::fs::write(d.join("member.ext"), ext).unwrap();
+        openssl(
+            d,
+            &[
+                "x509",
+                "-req",
+                "-in",
+                "member.csr",
+                "-CA",
+                "ca.crt",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-sha256",
+                "-extfile",
+                "member.ext",
+                "-out",
+                "member.crt",
+            ],
+        );
+        let read = |f: &str| std::fs::read_to_string(d.join(f)).unwrap();
+        (read("member.crt"), read("member.key"))
     }
 }

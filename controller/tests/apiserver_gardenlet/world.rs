@@ -1,42 +1,47 @@
 //! Two seeds whose `Etcd`s gardenlet's own code writes: each a real kube-apiserver with the
 //! pinned CRDs and `deploy/`'s RBAC, the controller as its ServiceAccount, the etcd-druid and
-//! DNS provider stand-ins of `common/`, and one real etcd cluster. The source `Etcd` is
+//! DNS provider stand-ins of the seed world (`isthmus_seed_world`), and one real etcd cluster
+//! (its `Loopback`). The source `Etcd` is
 //! created by Gardener v1.149.3's `Deploy` (the `gardener-etcd` harness, `--replicas 1`: one
 //! source member here); the destination's `etcdTemplate` is what that `Deploy` writes in the
 //! destination namespace (deployed once, read, deleted: isthmus creates the `Etcd`). Both
 //! namespaces' secrets managers issue from one `ca-etcd` (`pki`), as a migrated shoot keeps it.
 
-use super::common::druid_standin::{DruidStandIn, Side};
-use super::common::etcd::{free_run, MemberDef, TestEtcd};
-use super::common::seed::Seed;
-use super::common::{spec, NS};
-use super::pki;
+use super::common::NS;
+use super::pki::EtcdCa;
 use super::record::Recorder;
-use isthmus_controller::crd::{
-    EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, PortScheme, Role, Step,
-};
+pub use super::two_seeds::*;
+use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, EtcdTemplate, MemberUrls, Step};
 use isthmus_controller::gardener::{etcd_client_tls, etcd_resource};
-use isthmus_controller::plan;
+use isthmus_seed_world::druid::{DruidTask, EtcdDruid};
+use isthmus_seed_world::etcd::{Cluster, Loopback};
+use isthmus_seed_world::seed::Seed;
 use isthmus_testkit::gardener::{self as gardener, GardenerEtcd};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Client;
 use serde_json::{json, Value};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
-pub const STEP_TIMEOUT: Duration = Duration::from_secs(90);
 /// The source's `Deploy` flags: one replica (one source member here), HA (peer TLS).
 pub const SOURCE_ARGS: &[&str] = &["--replicas", "1"];
+
+/// Which seed's `Etcd`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Source,
+    Destination,
+}
 
 pub struct World {
     pub a: Seed,
     pub b: Seed,
-    pub etcd: Arc<Mutex<TestEtcd>>,
+    pub etcd: Arc<Mutex<Cluster>>,
     pub src: EtcdMigrationSpec,
     pub dst: EtcdMigrationSpec,
-    pub druid_a: DruidStandIn,
-    pub druid_b: DruidStandIn,
+    pub druid_a: DruidTask,
+    pub druid_b: DruidTask,
     pub gardenlet_a: GardenerEtcd,
     pub gardenlet_b: GardenerEtcd,
     /// Every version of each seed's `Etcd` and `EtcdMigration`.
@@ -53,32 +58,6 @@ impl Drop for World {
             c.abort();
         }
     }
-}
-
-/// The two specs with ports on free loopback ports, the source with one member.
-fn specs() -> (EtcdMigrationSpec, EtcdMigrationSpec) {
-    let pa = free_run(1);
-    let pb = loop {
-        let p = free_run(3);
-        if p.abs_diff(pa) > 300 {
-            break p;
-        }
-    };
-    let mut src = spec(Role::Source, Step::Expose);
-    src.members = 1;
-    src.ports = PortScheme {
-        peer_base: pa,
-        client_base: pa - 100,
-    };
-    let mut dst = spec(Role::Destination, Step::Expose);
-    dst.ports = PortScheme {
-        peer_base: pb,
-        client_base: pb - 100,
-    };
-    if let Some(d) = dst.destination.as_mut() {
-        d.source_members = Vec::new();
-    }
-    (src, dst)
 }
 
 fn etcds(c: &Client) -> Api<DynamicObject> {
@@ -103,7 +82,7 @@ fn client_secrets(spec: &Value) -> Vec<String> {
 
 impl World {
     /// The seeds, the source `Etcd` deployed by Gardener, the stand-ins and one controller
-    /// per seed; `promote: false` holds the destination members' promotion (an abort case).
+    /// per seed; `promote: false` holds the joining members' promotion (an abort case).
     pub async fn start(promote: bool) -> World {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(
@@ -112,23 +91,14 @@ impl World {
             .with_test_writer()
             .try_init();
         let (src, mut dst) = specs();
-        let defs: Vec<MemberDef> = plan::members(&src, NS)
-            .into_iter()
-            .chain(plan::members(&dst, NS))
-            .map(|m| MemberDef {
-                name: m.member.clone(),
-                dns: m.dns_name.clone(),
-                peer_port: m.peer_port,
-                client_port: m.client_port,
-            })
-            .collect();
-        let names: Vec<String> = defs.iter().map(|d| d.dns.clone()).collect();
-        let mut etcd = TestEtcd::new(defs);
-        let ca = pki::issue_for_etcd(etcd.dir.path(), &names);
-        etcd.start("etcd-main-0", &["etcd-main-0"], "new");
-        etcd.wait_healthy();
-        let connect = etcd.connect_to();
-        let etcd = Arc::new(Mutex::new(etcd));
+        let members = members(&src, &dst);
+        let ca = EtcdCa::new();
+        let (mut cluster, connect) = Loopback::cluster_of_ca(&members, NS, "etcd-main", &ca);
+        // The source's one member, as druid runs it before any migration.
+        cluster.bootstrap(&["etcd-main-0".into()]).await.unwrap();
+        // Learners stay learners: the window an abort needs.
+        cluster.hold_promotion = !promote;
+        let etcd = Arc::new(Mutex::new(cluster));
         let (mut a, mut b) = tokio::join!(
             Seed::start("seed-a", "203.0.113.7", NS),
             Seed::start("seed-b", "198.51.100.9", NS)
@@ -169,24 +139,7 @@ impl World {
         for s in [&mut a, &mut b] {
             s.dns_provider(NS);
         }
-        let sources = vec!["etcd-main-0".to_string()];
-        let druid_a = DruidStandIn::start(
-            a.admin.clone(),
-            NS,
-            Side::Source,
-            etcd.clone(),
-            sources.clone(),
-        );
-        let druid_b = DruidStandIn::start(
-            b.admin.clone(),
-            NS,
-            Side::Destination,
-            etcd.clone(),
-            sources,
-        );
-        druid_b
-            .promote
-            .store(promote, std::sync::atomic::Ordering::SeqCst);
+        let (druid_a, druid_b) = druids(&a, &b, &etcd);
         let mig = kube::core::ApiResource::erase::<EtcdMigration>(&());
         let recorder = |c: &Client, r: &kube::core::ApiResource, name: &str| {
             Recorder::start(Api::namespaced_with(c.clone(), NS, r), name)
@@ -231,8 +184,8 @@ impl World {
                 .await
                 .unwrap();
         }
-        let s = reach(&self.a.admin, Step::Expose).await;
-        reach(&self.b.admin, Step::Expose).await;
+        let s = reach(&self.a.admin, Step::Expose, "source").await;
+        reach(&self.b.admin, Step::Expose, "destination").await;
         let exposed: Vec<MemberUrls> = serde_json::from_value(s["exposedMembers"].clone()).unwrap();
         let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
         migrations(&self.b.admin)
@@ -249,89 +202,16 @@ impl World {
             (Side::Source, &self.druid_a),
             (Side::Destination, &self.druid_b),
         ] {
-            for v in d.violations.lock().unwrap().iter() {
+            for v in d.violations() {
                 let gardenlets = gardenlet_generations.iter().any(|(s, g)| {
-                    *s == side && v.ends_with(&format!("generation {g}, already reconciled"))
+                    *s == side
+                        && v.ends_with(&format!("generation {g}, which etcd-druid had reconciled"))
                 });
                 if !gardenlets {
-                    out.push(v.clone());
+                    out.push(v);
                 }
             }
         }
         out
     }
-}
-
-pub fn migrations(c: &Client) -> Api<EtcdMigration> {
-    Api::namespaced(c.clone(), NS)
-}
-
-pub async fn set_step(c: &Client, step: Step) {
-    let patch = json!({"spec": {"step": step}});
-    migrations(c)
-        .patch("shoot", &PatchParams::default(), &Patch::Merge(patch))
-        .await
-        .unwrap();
-}
-
-pub async fn status(c: &Client) -> Value {
-    let m = migrations(c).get("shoot").await.unwrap();
-    serde_json::to_value(m.status.unwrap_or_default()).unwrap()
-}
-
-pub fn condition(status: &Value, t: &str) -> Option<(String, String)> {
-    status["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == t)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or_default().to_string(),
-                c["reason"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-}
-
-/// Waits until `step` is planned and reached; returns the status.
-pub async fn reach(c: &Client, step: Step) -> Value {
-    let want = serde_json::to_value(step).unwrap();
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        if s["step"] == want && s["stepReady"] == true {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{step:?} not reached after {STEP_TIMEOUT:?}: {s:#}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until condition `t` is `want` (status, reason); returns the status.
-pub async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
-    let deadline = Instant::now() + STEP_TIMEOUT;
-    loop {
-        let s = status(c).await;
-        let have = condition(&s, t);
-        if have.as_ref().map(|(a, b)| (a.as_str(), b.as_str())) == Some(want) {
-            return s;
-        }
-        assert!(Instant::now() < deadline, "{t} never {want:?}: {s:#}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// etcd's members as (name, learner), sorted.
-pub fn members_of(etcd: &Mutex<TestEtcd>) -> Vec<(String, bool)> {
-    let mut m: Vec<(String, bool)> = etcd
-        .lock()
-        .unwrap()
-        .members()
-        .into_iter()
-        .map(|m| (m.1, m.3))
-        .collect();
-    m.sort();
-    m
 }

@@ -5,10 +5,6 @@
 #![allow(dead_code)]
 
 pub mod apiserver;
-pub mod druid_scale;
-pub mod druid_standin;
-pub mod etcd;
-pub mod seed;
 
 use isthmus_controller::crd::{
     DestinationSpec, DnsProvider, DruidApi, EtcdMigrationSpec, EtcdTemplate, MemberUrls, ObjectRef,

@@ -6,12 +6,12 @@
 
 use super::files::Files;
 use crate::error::{Error, Result};
-use crate::seeds::{run, Seed};
+use crate::seeds::Seed;
 use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags};
 use kube::Client;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -142,29 +142,12 @@ impl ApiServer {
         let Some(mut child) = self.child.take() else {
             return Ok("not running".into());
         };
-        let t0 = Instant::now();
-        run(Command::new("kill").args(["-TERM", &child.id().to_string()]))?;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    return Ok(format!(
-                        "SIGTERM, exited ({status}) after {:.1} s",
-                        t0.elapsed().as_secs_f64()
-                    ))
-                }
-                Ok(None) if t0.elapsed() < GRACE => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                _ => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Ok(format!(
-                        "SIGTERM, then SIGKILL after the {} s grace period",
-                        GRACE.as_secs()
-                    ));
-                }
-            }
-        }
+        isthmus_testkit::stop_like_kubelet(&mut child, GRACE)
+            .await
+            .map_err(|e| Error::Command {
+                command: "stopping kube-apiserver".into(),
+                detail: e.to_string(),
+            })
     }
 }
 

@@ -11,16 +11,10 @@ use crate::pki;
 use crate::seeds::Seed;
 use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags, CLUSTER_ISSUER};
 use isthmus_testkit::kube::service_account_token;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
-use kube::discovery::Scope;
 use kube::Client;
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::Duration;
-use tokio::time::Instant;
 
 /// The seed API's port on the seed's address (the shoot's kube-apiserver has 6443).
 pub const PORT: u16 = 7443;
@@ -118,57 +112,6 @@ impl SeedApi {
         let s = ApiServer::spawn(&self.bin, seed, addr, &self.args, log, &self.admin).await?;
         self.server = Some(s);
         Ok(how)
-    }
-
-    /// Applies every document of a multi-document YAML text (server-side apply as the
-    /// installer would, strict field validation); CRDs are waited for until discoverable.
-    pub async fn apply_yaml(&self, what: &str, yaml: &str) -> Result<()> {
-        let docs: Vec<Value> =
-            serde_saphyr::from_multiple(yaml).map_err(|e| Error::State(format!("{what}: {e}")))?;
-        for doc in docs
-            .into_iter()
-            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty()))
-        {
-            self.apply(&doc)
-                .await
-                .map_err(|e| Error::State(format!("{what}: {e}")))?;
-        }
-        Ok(())
-    }
-
-    /// Server-side applies one object as admin (field manager `isthmus-lab`).
-    pub async fn apply(&self, doc: &Value) -> Result<()> {
-        let api_version = doc["apiVersion"].as_str().unwrap_or_default();
-        let kind = doc["kind"].as_str().unwrap_or_default();
-        let name = doc["metadata"]["name"].as_str().unwrap_or_default();
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let gvk = GroupVersionKind::gvk(group, version, kind);
-        // A kind whose CRD was applied a moment ago takes a moment to be discoverable.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let (ar, caps) = loop {
-            match kube::discovery::pinned_kind(&self.admin, &gvk).await {
-                Ok(found) => break found,
-                Err(e) if Instant::now() > deadline => {
-                    return Err(Error::State(format!(
-                        "discovery of {api_version} {kind}: {e}"
-                    )))
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        };
-        let api: Api<DynamicObject> = if caps.scope == Scope::Namespaced {
-            let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
-            Api::namespaced_with(self.admin.clone(), ns, &ar)
-        } else {
-            Api::all_with(self.admin.clone(), &ar)
-        };
-        let pp = PatchParams::apply("isthmus-lab")
-            .force()
-            .validation_strict();
-        api.patch(name, &pp, &Patch::Apply(doc))
-            .await
-            .map_err(|e| Error::State(format!("applying {kind} {name}: {e}")))?;
-        Ok(())
     }
 
     /// A kubeconfig (bearer token from a TokenRequest) for ServiceAccount `namespace/name`:

@@ -1,10 +1,10 @@
-//! The gardenlet stand-in: what Gardener's gardenlet does to the `EtcdMigration` objects of a
-//! live migration, through the seeds' APIs only. It creates the source's `Etcd` (gardenlet owns
-//! it before any migration), both `EtcdMigration`s with the controller's access grant in the
-//! shoot namespace (`isthmus_controller::access`), advances `spec.step` and copies the
-//! source's `status.exposedMembers` into the destination's `spec.destination.sourceMembers`.
-//! Waiting for `status.stepReady` (running the other stand-ins meanwhile) is the driver's
-//! loop (`super`).
+//! The gardenlet stand-in in the lab's run (the seed world's `gardenlet`, the one the
+//! controller's tests use, through the seeds' APIs only): it creates the source's `Etcd`
+//! (gardenlet owns it before any migration), both `EtcdMigration`s with the controller's
+//! access grant in the shoot namespace, advances `spec.step` and copies the source's
+//! `status.exposedMembers` into the destination's `spec.destination.sourceMembers`, each noted
+//! in the record; and it tries one invalid `EtcdMigration`. Waiting for `status.stepReady`
+//! (running the other stand-ins meanwhile) is the driver's loop (`super`).
 
 use super::{Controllers, MIGRATION, SYSTEM};
 use crate::error::{Error, Result};
@@ -12,13 +12,13 @@ use crate::lab::Lab;
 use crate::side::Side;
 use crate::specs::{self, NAMESPACE};
 use isthmus_controller::crd::{EtcdMigration, EtcdMigrationSpec, EtcdTemplate, ObjectRef, Step};
-use kube::api::{Api, Patch, PatchParams};
-use serde_json::json;
+use isthmus_seed_world::gardenlet;
+use kube::api::Api;
 
 /// `side`'s spec as gardenlet writes it for the seeds' real API servers: the lab's spec
 /// (etcd-druid's newer `additionalAdvertisedURLs` with `overrideDefaultURL`, see
-/// `super::install::with_advertised_urls` for why), the proxy's Service in the controller's
-/// namespace, and a destination template the pinned CRD accepts.
+/// `isthmus_seed_world::setup::with_advertised_urls` for why), the proxy's Service in the
+/// controller's namespace, and a destination template the pinned CRD accepts.
 pub fn spec(side: Side, step: Step) -> EtcdMigrationSpec {
     let mut s = specs::spec(side, step);
     s.load_balancer = ObjectRef {
@@ -53,31 +53,16 @@ impl Controllers {
     /// at `Expose`, then tries an invalid one.
     pub(super) async fn gardenlet_create(&mut self, lab: &mut Lab) -> Result<()> {
         let etcd = isthmus_testkit::minimal_etcd(specs::ETCD, NAMESPACE, 3);
-        let seeds = &self.plane.seeds;
-        seeds[Side::Source.index()].api.apply(&etcd).await?;
+        gardenlet::create_etcd(&self.plane.admin(Side::Source), &etcd).await?;
+        // With the migration, gardenlet grants the controller access in the shoot's
+        // namespace: its writes there and the etcd client Secrets its `Etcd` names
+        // (deploy/examples/).
+        let secrets = gardenlet::client_secrets(&etcd["spec"], NAMESPACE)?;
         for side in Side::BOTH {
             let s = spec(side, Step::Expose);
-            // With the migration, gardenlet grants the controller access in the shoot's
-            // namespace: its writes there and the etcd client Secrets its `Etcd` names
-            // (deploy/examples/).
-            let subject = isthmus_controller::access::Subject {
-                namespace: SYSTEM.into(),
-                name: "isthmus-controller".into(),
-            };
-            let tls = isthmus_controller::gardener::etcd_client_tls(&etcd["spec"], NAMESPACE)
-                .map_err(|e| Error::State(format!("gardenlet stand-in: {e}")))?;
-            let api = &seeds[side.index()].api;
-            let grant =
-                isthmus_controller::access::grant(&s, NAMESPACE, &subject, &tls.secret_names());
-            for doc in grant {
-                api.apply(&doc).await?;
-            }
-            let obj = json!({
-                "apiVersion": "isthmus.dev/v1alpha1", "kind": "EtcdMigration",
-                "metadata": {"name": MIGRATION, "namespace": NAMESPACE},
-                "spec": s,
-            });
-            api.apply(&obj).await?;
+            let admin = self.plane.admin(side);
+            gardenlet::grant(&admin, &s, NAMESPACE, &secrets).await?;
+            gardenlet::create_migration(&admin, NAMESPACE, MIGRATION, &s).await?;
             self.migrations[side.index()].spec = s;
         }
         lab.record
@@ -113,11 +98,7 @@ impl Controllers {
         side: Side,
         step: Step,
     ) -> Result<()> {
-        let patch = json!({"spec": {"step": step}});
-        self.migration_api(side)
-            .patch(MIGRATION, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| kube(&format!("setting step {step:?}"), e))?;
+        gardenlet::set_step(&self.plane.admin(side), NAMESPACE, MIGRATION, step).await?;
         self.migrations[side.index()].spec.step = step;
         lab.record.event(format!(
             "gardenlet stand-in: {} step {step:?}",
@@ -128,17 +109,11 @@ impl Controllers {
 
     /// Copies the source's `status.exposedMembers` into the destination's spec.
     pub(super) async fn gardenlet_copy_members(&mut self, lab: &mut Lab) -> Result<()> {
-        let src = self
-            .migration_api(Side::Source)
-            .get(MIGRATION)
-            .await
-            .map_err(|e| kube("reading the source", e))?;
-        let exposed = src.status.unwrap_or_default().exposed_members;
-        let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}});
-        self.migration_api(Side::Destination)
-            .patch(MIGRATION, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|e| kube("copying sourceMembers", e))?;
+        let (src, dst) = (
+            self.plane.admin(Side::Source),
+            self.plane.admin(Side::Destination),
+        );
+        let exposed = gardenlet::copy_exposed_members(&src, &dst, NAMESPACE, MIGRATION).await?;
         let dest = &mut self.migrations[Side::Destination.index()].spec;
         if let Some(d) = dest.destination.as_mut() {
             d.source_members = exposed.clone();

@@ -1,12 +1,14 @@
 //! The controllers driver (`--controllers`): each seed gets its own real kube-apiserver
 //! (`apiserver.rs`) with the pinned upstream CRDs (etcd-druid's `Etcd`, Gardener's
-//! `DNSRecord`), isthmus' `EtcdMigration` CRD and `deploy/`'s RBAC (`install.rs`), and runs
+//! `DNSRecord`), isthmus' `EtcdMigration` CRD and `deploy/`'s RBAC (the seed world's set-up,
+//! the one the controller's tests install), and runs
 //! the production `isthmus controller` (`controller.rs`) as its ServiceAccount (`plane.rs`).
 //! The controller plans and writes the objects; stand-ins for the controllers that cannot run
 //! here act on them, each only through the API:
 //!
 //! - kubelet (`kubelet.rs`): the route ConfigMap → the proxy's volume (`..data` swap);
-//! - etcd-druid (`druid.rs`) and the DNS provider (`standins.rs`): `Etcd` → etcd members,
+//! - etcd-druid (the seed world's stand-in, `isthmus_seed_world::druid`, the one the
+//!   controller's tests run) and the DNS provider (`standins.rs`): `Etcd` → etcd members,
 //!   `DNSRecord` → the seeds' hosts files, each writing the status its real counterpart
 //!   writes (etcd-druid acting only on a reconcile request, as Gardener deploys it);
 //! - gardenlet (`gardenlet.rs`): creates both `EtcdMigration`s, advances their steps, copies
@@ -16,10 +18,8 @@
 
 pub mod apiserver;
 pub mod controller;
-pub mod druid;
 mod faults;
 pub mod gardenlet;
-mod install;
 pub mod kubelet;
 pub mod plane;
 pub mod record;
@@ -34,11 +34,12 @@ use crate::options::{Options, Scenario};
 use crate::proxy::{self, SeedProxy};
 use crate::report::CONTROLLED_STAND_INS;
 use crate::side::Side;
+use crate::specs;
 use crate::topology::Topology;
 use crate::world::World;
-use druid::DruidState;
 use isthmus_controller::crd::{EtcdMigration, Step};
 use isthmus_controller::proxy_config::CONFIG_KEY;
+use isthmus_seed_world::druid::DruidStandIn;
 use plane::ControlPlane;
 use record::ControlRecord;
 use std::time::Duration;
@@ -62,8 +63,8 @@ pub struct Controllers {
     plane: ControlPlane,
     /// Each seed's migration as gardenlet set it and the stand-ins last saw it.
     migrations: [Migration; 2],
-    /// The etcd-druid stand-in's memory per seed.
-    druid: [DruidState; 2],
+    /// The etcd-druid stand-in of each seed.
+    druid: [DruidStandIn; 2],
     /// Conditions per seed as last seen (`type` → `status (reason)`), for the timeline.
     conditions: [Vec<(String, String)>; 2],
     /// The Lease holder last seen per seed.
@@ -82,7 +83,7 @@ impl Driver for Controllers {
             _ingress: ingress,
             plane,
             migrations: Migration::both(topo),
-            druid: Default::default(),
+            druid: Side::BOTH.map(|s| DruidStandIn::new(specs::ETCD, specs::seed_name(s))),
             conditions: Default::default(),
             holders: Default::default(),
             seen: ControlRecord::default(),

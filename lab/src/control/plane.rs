@@ -5,12 +5,14 @@
 
 use super::apiserver::SeedApi;
 use super::controller::Replica;
-use super::install::install;
 use super::kubelet::Volume;
 use super::SYSTEM;
 use crate::error::{Error, Result};
+use crate::seeds::Seed;
 use crate::side::Side;
+use crate::specs::NAMESPACE;
 use crate::topology::Topology;
+use isthmus_seed_world::setup::{self, Setup};
 use std::path::{Path, PathBuf};
 
 /// One seed's control plane.
@@ -122,4 +124,31 @@ impl ControlPlane {
             .find(|r| r.identity == identity)
             .ok_or_else(|| Error::State(format!("{identity} is not a lab replica")))
     }
+}
+
+/// What a seed has before any migration (the seed world's set-up, with etcd-druid's newer
+/// `additionalAdvertisedURLs` declared: the lab's specs use its `overrideDefaultURL`), and the
+/// shoot's etcd client Secrets from the lab's certificates in `dir`. (gardenlet creates the
+/// source's `Etcd`, `super::gardenlet`.)
+async fn install(api: &SeedApi, seed: &Seed, dir: &Path) -> Result<()> {
+    let lb = seed.seed_ip.to_string();
+    let s = Setup {
+        namespace: NAMESPACE,
+        lb: &lb,
+        node: &seed.label,
+        newer_advertised_urls: true,
+    };
+    setup::install(&api.admin, &s).await?;
+    let read = |f: &str| {
+        let p = dir.join(f);
+        std::fs::read_to_string(&p).map_err(|e| Error::io(p.display(), e))
+    };
+    let (ca, cert, key) = (
+        read("ca.crt")?,
+        read("etcd-client.crt")?,
+        read("etcd-client.key")?,
+    );
+    let secret = isthmus_testkit::gardener::ETCD_CLIENT_SECRET;
+    setup::etcd_client_secrets(&api.admin, NAMESPACE, secret, (&ca, &cert, &key)).await?;
+    Ok(())
 }

@@ -2,19 +2,20 @@
 //! the seeds' APIs (and etcd's own API, as etcd-druid does):
 //!
 //! - kubelet: the route ConfigMap → the proxy's volume (`kubelet.rs`);
-//! - the DNS provider: every `DNSRecord` of both seeds → both seeds' hosts files (the lab's DNS,
-//!   split horizon, `crate::world::hosts`), then `status.observedGeneration` and
-//!   `lastOperation: Succeeded`, and the `gardener.cloud/operation` annotation taken away;
-//! - etcd-druid (`druid.rs`): the `Etcd`, on a reconcile request only → membership
-//!   operations and rolling updates (`crate::druid`, `crate::rolling`: the same code the
-//!   planner-driven runs use), then the status etcd-druid writes.
+//! - the DNS provider (the seed world's, `isthmus_seed_world::dns`, the one the controller's
+//!   tests run): a due `DNSRecord`'s `gardener.cloud/operation` annotation taken away, every
+//!   `DNSRecord` of both seeds → both seeds' hosts files (the lab's DNS, split horizon,
+//!   `crate::world::hosts`), then `status.observedGeneration` and `lastOperation: Succeeded`;
+//! - etcd-druid (the seed world's `DruidStandIn`, the one the controller's tests run): the
+//!   `Etcd`, on a reconcile request only → its pods' membership operations and rolling
+//!   updates (`isthmus_seed_world::druid::pods`: the same code the planner-driven runs use),
+//!   and the status etcd-druid writes.
 //!
 //! Every change a stand-in sees is recorded (the report's list of what the controllers wrote),
 //! and so is every condition change of both migrations (the condition timeline) and every
 //! change of the controllers' Lease holders.
 
-use super::{druid, Controllers, MIGRATION, ROUTES, SYSTEM};
-use crate::clock;
+use super::{Controllers, MIGRATION, ROUTES, SYSTEM};
 use crate::error::{Error, Result};
 use crate::lab::Lab;
 use crate::report::Event;
@@ -22,10 +23,12 @@ use crate::side::Side;
 use crate::specs::{self, NAMESPACE};
 use crate::world::hosts;
 use isthmus_controller::crd::EtcdMigration;
-use isthmus_controller::gardener::{dnsrecord_observe, dnsrecord_resource, etcd_resource};
+use isthmus_controller::gardener::{dnsrecord_resource, etcd_observe, etcd_resource};
+use isthmus_controller::plan::DnsRecordObs;
+use isthmus_seed_world::dns;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use serde_json::json;
+use kube::api::{Api, DynamicObject};
+use std::collections::BTreeMap;
 
 fn kube(what: &str, e: kube::Error) -> Error {
     Error::State(format!("{what}: {e}"))
@@ -89,35 +92,26 @@ impl Controllers {
         Ok(())
     }
 
+    /// The DNS provider (the seed world's, `isthmus_seed_world::dns`) over both seeds, whose
+    /// zone is both seeds' hosts files: every due record's request taken, the hosts files
+    /// rewritten when the records changed, then each due record reported written.
     async fn dns_provider(&mut self, lab: &mut Lab) -> Result<()> {
         let mut changed = false;
-        let mut pending = Vec::new();
+        let mut due = Vec::new();
         for side in Side::BOTH {
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(self.plane.admin(side), NAMESPACE, &dnsrecord_resource());
-            let list = api
-                .list(&Default::default())
-                .await
-                .map_err(|e| kube("listing DNSRecords", e))?;
-            let mut records = std::collections::BTreeMap::new();
-            for r in list.items {
-                let v = serde_json::to_value(&r).map_err(|e| Error::State(e.to_string()))?;
-                let obs = dnsrecord_observe(&v);
-                let name = r.metadata.name.clone().unwrap_or_default();
-                if !obs.ready() || obs.operation.is_some() {
-                    pending.push((side, name.clone(), obs.generation, obs.operation.is_some()));
-                }
-                records.insert(name, obs);
+            let api = self.dns_api(side);
+            let records = dns::records(&api).await?;
+            for r in records.iter().filter(|r| r.due()) {
+                dns::take_request(&api, r).await?;
+                due.push((side, r.clone()));
             }
+            let records: BTreeMap<String, DnsRecordObs> =
+                records.into_iter().map(|r| (r.name, r.obs)).collect();
             let obs = &mut self.migrations[side.index()].obs;
-            let before: Vec<(&String, i64)> = obs
-                .dns_records
-                .iter()
-                .map(|(n, r)| (n, r.generation))
-                .collect();
-            let after: Vec<(&String, i64)> =
-                records.iter().map(|(n, r)| (n, r.generation)).collect();
-            if before != after {
+            let generations = |m: &BTreeMap<String, DnsRecordObs>| -> Vec<(String, i64)> {
+                m.iter().map(|(n, r)| (n.clone(), r.generation)).collect()
+            };
+            if generations(&obs.dns_records) != generations(&records) {
                 changed = true;
                 let names: Vec<String> = records.values().map(|r| r.spec.name.clone()).collect();
                 obs.dns_records = records;
@@ -128,53 +122,42 @@ impl Controllers {
             hosts::write(&lab.world.topo, &self.migrations)?;
         }
         // Only once the hosts files say so is a record reported written.
-        for (side, name, generation, annotated) in pending {
-            self.dns_written(side, &name, generation, annotated).await?;
+        for (side, r) in due {
+            dns::succeeded(&self.dns_api(side), &r, "both seeds' hosts files").await?;
         }
         Ok(())
     }
 
-    /// The DNS provider's answer for record `name` of `side`: `Succeeded` for `generation`,
-    /// and the operation annotation taken away if it carried one.
-    async fn dns_written(
-        &self,
-        side: Side,
-        name: &str,
-        generation: i64,
-        annotated: bool,
-    ) -> Result<()> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.plane.admin(side), NAMESPACE, &dnsrecord_resource());
-        let status = json!({
-            "apiVersion": "extensions.gardener.cloud/v1alpha1", "kind": "DNSRecord",
-            "status": {"observedGeneration": generation, "lastOperation": {
-                "type": "Reconcile", "state": "Succeeded", "progress": 100,
-                "description": "hosts files written (DNS provider stand-in)",
-                "lastUpdateTime": clock::now()}},
-        });
-        let pp = PatchParams::apply("dns-provider-stand-in").force();
-        api.patch_status(name, &pp, &Patch::Apply(status))
-            .await
-            .map_err(|e| kube("DNSRecord status", e))?;
-        if annotated {
-            let drop_op = json!({"metadata": {"annotations": {"gardener.cloud/operation": null}}});
-            api.patch(name, &PatchParams::default(), &Patch::Merge(drop_op))
-                .await
-                .map_err(|e| kube("DNSRecord annotation", e))?;
-        }
-        Ok(())
+    fn dns_api(&self, side: Side) -> Api<DynamicObject> {
+        Api::namespaced_with(self.plane.admin(side), NAMESPACE, &dnsrecord_resource())
     }
 
-    /// One pass of the etcd-druid stand-in (`druid.rs`) over `side`, recorded.
+    /// One pass of the etcd-druid stand-in over `side`; a new generation of the `Etcd` (or
+    /// its deletion) and every breach of the contract recorded.
     async fn druid_tick(&mut self, lab: &mut Lab, side: Side) -> Result<()> {
         let api: Api<DynamicObject> =
             Api::namespaced_with(self.plane.admin(side), NAMESPACE, &etcd_resource());
         let i = side.index();
-        let mut state = std::mem::take(&mut self.druid[i]);
-        let pass = druid::pass(lab, &mut self.migrations[i], side, &api, &mut state).await;
-        self.druid[i] = state;
-        let pass = pass?;
-        for w in pass.written {
+        let etcd = &mut lab.world.etcd;
+        let pass = self.druid[i].pass(&api, etcd, &mut lab.record).await?;
+        let m = &mut self.migrations[i];
+        let seen = pass.etcd.map(|v| etcd_observe(&v, m.spec.druid_api));
+        let written = match (&m.obs.etcd, &seen) {
+            (Some(_), None) => Some("Etcd deleted".to_string()),
+            (before, Some(e)) if before.as_ref().map(|b| b.generation) != Some(e.generation) => {
+                let f = &e.fields;
+                Some(format!(
+                    "Etcd generation {}: replicas {:?}, {} bootstrap members, {} advertised URLs",
+                    e.generation,
+                    f.replicas,
+                    f.bootstrap_members.len(),
+                    f.advertise.len()
+                ))
+            }
+            _ => None,
+        };
+        m.obs.etcd = seen;
+        if let Some(w) = written {
             self.written(lab, side, w);
         }
         for v in pass.violations {

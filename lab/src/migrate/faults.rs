@@ -111,32 +111,20 @@ impl<D: Driver> Run<D> {
     /// `kill -9` of the current leader, then, after `down`, the restart kubelet would do: the
     /// same member on its data directory.
     async fn kill_leader_and_restart(&mut self, down: Duration) -> Result<()> {
-        let w = &mut self.lab.world;
-        let leader = etcd::leader(&w.voter_urls()).await?;
-        let m = w
-            .etcd
-            .members
-            .iter()
-            .copied()
-            .find(|m| m.name() == leader)
-            .ok_or_else(|| Error::State(format!("leader {leader:?} is not a lab member")))?;
-        let member = w
-            .etcd
-            .processes
-            .iter_mut()
-            .find(|x| x.r == m)
-            .ok_or_else(|| Error::State(format!("{leader} is not running")))?;
-        member.kill9();
+        let cluster = &mut self.lab.world.etcd;
+        let leader = cluster.leader().await?;
+        if !cluster.is_member(&leader) {
+            return Err(Error::State(format!(
+                "leader {leader:?} is not a lab member"
+            )));
+        }
+        cluster.kill9(&leader)?;
         self.lab
             .record
             .event(format!("kill -9 of the leader {leader}"));
         tokio::time::sleep(down).await;
-        let w = &mut self.lab.world;
-        w.etcd.processes.retain(|x| x.r != m);
         // The data directory exists: etcd ignores --initial-cluster and rejoins as itself.
-        let urls = w.etcd.peer_urls(m);
-        w.start_member(m, &urls, "existing")?;
-        etcd::wait_serving(&m.client_url(w.seed(m.side)), Duration::from_secs(60)).await?;
+        self.lab.world.etcd.restart(&leader).await?;
         self.lab
             .record
             .event(format!("{leader} restarted on its data directory, serving"));

@@ -35,7 +35,7 @@ impl<D: Driver> Run<D> {
     /// migration cannot go on (nothing may move the DNS to an API server that is not ready);
     /// the run ends here with 5 voters and says so.
     pub(super) async fn not_ready(self, opts: &Options, why: String) -> Result<Report> {
-        let five = self.lab.world.etcd.members.clone();
+        let five = self.lab.world.members();
         let mut report = self.finish(opts, &five, false).await?;
         report.violations.push(format!(
             "the destination kube-apiserver did not become ready at RTT {} ms: {why}",
@@ -169,11 +169,12 @@ impl<D: Driver> Run<D> {
         self.lab.record_membership().await;
         let urls = self.lab.world.urls(expected);
         // One member list gives the final names and the URLs they advertise.
+        let cluster = &self.lab.world.etcd;
         let listed = etcd::list(&mut etcd::connect(&urls).await?).await?;
-        let final_members: Vec<String> = listed.iter().map(|l| l.marked_name()).collect();
+        let final_members: Vec<String> = listed.iter().map(|l| cluster.marked_name(l)).collect();
         let final_peer_urls: BTreeMap<String, Vec<String>> = listed
             .into_iter()
-            .map(|l| (l.lab_name(), l.peer_urls))
+            .map(|l| (cluster.name_of(&l), l.peer_urls))
             .collect();
         if released {
             // The exposure is gone: every member must be back on its in-cluster URL alone.

@@ -115,7 +115,7 @@ impl<D: Driver> Run<D> {
     /// there: mid-step, before the join completes).
     async fn join_until_first_learner(&mut self) -> Result<()> {
         self.set_step(Side::Destination, Step::Join).await?;
-        let added = |w: &crate::world::World| w.etcd.has(Side::Destination);
+        let added = |w: &crate::world::World| w.has(Side::Destination);
         self.driver
             .drive(&mut self.lab, Side::Destination, &added)
             .await

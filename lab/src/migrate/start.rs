@@ -14,8 +14,8 @@ use crate::options::Options;
 use crate::pki;
 use crate::record::Record;
 use crate::topology::Topology;
-use crate::world::cluster::Cluster;
 use crate::world::{hosts, World};
+use isthmus_seed_world::etcd::Cluster;
 use std::path::Path;
 use tokio::time::Instant;
 
@@ -25,7 +25,7 @@ impl<D: Driver> Run<D> {
         let (mut lab, driver) = world::<D>(opts).await?;
         let w = &lab.world;
         let epoch = lab.record.epoch();
-        let initial = w.member_names(&w.urls(&w.etcd.members)).await?;
+        let initial = w.etcd.marked_names(&w.urls(&w.members())).await?;
         let source = w.urls(&member::source());
         let client = Continuous::start(epoch, &source, opts.interval).await?;
         let webhook = w
@@ -63,7 +63,7 @@ async fn world<D: Driver>(opts: &Options) -> Result<(Lab, D)> {
             dir: dir.clone(),
             api: None,
             webhook: None,
-            etcd: Cluster::new(opts.pre_vote),
+            etcd: Cluster::new(dir, topo.member_defs(), opts.pre_vote),
             proxies,
             topo,
         },

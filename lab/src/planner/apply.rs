@@ -3,29 +3,28 @@
 //!
 //! - `DNSRecord` → both seeds' hosts files (`crate::world::hosts`).
 //! - Proxy routes → `proxy::render` (the controller's renderer) + SIGHUP + `/config` hash check.
-//! - `Etcd` → what etcd-druid would do (`crate::druid`), one membership operation per pass:
-//!   add a member as a learner and start it, promote it, and for `members_to_remove` move
-//!   leadership to a member that stays, then remove one member (quorum checked). A change of
-//!   the advertised peer URLs is a rolling update (`crate::rolling`): `member update` and a
-//!   restart, one member at a time.
+//! - `Etcd` → what etcd-druid's pods would do (the seed world's `druid::pods`, the same the
+//!   controllers' stand-in runs), one membership operation per pass: add a member as a
+//!   learner and start it, promote it, and for `members_to_remove` move leadership to a member
+//!   that stays, then remove one member (quorum checked). A change of the advertised peer URLs
+//!   is a rolling update (`isthmus_seed_world::etcd::rolling`): `member update` and a restart,
+//!   one member at a time.
 //!
 //! Exposure is built before etcd uses it and torn down after etcd stopped using it: routes
 //! go only once no connection uses them.
 
 use super::Planner;
-use crate::druid;
 use crate::error::{Error, Result};
 use crate::etcd;
 use crate::lab::Lab;
-use crate::member;
 use crate::proxy;
-use crate::rolling;
 use crate::side::Side;
 use crate::specs;
 use crate::world::hosts;
 use isthmus_controller::plan::{
     DnsRecordObs, EtcdAction, EtcdFields, EtcdObs, EtcdOp, Plan, TIMESTAMP,
 };
+use isthmus_seed_world::druid::{pods, DruidSpec};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -83,13 +82,13 @@ impl Planner {
             EtcdAction::Keep | EtcdAction::Delete => false,
             EtcdAction::Apply { fields } => {
                 let acted = self.set_fields(lab, side, fields.clone(), tag);
-                acted | self.druid(lab, side, fields, tag).await?
+                acted | self.druid(lab, side, tag).await?
             }
             EtcdAction::Release => self.release(lab, side, tag).await?,
         };
         for op in &p.etcd_ops {
             if let EtcdOp::MoveLeader { name, .. } = op {
-                if let Some(target) = member::named(name) {
+                if let Ok(target) = lab.world.etcd.def(name) {
                     etcd::move_leader(&lab.world.voter_urls(), target).await?;
                     lab.record.event(format!("{tag}: leader moved to {name}"));
                     acted = true;
@@ -97,10 +96,13 @@ impl Planner {
             }
         }
         if let Some(name) = p.members_to_remove.first() {
-            return druid::remove(lab, name, &p.members_to_remove, tag).await;
+            let (etcd, leaving) = (&mut lab.world.etcd, &p.members_to_remove);
+            return Ok(etcd
+                .remove_moving_leader(name, leaving, &mut lab.record, tag)
+                .await?);
         }
         if p.etcd == EtcdAction::Delete {
-            lab.world.etcd.forget_side(side);
+            lab.world.forget_side(side);
             self.migrations[side.index()].obs.etcd = None;
             lab.record.event(format!("{tag}: Etcd deleted"));
             acted = true;
@@ -108,27 +110,24 @@ impl Planner {
         Ok(acted)
     }
 
-    /// What etcd-druid does for `fields` on `side` within the pass: the source's rolling
-    /// update is done within it; the destination takes one step per pass. The generation is
-    /// observed once nothing more is needed.
-    async fn druid(
-        &mut self,
-        lab: &mut Lab,
-        side: Side,
-        fields: &EtcdFields,
-        tag: &str,
-    ) -> Result<bool> {
-        let override_default_url = self.migrations[side.index()].spec.override_default_url;
+    /// What etcd-druid's pods do for `side`'s `Etcd` (its fields as set) within the pass
+    /// (`isthmus_seed_world::druid::pods`): the source's rolling update is done within it; the
+    /// destination takes one step per pass. The generation is observed once nothing more is
+    /// needed.
+    async fn druid(&mut self, lab: &mut Lab, side: Side, tag: &str) -> Result<bool> {
+        let m = &self.migrations[side.index()];
+        let fields = m
+            .obs
+            .etcd
+            .as_ref()
+            .map(|e| e.fields.clone())
+            .unwrap_or_default();
+        let spec = DruidSpec::from_fields(specs::ETCD, &fields, m.spec.override_default_url);
+        let did = pods::step(&mut lab.world.etcd, &spec, &mut lab.record, tag).await?;
         let (acted, busy) = match side {
             // A rolling update is done within the pass; the next pass sees it synced.
-            Side::Source => {
-                let wanted = druid::wanted_urls(&lab.world, side, override_default_url, fields)?;
-                (rolling::roll(lab, side, &wanted, tag).await?, false)
-            }
-            Side::Destination => {
-                let busy = druid::destination(lab, override_default_url, fields, tag).await?;
-                (false, busy)
-            }
+            Side::Source => (did, false),
+            Side::Destination => (false, did),
         };
         if !busy {
             self.synced(side);
@@ -146,10 +145,9 @@ impl Planner {
             replicas,
             ..EtcdFields::default()
         };
-        let override_default_url = m.spec.override_default_url;
-        let wanted = druid::wanted_urls(&lab.world, side, override_default_url, &released)?;
+        let spec = DruidSpec::from_fields(specs::ETCD, &released, m.spec.override_default_url);
         let mut acted = self.set_fields(lab, side, released, tag);
-        acted |= rolling::roll(lab, side, &wanted, tag).await?;
+        acted |= pods::step(&mut lab.world.etcd, &spec, &mut lab.record, tag).await?;
         self.synced(side);
         Ok(acted)
     }
@@ -247,5 +245,6 @@ async fn wait_routes_unused(lab: &Lab, side: Side, p: &Plan, tag: &str) -> Resul
             }
         },
     )
-    .await
+    .await?;
+    Ok(())
 }

@@ -24,7 +24,7 @@ impl Planner {
             Some(_) => Some(world.etcd_status(side).await?),
             None => None,
         };
-        let cluster = world.etcd_cluster().await;
+        let cluster = world.etcd.etcd_cluster().await;
         let m = &mut self.migrations[i];
         m.obs.now = clock::now();
         m.obs.served_routes = rolled_out.then_some(wanted);

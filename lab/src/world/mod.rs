@@ -1,23 +1,19 @@
-//! The world a run acts on: the two seeds and their link, each seed's proxy, the etcd cluster,
-//! the tunnel with its webhook, and the shoot's kube-apiservers. Dropping it stops every
-//! process and deletes the namespaces. It acts and answers; what happened is the caller's to
-//! record (`crate::record`).
+//! The world a run acts on: the two seeds and their link, each seed's proxy, the etcd cluster
+//! (the seed world's harness, its members in the seeds' namespaces), the tunnel with its
+//! webhook, and the shoot's kube-apiservers. Dropping it stops every process and deletes the
+//! namespaces. It acts and answers; what happened is the caller's to record (`crate::record`).
 
-pub mod cluster;
 pub mod hosts;
-mod membership;
 
 use crate::api::ShootApi;
-use crate::error::{Error, Result};
-use crate::etcd::{self, Member};
-use crate::member::MemberRef;
+use crate::error::Result;
+use crate::member::{self, MemberRef};
 use crate::proxy::SeedProxy;
 use crate::seeds::Seed;
 use crate::side::Side;
 use crate::topology::Topology;
 use crate::webhook::WebhookLab;
-use cluster::Cluster;
-use isthmus_controller::plan::{EtcdCluster, EtcdMember};
+use isthmus_seed_world::etcd::Cluster;
 use std::path::PathBuf;
 
 /// Every process and link of one run.
@@ -49,74 +45,40 @@ impl World {
 
     /// Client URLs of the voters: where a question to the cluster goes.
     pub fn voter_urls(&self) -> Vec<String> {
-        self.urls(&self.etcd.voters())
+        self.etcd.voter_urls()
     }
 
-    /// Member names as etcd lists them (learners marked), asked of `urls`.
-    pub async fn member_names(&self, urls: &[String]) -> Result<Vec<String>> {
-        let mut c = etcd::connect(urls).await?;
-        Ok(etcd::list(&mut c)
-            .await?
-            .iter()
-            .map(crate::member::Listed::marked_name)
-            .collect())
+    /// The lab's members in the cluster, in join order.
+    pub fn members(&self) -> Vec<MemberRef> {
+        refs(self.etcd.members())
     }
 
-    /// etcd's own member list and leader, with learners named by their peer URL (what the
-    /// controller reads through the client exposure); `None` if the voters do not answer.
-    pub async fn etcd_cluster(&self) -> Option<EtcdCluster> {
-        let mut c = etcd::connect(&self.voter_urls()).await.ok()?;
-        let listed = etcd::list(&mut c).await.ok()?;
-        let status = c.status().await.ok();
-        let leader = status.as_ref().map(|s| s.leader());
-        let version = status.map(|s| s.version().to_string());
-        Some(EtcdCluster {
-            members: listed
-                .into_iter()
-                .map(|l| EtcdMember {
-                    id: l.id,
-                    name: l.name,
-                    peer_urls: l.peer_urls,
-                    is_learner: l.learner,
-                })
-                .collect(),
-            leader,
-            version,
-        })
+    /// The voting members.
+    pub fn voters(&self) -> Vec<MemberRef> {
+        refs(&self.etcd.voters())
     }
 
-    /// etcd's member names (learners included; a learner not started yet has no name in etcd,
-    /// so names come from peer URLs) and how many of `side`'s members are voters that serve:
-    /// what etcd-druid reports as an `Etcd`'s members and ready replicas.
+    /// Whether any of `side`'s members is in the cluster.
+    pub fn has(&self, side: Side) -> bool {
+        self.members().iter().any(|m| m.side == side)
+    }
+
+    /// etcd's member names and how many of `side`'s members are voters that serve: what
+    /// etcd-druid reports as an `Etcd`'s members and ready replicas.
     pub async fn etcd_status(&self, side: Side) -> Result<(Vec<String>, i32)> {
-        let voters = self.etcd.voters();
-        let mut c = etcd::connect(&self.urls(&voters)).await?;
-        let listed = etcd::list(&mut c).await?;
-        let names = listed.iter().map(crate::member::Listed::lab_name).collect();
-        let mut ready = 0;
-        for m in voters.iter().filter(|m| m.side == side) {
-            let voter = listed.iter().any(|l| m.listed_as(l) && !l.learner);
-            if voter && etcd::serving(&m.client_url(self.seed(side))).await {
-                ready += 1;
-            }
-        }
-        Ok((names, ready))
+        let own: Vec<String> = member::of(side).iter().map(MemberRef::name).collect();
+        Ok(self.etcd.status(&own).await?)
     }
 
-    /// Adds the last lines of the members' logs to an error, so a failure can be read.
-    pub fn explain(&self, e: Error) -> Error {
-        let mut logs = String::new();
-        for m in &self.etcd.members {
-            let path = Member::log_path(&self.dir, *m);
-            if let Ok(t) = std::fs::read_to_string(&path) {
-                let tail: Vec<&str> = t.lines().rev().take(5).collect();
-                logs += &format!(
-                    "\n--- {}:\n{}",
-                    path.display(),
-                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-                );
-            }
+    /// `side`'s `Etcd` is deleted: its member processes stop and it has no members any more.
+    pub fn forget_side(&mut self, side: Side) {
+        for m in member::of(side) {
+            self.etcd.forget(&m.name());
         }
-        Error::State(format!("{e}{logs}"))
     }
+}
+
+/// The lab members named `names` (the harness names every member the lab defines).
+fn refs(names: &[String]) -> Vec<MemberRef> {
+    names.iter().filter_map(|n| member::named(n)).collect()
 }

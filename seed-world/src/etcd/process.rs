@@ -1,59 +1,55 @@
-//! An etcd member as a process inside its seed: how the lab starts it (the flags etcd-druid's
-//! pods would carry, the lab's ports, peer mTLS from the lab's CA) and stops it (as kubelet
-//! stops a pod, or as a crash does).
+//! An etcd member as a process where its seed runs it: how the harness starts it (the flags
+//! etcd-druid's pods would carry, the harness' listeners, peer and client mTLS from the
+//! cluster's CA: `<dir>/ca.crt`, `<dir>/<name>.crt`/`.key`) and stops it (as kubelet stops a
+//! pod, or as a crash does).
 
+use super::MemberDef;
 use crate::error::{Error, Result};
-use crate::member::MemberRef;
-use crate::seeds::Seed;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running etcd process (killed on drop).
 #[derive(Debug)]
-pub struct Member {
-    pub r: MemberRef,
+pub struct MemberProcess {
+    pub name: String,
     child: Child,
 }
 
-impl Member {
-    /// Starts the member in `seed` advertising `peer_urls`; `cluster` is `--initial-cluster`,
-    /// `state` `new`/`existing`.
+impl MemberProcess {
+    /// Starts `def` advertising `peer_urls`, its files under `dir`; `cluster` is
+    /// `--initial-cluster`, `state` `new`/`existing`.
     pub fn start(
-        seed: &Seed,
+        def: &MemberDef,
         dir: &Path,
-        r: MemberRef,
         peer_urls: &[String],
         cluster: &str,
         state: &str,
         pre_vote: bool,
     ) -> Result<Self> {
-        let name = r.name();
+        let name = def.name.as_str();
         let d = |f: &str| dir.join(f).display().to_string();
-        let log_path = dir.join(format!("{name}.log"));
+        let log_path = Self::log_path(dir, name);
         // Appended: a member restarted after a kill keeps the log of its first life.
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&log_path)
             .map_err(|e| Error::io(log_path.display(), e))?;
-        let client = r.client_url(seed);
-        let child = seed
+        let child = def
+            .place
             .command("etcd")
-            .args(["--name", &name, "--data-dir", &d(&format!("{name}.data"))])
-            .args([
-                "--listen-peer-urls",
-                &format!("https://127.0.0.1:{}", r.peer_port()),
-            ])
+            .args(["--name", name, "--data-dir", &d(&format!("{name}.data"))])
+            .args(["--listen-peer-urls", &def.listen_peer_url])
             .args(["--initial-advertise-peer-urls", &peer_urls.join(",")])
             .args([
                 "--listen-client-urls",
-                &format!("{client},https://127.0.0.1:{}", r.tls_client_port()),
+                &format!("{},{}", def.client_url, def.tls_client_url),
                 "--advertise-client-urls",
-                &client,
+                &def.client_url,
             ])
             // The TLS client listener (the client exposure, what the controller reads etcd's
-            // member list through) takes client certificates of the lab CA only.
+            // member list through) takes client certificates of the cluster's CA only.
             .args(["--cert-file", &d(&format!("{name}.crt"))])
             .args(["--key-file", &d(&format!("{name}.key"))])
             .args(["--trusted-ca-file", &d("ca.crt"), "--client-cert-auth"])
@@ -63,7 +59,7 @@ impl Member {
                 "--initial-cluster-state",
                 state,
             ])
-            .args(["--initial-cluster-token", "isthmus-lab"])
+            .args(["--initial-cluster-token", "isthmus-seed-world"])
             .args(["--peer-cert-file", &d(&format!("{name}.crt"))])
             .args(["--peer-key-file", &d(&format!("{name}.key"))])
             .args([
@@ -77,43 +73,31 @@ impl Member {
             .args(["--heartbeat-interval", "100", "--election-timeout", "1000"])
             // Without pre-vote, members cut off from the leader keep raising their term and, when
             // the link comes back, force an election: write stalls of 1.2 and 4.2 s measured
-            // in the link-cut scenario. Pre-vote lets them rejoin quietly.
+            // in the lab's link-cut scenario. Pre-vote lets them rejoin quietly.
             .arg(format!("--pre-vote={pre_vote}"))
             .env("ETCD_UNSUPPORTED_ARCH", "")
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .map_err(|e| Error::Command {
-                command: "etcd".into(),
+                command: format!("etcd {name} (Debian's etcd-server; util-linux, iproute2)"),
                 detail: e.to_string(),
             })?;
-        Ok(Self { r, child })
+        Ok(Self {
+            name: name.to_string(),
+            child,
+        })
     }
 
     /// Stops it as kubelet stops a pod: SIGTERM (a leader hands its leadership over first),
     /// SIGKILL after `grace`. Says which it took.
     pub async fn stop(&mut self, grace: Duration) -> Result<String> {
-        let t0 = Instant::now();
-        crate::seeds::run(
-            std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]),
-        )?;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => {
-                    return Ok(format!(
-                        "SIGTERM, exited after {:.1} s",
-                        t0.elapsed().as_secs_f64()
-                    ))
-                }
-                Ok(None) if t0.elapsed() < grace => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                _ => {
-                    self.kill9();
-                    return Ok(format!("SIGTERM, SIGKILL after {} s", grace.as_secs()));
-                }
-            }
-        }
+        isthmus_testkit::stop_like_kubelet(&mut self.child, grace)
+            .await
+            .map_err(|e| Error::Command {
+                command: format!("stopping etcd {}", self.name),
+                detail: e.to_string(),
+            })
     }
 
     /// `kill -9`: the process dies without a word to its peers (a crashed container).
@@ -122,24 +106,14 @@ impl Member {
         let _ = self.child.wait();
     }
 
-    /// Log path of a member (for error messages).
-    pub fn log_path(dir: &Path, r: MemberRef) -> PathBuf {
-        dir.join(format!("{}.log", r.name()))
+    /// The log of member `name` (for error messages).
+    pub fn log_path(dir: &Path, name: &str) -> PathBuf {
+        dir.join(format!("{name}.log"))
     }
 }
 
-impl Drop for Member {
+impl Drop for MemberProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill9();
     }
-}
-
-/// `name=peer-url,...` for `--initial-cluster`: every URL of every member.
-pub fn initial_cluster(members: &[(MemberRef, Vec<String>)]) -> String {
-    members
-        .iter()
-        .flat_map(|(m, urls)| urls.iter().map(move |u| format!("{}={u}", m.name())))
-        .collect::<Vec<_>>()
-        .join(",")
 }

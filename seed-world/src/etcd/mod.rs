@@ -1,21 +1,29 @@
-//! etcd as the lab's parts talk to it: Debian's etcd 3.4 member processes inside a seed
-//! ([`process`]), the membership operations etcd-druid performs ([`membership`]: add as
-//! learner, promote, remove, member update, move leader, each retried while etcd refuses it for
-//! a transient reason: "unhealthy cluster", a learner not yet in sync), and the reads every
-//! part needs (member list, leader, whether a member serves).
+//! A real etcd cluster as a seed runs it for etcd-druid: member processes (Debian's etcd 3.4)
+//! started where their seed's DNS resolves the names druid gives them ([`Place`]), the
+//! membership as druid's pods keep it ([`Cluster`]), the membership operations etcd-druid's
+//! pods and backup-restore sidecars perform through etcd's member API ([`membership`]: add as
+//! learner, promote, remove, member update, move leader, each retried while etcd refuses it
+//! for a transient reason) and the rolling restart onto new peer URLs ([`rolling`]), and the
+//! reads every part needs (member list, leader, whether a member serves).
 //!
-//! Names and exposed peer URLs are the planner's (`crate::member`); the ports members listen
-//! on inside a seed are the lab's (peer 12380 + index behind the proxy, client 22379 + index):
-//! the proxy and all members share the seed's one namespace, where the proxy holds 2380+.
+//! Members are named and addressed by their [`MemberDef`]: the lab's members in its seeds'
+//! network namespaces, the controller tests' on loopback with a private `/etc/hosts`
+//! ([`loopback`]). The harness talks to each member on its plain client URL; the TLS client
+//! listener is the controller's (client certificates of the cluster's CA).
 
+pub mod cluster;
+pub mod loopback;
+pub mod member;
 pub mod membership;
 pub mod process;
+pub mod rolling;
 
+pub use cluster::Cluster;
+pub use loopback::{free_run, Loopback, MemberCa};
+pub use member::{Listed, MemberDef, Place};
 pub use membership::{add_learner, move_leader, promote, remove, update_peer_urls};
-pub use process::{initial_cluster, Member};
 
 use crate::error::{Error, Result};
-use crate::member::{Listed, MemberRef};
 use etcd_client::{Client, ConnectOptions};
 use std::time::{Duration, Instant};
 
@@ -48,10 +56,11 @@ pub async fn list(c: &mut Client) -> Result<Vec<Listed>> {
 
 /// Retries `op` until it succeeds or `budget` runs out; etcd refuses membership changes for a
 /// few seconds after members (re)connect, and promotion until the learner caught up.
-pub async fn retry<T, F, Fut>(what: &str, budget: Duration, mut op: F) -> Result<T>
+pub async fn retry<T, E, F, Fut>(what: &str, budget: Duration, mut op: F) -> Result<T>
 where
+    E: std::fmt::Display,
     F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
+    Fut: std::future::Future<Output = Result<T, E>>,
 {
     let deadline = Instant::now() + budget;
     loop {
@@ -84,28 +93,26 @@ pub async fn leader(endpoints: &[String]) -> Result<String> {
 pub async fn healthy_count(endpoints: &[String]) -> usize {
     let mut n = 0;
     for e in endpoints {
-        if let Ok(mut c) = connect(std::slice::from_ref(e)).await {
-            // A linearizable read needs the member connected to a working leader.
-            if c.get("health", None).await.is_ok() {
-                n += 1;
-            }
+        if serving(e).await {
+            n += 1;
         }
     }
     n
 }
 
-pub(crate) async fn find(c: &mut Client, m: MemberRef) -> Result<Listed> {
+pub(crate) async fn find(c: &mut Client, m: &MemberDef) -> Result<Listed> {
     list(c)
         .await?
         .into_iter()
         .find(|l| m.listed_as(l))
-        .ok_or_else(|| Error::State(format!("{} is not a member", m.name())))
+        .ok_or_else(|| Error::State(format!("{} is not a member", m.name)))
 }
 
 /// Whether a linearizable read on `endpoint` succeeds now (one attempt): the member serves and
-/// is connected to a working leader. What the lab reports as a ready replica.
+/// is connected to a working leader. What a ready replica is.
 pub async fn serving(endpoint: &str) -> bool {
     match connect(&[endpoint.to_string()]).await {
+        // A linearizable read needs the member connected to a working leader.
         Ok(mut c) => c.get("health", None).await.is_ok(),
         Err(_) => false,
     }

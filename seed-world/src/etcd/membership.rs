@@ -1,16 +1,15 @@
 //! The membership operations etcd-druid performs, through etcd's member API: each one
 //! idempotent (done counts as done) and retried while etcd refuses it for a transient reason.
 
-use super::{connect, find, healthy_count, list, retry};
+use super::{connect, find, healthy_count, list, retry, MemberDef};
 use crate::error::{Error, Result};
-use crate::member::MemberRef;
 use etcd_client::{Client, MemberAddOptions};
 use std::time::Duration;
 
 /// Adds `m` as a learner advertising `urls` (idempotent: `m` listed counts as done).
-pub async fn add_learner(c: &Client, m: MemberRef, urls: &[String]) -> Result<()> {
+pub async fn add_learner(c: &Client, m: &MemberDef, urls: &[String]) -> Result<()> {
     retry(
-        &format!("add learner {}", m.name()),
+        &format!("add learner {}", m.name),
         Duration::from_secs(60),
         || async {
             let mut c = c.clone();
@@ -30,9 +29,9 @@ pub async fn add_learner(c: &Client, m: MemberRef, urls: &[String]) -> Result<()
 }
 
 /// Promotes the learner `m` to a voter once it caught up.
-pub async fn promote(c: &Client, m: MemberRef) -> Result<()> {
+pub async fn promote(c: &Client, m: &MemberDef) -> Result<()> {
     retry(
-        &format!("promote {}", m.name()),
+        &format!("promote {}", m.name),
         Duration::from_secs(60),
         || async {
             let mut c = c.clone();
@@ -50,9 +49,9 @@ pub async fn promote(c: &Client, m: MemberRef) -> Result<()> {
 }
 
 /// Removes `m` after checking that the remaining voters are all healthy and form a quorum.
-pub async fn remove(c: &Client, m: MemberRef, endpoints_after: &[String]) -> Result<()> {
+pub async fn remove(c: &Client, m: &MemberDef, endpoints_after: &[String]) -> Result<()> {
     retry(
-        &format!("remove {}", m.name()),
+        &format!("remove {}", m.name),
         Duration::from_secs(60),
         || async {
             let mut c = c.clone();
@@ -68,7 +67,7 @@ pub async fn remove(c: &Client, m: MemberRef, endpoints_after: &[String]) -> Res
             if healthy < voters_after / 2 + 1 || voters_after == 0 {
                 return Err(Error::State(format!(
                     "removing {} would leave {healthy} healthy of {voters_after} voters",
-                    m.name()
+                    m.name
                 )));
             }
             c.member_remove(l.id)
@@ -82,9 +81,9 @@ pub async fn remove(c: &Client, m: MemberRef, endpoints_after: &[String]) -> Res
 
 /// `member update`: `m` advertises `urls` from now on (what etcd-druid's backup-restore
 /// sidecar does when a pod starts with peer URLs the cluster does not list yet).
-pub async fn update_peer_urls(c: &Client, m: MemberRef, urls: &[String]) -> Result<()> {
+pub async fn update_peer_urls(c: &Client, m: &MemberDef, urls: &[String]) -> Result<()> {
     retry(
-        &format!("member update {}", m.name()),
+        &format!("member update {}", m.name),
         Duration::from_secs(60),
         || async {
             let mut c = c.clone();
@@ -102,9 +101,9 @@ pub async fn update_peer_urls(c: &Client, m: MemberRef, urls: &[String]) -> Resu
 }
 
 /// Moves leadership to `m` (sent to the current leader, as etcd requires).
-pub async fn move_leader(endpoints: &[String], m: MemberRef) -> Result<()> {
+pub async fn move_leader(endpoints: &[String], m: &MemberDef) -> Result<()> {
     retry(
-        &format!("move leader to {}", m.name()),
+        &format!("move leader to {}", m.name),
         Duration::from_secs(30),
         || async {
             let mut any = connect(endpoints).await?;
