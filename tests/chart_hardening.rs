@@ -101,6 +101,20 @@ fn both_network_policy_modes_admit_only_the_own_kube_apiserver_to_connect() {
             "isthmus-kube-apiserver-to-tunnel-server",
         );
         assert_eq!(egress["spec"]["podSelector"], own[0]["podSelector"]);
+        // The front's ingress policy selects the server's pods: the proxy pods the chart
+        // renders must still be admitted at the agents' port, with or without the resource
+        // manager.
+        let agents = find(&objects, "NetworkPolicy", "isthmus-tunnel-server-agents");
+        let proxy = find(&docs, "DaemonSet", "isthmus-proxy");
+        let labels = &proxy["spec"]["template"]["metadata"]["labels"];
+        let from = &agents["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+        assert!(
+            from.as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &labels[k] == v),
+            "{explicit}: {from} vs the proxy pods' {labels}"
+        );
         for name in ["isthmus-tunnel-server", "isthmus-tunnel-connect"] {
             let annotations = &find(&objects, "Service", name)["metadata"]["annotations"];
             assert!(

@@ -121,6 +121,11 @@ pub fn grant(
                 tunnel_server::CONNECT_EGRESS_POLICY,
             ),
             (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::AGENTS_POLICY,
+            ),
+            (
                 "monitoring.coreos.com",
                 "servicemonitors",
                 tunnel_server::SERVICE_MONITOR,

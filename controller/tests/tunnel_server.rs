@@ -314,6 +314,45 @@ fn only_the_own_kube_apiserver_reaches_the_connect_front() {
     assert_eq!(spec["egress"].as_array().unwrap().len(), 1);
 }
 
+/// The CONNECT front's ingress policy selects the server's pods, so without the resource
+/// manager (the chart's plain path) nothing would admit the proxies at the agents' port: the
+/// controller writes the policy the resource manager makes from the agents' Service — the
+/// proxies' namespace (its labels), pods carrying the alias' label, the agents' port only.
+#[test]
+fn the_proxies_reach_the_agents_port_without_the_resource_manager() {
+    let docs = bodies();
+    let pod = &find(&docs, "Deployment", "isthmus-tunnel-server")["spec"]["template"];
+    let policy = find(&docs, "NetworkPolicy", "isthmus-tunnel-server-agents");
+    let spec = &policy["spec"];
+    assert!(matches(
+        &spec["podSelector"]["matchLabels"],
+        &pod["metadata"]["labels"]
+    ));
+    assert_eq!(spec["policyTypes"], json!(["Ingress"]));
+    let label = "networking.resources.gardener.cloud/to-all-shoots-isthmus-tunnel-server-tcp-9443";
+    assert_eq!(
+        spec["ingress"],
+        json!([{
+            "from": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "isthmus-system"}},
+                "podSelector": {"matchLabels": {label: "allowed"}},
+            }],
+            "ports": [{"port": 9443, "protocol": "TCP"}],
+        }])
+    );
+    // The label the chart gives the proxy pods, and the Service's alias for the resource manager.
+    let agents = find(&docs, "Service", "isthmus-tunnel-server");
+    assert_eq!(
+        agents["metadata"]["annotations"]
+            ["networking.resources.gardener.cloud/pod-label-selector-namespace-alias"],
+        "all-shoots"
+    );
+    assert_eq!(
+        isthmus_controller::tunnel_server::proxy_label("all-shoots"),
+        label
+    );
+}
+
 /// The shoot Prometheus (`serviceMonitorSelector: prometheus=shoot`, its namespace) scrapes
 /// the metrics port of the connect Service only, keeping the series the seed's alert and
 /// dashboard read.
@@ -446,7 +485,8 @@ fn the_grant_names_the_servers_objects() {
         names("networkpolicies"),
         [
             "isthmus-tunnel-server-connect",
-            "isthmus-kube-apiserver-to-tunnel-server"
+            "isthmus-kube-apiserver-to-tunnel-server",
+            "isthmus-tunnel-server-agents"
         ]
     );
     assert_eq!(

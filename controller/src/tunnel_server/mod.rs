@@ -17,7 +17,10 @@ mod policy;
 mod workload;
 
 pub use config::{server_yaml, CONFIG_KEY};
-pub use policy::{EGRESS as CONNECT_EGRESS_POLICY, INGRESS as CONNECT_INGRESS_POLICY};
+pub use policy::{
+    proxy_label, AGENTS as AGENTS_POLICY, EGRESS as CONNECT_EGRESS_POLICY,
+    INGRESS as CONNECT_INGRESS_POLICY,
+};
 
 use crate::crd::EtcdMigrationSpec;
 use crate::gardener::MIGRATION_LABEL;
@@ -102,6 +105,7 @@ pub fn kinds(service_monitor: bool) -> Vec<(&'static str, &'static str, &'static
             "NetworkPolicy",
             CONNECT_EGRESS_POLICY,
         ),
+        ("networking.k8s.io/v1", "NetworkPolicy", AGENTS_POLICY),
         ("policy/v1", "PodDisruptionBudget", NAME),
         ("apps/v1", "Deployment", NAME),
     ];
@@ -143,7 +147,7 @@ pub fn objects(
         expose::agents_service(meta(NAME), proxies),
         expose::connect_service(meta(CONNECT_SERVICE)),
     ];
-    out.extend(policy::policies(meta, selector()));
+    out.extend(policy::policies(meta, selector(), proxies));
     out.extend([
         workload::pdb(meta(NAME)),
         workload::deployment(meta(NAME), server, &config, settings),
