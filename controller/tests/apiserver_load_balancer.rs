@@ -7,16 +7,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod tunnel;
-#[path = "tunnel/seed.rs"]
-mod tunnel_seed;
 
-use common::seed::{Seed, SYSTEM};
 use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::EtcdMigration;
 use isthmus_controller::gardener::dnsrecord_resource;
 use isthmus_controller::load_balancer::ON_DEMAND_LABEL;
+use isthmus_seed_world::seed::{Seed, SYSTEM};
+use isthmus_seed_world::workloads::cloud_provider;
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::wait_until;
 use k8s_openapi::api::core::v1::Service;
@@ -25,7 +23,6 @@ use kube::Client;
 use serde_json::Value;
 use std::path::Path;
 use std::time::Duration;
-use tunnel_seed::{cloud_provider, controller};
 
 const NS: &str = "shoot--foo--bar";
 const WAIT: Duration = Duration::from_secs(90);
@@ -70,7 +67,7 @@ async fn the_load_balancer_exists_only_while_a_migration_needs_it() {
         .await;
     let c = seed.admin.clone();
     let services: Api<Service> = Api::namespaced(c.clone(), SYSTEM);
-    // `common::seed` gives every seed a load balancer; this one has none until it migrates.
+    // The seed world gives every seed a load balancer; this one has none until it migrates.
     services
         .delete("isthmus-proxy", &DeleteParams::default())
         .await
@@ -87,11 +84,12 @@ async fn the_load_balancer_exists_only_while_a_migration_needs_it() {
             .apply_yaml_str(&serde_json::to_string(&doc).unwrap())
             .await;
     }
-    let _controller = controller(&seed, "c1", |ctx| {
-        ctx.with_tunnel_servers(tunnel::settings())
-            .with_on_demand_load_balancer("isthmus-proxy-service")
-    })
-    .await;
+    let _controller = seed
+        .controller_with("c1", Default::default(), |ctx| {
+            ctx.with_tunnel_servers(tunnel::settings())
+                .with_on_demand_load_balancer("isthmus-proxy-service")
+        })
+        .await;
     assert!(services.get_opt("isthmus-proxy").await.unwrap().is_none());
 
     let migrations: Api<EtcdMigration> = Api::namespaced(c.clone(), NS);

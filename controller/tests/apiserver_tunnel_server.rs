@@ -9,17 +9,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
 mod tunnel;
-#[path = "tunnel/seed.rs"]
-mod tunnel_seed;
 
-use common::seed::Seed;
 use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::{EtcdMigration, Step};
 use isthmus_controller::gardener::etcd_resource;
 use isthmus_controller::proxy_config::CONFIG_KEY;
 use isthmus_controller::tunnel_server::kinds;
+use isthmus_seed_world::seed::{Seed, SYSTEM};
+use isthmus_seed_world::workloads::{api, deployment_available};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
 use isthmus_testkit::kube::minimal_etcd;
 use isthmus_testkit::wait_until;
@@ -28,7 +26,6 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::{Client, ResourceExt};
 use serde_json::{json, Value};
 use std::time::Duration;
-use tunnel_seed::{api, controller, deployment_available};
 
 const NS: &str = "shoot--foo--bar";
 const WAIT: Duration = Duration::from_secs(90);
@@ -103,10 +100,11 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
             .apply_yaml_str(&serde_json::to_string(&doc).unwrap())
             .await;
     }
-    let _controller = controller(&seed, "c1", |ctx| {
-        ctx.with_tunnel_servers(tunnel::settings())
-    })
-    .await;
+    let _controller = seed
+        .controller_with("c1", Default::default(), |ctx| {
+            ctx.with_tunnel_servers(tunnel::settings())
+        })
+        .await;
     let migrations: Api<EtcdMigration> = Api::namespaced(c.clone(), NS);
     let created = migrations
         .create(&PostParams::default(), &main)
@@ -150,7 +148,7 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
     );
     // The proxies' VPN route leads to the server's agents Service, with the PROXY v2 header
     // the server's config trusts.
-    let routes = Api::<ConfigMap>::namespaced(c.clone(), common::seed::SYSTEM)
+    let routes = Api::<ConfigMap>::namespaced(c.clone(), SYSTEM)
         .get("isthmus-proxy-routes")
         .await
         .unwrap();
@@ -171,7 +169,9 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
     // Not available yet: the step is held, and says why.
     wait_condition(&c, "etcd-main", "Progressing", "RollingOut").await;
     // The Deployment controller and kubelet (stand-in) report it available.
-    deployment_available(&c, NS, "isthmus-tunnel-server").await;
+    deployment_available(&c, NS, "isthmus-tunnel-server")
+        .await
+        .unwrap();
     wait_condition(&c, "etcd-main", "True", "Available").await;
 
     // A second migration of the namespace asking for a server does not take this one.
