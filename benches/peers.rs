@@ -37,13 +37,15 @@ const NAME: &str = "pq.example.test";
 /// Same length as NAME, so the hello's length fields stay valid when the name is swapped.
 const RELOAD_NAME: &str = "rl.example.test";
 
-const SCENARIOS: [&str; 8] = [
-    "bulk1", "bulk64", "latency", "connrate", "idle", "reload", "syscalls", "profile",
+const SCENARIOS: [&str; 9] = [
+    "bulk1", "bulk64", "latency", "connrate", "idle", "reload", "syscalls", "profile", "churn",
 ];
 /// Scenarios run only when a filter names them: `syscalls` runs `connrate` under ptrace,
 /// which takes minutes' worth of the others' CPU, and `profile` under `perf record`; neither
-/// measures speed.
-const OPT_IN: [&str; 2] = ["syscalls", "profile"];
+/// measures speed. `churn` (RSS before and after 200,000 connections opened and closed with
+/// the controller's `idle_timeout: 3h` on isthmus's upstream, applied by a reload that stays
+/// for the rest of the round) measures what closed connections leave behind.
+const OPT_IN: [&str; 3] = ["syscalls", "profile", "churn"];
 
 const USAGE: &str = "\
 usage: cargo bench --bench peers [-- [OPTION…] [FILTER…]]
@@ -62,8 +64,8 @@ options:
   -h, --help            this text
 
 FILTERs (also PEERS_FILTER, comma-separated) pick contenders (isthmus nginx haproxy sniproxy
-direct) and scenarios (bulk1 bulk64 latency connrate idle reload; syscalls and profile only when
-named). ISTHMUS_BIN runs another build of isthmus. See BENCHMARKS.md.";
+direct) and scenarios (bulk1 bulk64 latency connrate idle reload; syscalls, profile and churn
+only when named). ISTHMUS_BIN runs another build of isthmus. See BENCHMARKS.md.";
 
 #[derive(Debug)]
 struct Opts {
@@ -146,6 +148,7 @@ struct Plan {
     latency_conns: usize,
     conn_rate: Duration,
     idle_conns: usize,
+    churn_conns: u64,
     reload_conns: usize,
     reload_routes: usize,
 }
@@ -179,6 +182,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
             latency_conns: opts.latency_conns,
             conn_rate: Duration::from_millis(500),
             idle_conns: 2000,
+            churn_conns: 20_000,
             reload_conns: 200,
             reload_routes: 10_000,
         }
@@ -190,6 +194,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
             latency_conns: opts.latency_conns,
             conn_rate: Duration::from_secs(2),
             idle_conns: 8000,
+            churn_conns: 200_000,
             reload_conns: 1000,
             reload_routes: 10_000,
         }
@@ -218,6 +223,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
         names: std::iter::once(NAME.to_owned())
             .chain((1..10).map(|i| format!("r{i}.fill.example.test")))
             .collect(),
+        idle_timeout: None,
     };
     let mut big = base.clone();
     big.names
@@ -294,6 +300,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
                 r.pause(false);
                 let inputs = Inputs {
                     plan: &plan,
+                    base: &base,
                     hello: &hello,
                     reload_hello: &reload_hello,
                     big: &big,
@@ -366,6 +373,7 @@ async fn run(opts: Opts) -> std::process::ExitCode {
 /// What every scenario may need besides the contender.
 struct Inputs<'a> {
     plan: &'a Plan,
+    base: &'a Routes,
     hello: &'a Arc<[u8]>,
     reload_hello: &'a Arc<[u8]>,
     big: &'a Routes,
@@ -410,6 +418,7 @@ async fn scenario(
 ) -> std::io::Result<()> {
     let Inputs {
         plan,
+        base,
         hello,
         reload_hello,
         big,
@@ -478,6 +487,40 @@ async fn scenario(
             let per_10k =
                 (after.saturating_sub(before)) as f64 / 1024.0 * 10_000.0 / plan.idle_conns as f64;
             res.push("idle_mem_per_10k", k, per_10k);
+        }
+        "churn" if k != Kind::Direct => {
+            if k == Kind::Isthmus {
+                // The controller's limit on the upstream; the reload is in effect once the
+                // name it adds routes.
+                let mut limited = base.clone();
+                limited.idle_timeout = Some("3h");
+                limited.names.push(RELOAD_NAME.to_owned());
+                r.write_config(&limited)?;
+                r.signal_reload()?;
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !load::probe(addr, reload_hello).await {
+                    if Instant::now() > deadline {
+                        return Err(std::io::Error::other("no reload to idle_timeout 3h"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            settle().await;
+            let before = r.rss_kib();
+            let (ok, failed) = load::churn(addr, hello.clone(), 32, plan.churn_conns).await?;
+            all_closed(upstream_open).await;
+            settle().await;
+            let after = r.rss_kib();
+            eprintln!(
+                "{} churn: {ok} connections ({failed} failed), RSS {before} -> {after} KiB",
+                k.name()
+            );
+            let grown = after.saturating_sub(before) as f64 / 1024.0;
+            res.push(
+                "churn_mem_per_100k",
+                k,
+                grown * 100_000.0 / ok.max(1) as f64,
+            );
         }
         "reload" if k != Kind::Direct => {
             let conns = load::open_many(addr, hello.clone(), plan.reload_conns).await?;

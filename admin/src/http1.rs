@@ -8,14 +8,15 @@
 //!   (`/readyz` from the kubelet) always gets in however many slow clients are connected.
 //!
 //! [`serve`] (the admin endpoints) bounds the answers too: a client that stops reading is
-//! closed after `write_timeout` without progress (`deadline.rs`), a connection older than
-//! `connection_timeout` finishes its response and is closed, and the accepted socket's send
+//! closed after `write_timeout` without progress (`deadline.rs`), no connection lives longer
+//! than `connection_timeout` (a response in progress included), and the accepted socket's send
 //! buffer is [`SEND_BUFFER`] (the kernel's autotuning would give a non-reading client up to
 //! 4 MiB of socket memory). Bodies are shared, not copied, into hyper's write queue
 //! (`writev`), and large ones are shared between clients (`bodies.rs`).
 //!
 //! Memory is bounded by `max_connections` × (`max_header_bytes` + hyper's write buffer and
-//! task, ~8 KiB, + the send buffer): about 22 MiB at the defaults, plus the shared bodies.
+//! task, ~8 KiB, + the send buffer): about 22 MiB at the defaults, plus at most
+//! `bodies::MAX_COPIES` copies of each shared body.
 
 use crate::deadline::WriteDeadline;
 use hyper::body::{Body, Incoming};
@@ -189,8 +190,12 @@ pub async fn serve<M, S, B>(
     }
 }
 
-/// Runs `connection` until it ends, or until it is `connection_timeout` old: then it may
-/// finish the response in progress (within `write_timeout`) and is closed.
+/// Runs `connection` until it ends, or until it is `connection_timeout` old, whatever it is
+/// doing then: the age is a total deadline. A client that keeps reading a big body slowly
+/// restarts the write deadline with every byte, and used to keep the connection (and its copy
+/// of the body) for `connection_timeout` + `write_timeout`. From `connection_timeout` −
+/// `write_timeout` (or half the age, if less) on, the connection takes no new request, so a
+/// response started before has that long to be read.
 async fn aged<I, S, B>(
     connection: hyper::server::conn::http1::Connection<I, S>,
     limits: &HttpLimits,
@@ -202,13 +207,15 @@ where
     B: Body + 'static,
     B::Error: Into<Box<dyn StdError + Send + Sync>>,
 {
+    let age = limits.connection_timeout.get();
+    let last_response = limits.write_timeout.get().min(age / 2);
     let mut connection = std::pin::pin!(connection);
     tokio::select! {
         r = connection.as_mut() => return r,
-        _ = tokio::time::sleep(limits.connection_timeout.get()) => {}
+        _ = tokio::time::sleep(age - last_response) => {}
     }
     connection.as_mut().graceful_shutdown();
-    tokio::time::timeout(limits.write_timeout.get(), connection)
+    tokio::time::timeout(last_response, connection)
         .await
         .unwrap_or(Ok(()))
 }
@@ -216,6 +223,48 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A client that reads a big answer 1 KiB every 5 s makes progress within every
+    /// `write_timeout`, and is closed at `connection_timeout` all the same (it used to get
+    /// `write_timeout` more: ~70 s holding its copy of the body at the defaults).
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_reader_is_closed_at_the_connection_age() {
+        let limits = HttpLimits::default();
+        let age = limits.connection_timeout.get();
+        let gate = Gate::new(limits);
+        let (near, mut far) = tokio::io::duplex(4096);
+        let service = hyper::service::service_fn(|_req| async {
+            let body = Full::new(Bytes::from(vec![b'x'; 1 << 20]));
+            Ok::<_, std::convert::Infallible>(Response::new(body))
+        });
+        let io = TokioIo::new(WriteDeadline::new(near, limits.write_timeout.get()));
+        let connection = gate.builder().serve_connection(io, service);
+        let start = tokio::time::Instant::now();
+        let served = tokio::spawn(async move { aged(connection, &limits).await });
+        far.write_all(b"GET /metrics HTTP/1.1\r\nhost: admin\r\n\r\n")
+            .await
+            .unwrap();
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            loop {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                if !matches!(far.read(&mut buf).await, Ok(n) if n > 0) {
+                    return;
+                }
+            }
+        });
+        served.await.unwrap().ok();
+        let lived = start.elapsed();
+        assert!(
+            lived <= age && lived > age - limits.write_timeout.get(),
+            "the connection lived {lived:?}, its age is {age:?}"
+        );
+        reader.await.unwrap();
+    }
 
     #[test]
     fn the_oldest_connection_makes_room() {

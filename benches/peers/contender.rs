@@ -78,6 +78,9 @@ fn which(prog: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Routes {
     pub names: Vec<String>,
+    /// isthmus's upstream `idle_timeout` (`3h`, as the controller renders it); the peers'
+    /// configurations have nothing like it.
+    pub idle_timeout: Option<&'static str>,
 }
 
 /// A running contender.
@@ -239,6 +242,7 @@ impl Running {
                 .map(|s| s.trim().trim_matches('"').to_owned())
                 .collect()
         });
+        let idle_timeout = routes.idle_timeout;
         let routes: Vec<serde_json::Value> = routes
             .names
             .iter()
@@ -257,6 +261,9 @@ impl Running {
         // row for the system call count.
         if std::env::var("PEERS_UPSTREAM_KEEPALIVE").as_deref() == Ok("off") {
             upstream["tcp_keepalive"] = serde_json::Value::Null;
+        }
+        if let Some(t) = idle_timeout {
+            upstream["idle_timeout"] = t.into();
         }
         serde_json::json!({
             "admin": { "address": format!("127.0.0.1:{}", self.admin) },

@@ -146,6 +146,54 @@ pub async fn conn_rate(
     Ok((ok as f64 / start.elapsed().as_secs_f64(), ok, failed))
 }
 
+/// `total` connections as [`conn_rate`] makes them (connect, ClientHello, 16-byte echo,
+/// close), `concurrency` at a time: the connections made and the failed attempts.
+pub async fn churn(
+    addr: SocketAddr,
+    hello: Arc<[u8]>,
+    concurrency: usize,
+    total: u64,
+) -> io::Result<(u64, u64)> {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let left = Arc::new(AtomicU64::new(total));
+    let mut set = JoinSet::new();
+    for _ in 0..concurrency {
+        let (hello, left) = (hello.clone(), left.clone());
+        set.spawn(async move {
+            let (mut ok, mut failed) = (0u64, 0u64);
+            let mut first = hello.to_vec();
+            first.push(ECHO);
+            first.extend_from_slice(&[7u8; 16]);
+            while left
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                let r = async {
+                    let mut s = TcpStream::connect(addr).await?;
+                    s.set_nodelay(true)?;
+                    s.write_all(&first).await?;
+                    let mut back = [0u8; 16];
+                    s.read_exact(&mut back).await?;
+                    io::Result::Ok(())
+                }
+                .await;
+                match r {
+                    Ok(()) => ok += 1,
+                    Err(_) => failed += 1,
+                }
+            }
+            (ok, failed)
+        });
+    }
+    let (mut ok, mut failed) = (0u64, 0u64);
+    while let Some(r) = set.join_next().await {
+        let (o, f) = r.map_err(io::Error::other)?;
+        ok += o;
+        failed += f;
+    }
+    Ok((ok, failed))
+}
+
 /// Opens `n` fully established echo connections, 32 at a time.
 pub async fn open_many(addr: SocketAddr, hello: Arc<[u8]>, n: usize) -> io::Result<Vec<TcpStream>> {
     let workers = 32.min(n.max(1));

@@ -12,7 +12,7 @@ pub struct Metric {
     pub higher_is_better: bool,
 }
 
-pub const METRICS: [Metric; 18] = [
+pub const METRICS: [Metric; 19] = [
     Metric {
         key: "bulk_1conn",
         unit: "GB/s",
@@ -93,6 +93,14 @@ pub const METRICS: [Metric; 18] = [
     },
     Metric {
         key: "idle_mem_per_10k",
+        unit: "MiB",
+        higher_is_better: false,
+    },
+    // RSS grown per 100,000 connections opened and closed with the controller's
+    // `idle_timeout: 3h` on isthmus's upstream (the `churn` scenario): what a closed
+    // connection leaves behind.
+    Metric {
+        key: "churn_mem_per_100k",
         unit: "MiB",
         higher_is_better: false,
     },

@@ -37,6 +37,7 @@ mod listener;
 mod load;
 mod marked;
 pub mod nullable;
+pub mod ports;
 mod proxy;
 mod schema;
 mod sni;

@@ -68,6 +68,13 @@ pub struct ListenerConfig {
     /// (`too_many_connections_per_source`). Default: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections_per_source: Option<usize>,
+    /// Most open connections (pending or spliced) of this listener; beyond it new connections
+    /// are closed at once and counted (`too_many_listener_connections`). The top-level
+    /// `max_connections` is shared by every listener: this keeps one open to the internet
+    /// (the VPN's) from taking what the others (etcd's) need. Default: no limit of its own
+    /// (the controller renders one on its VPN listener).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<usize>,
     /// Source networks allowed to connect (`10.0.0.0/8`, `2001:db8::/32`, or a bare address).
     /// Matched against the client address of a PROXY header when one is honoured, else the
     /// peer's. Others are closed before anything is read and counted (`source_not_allowed`).
@@ -110,6 +117,7 @@ impl ListenerConfig {
             max_pending_hellos: defaults::max_pending_hellos(),
             max_pending_hellos_per_source: defaults::max_pending_hellos_per_source(),
             max_connections_per_source: None,
+            max_connections: None,
             allowed_sources: Vec::new(),
             trusted_proxies: Vec::new(),
             tcp_keepalive: keepalive::on(),

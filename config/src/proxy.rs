@@ -50,6 +50,12 @@ pub struct ProxyConfig {
     /// listed", what the controller renders). Applies to a listener's `default_upstream` too.
     #[serde(default)]
     pub routes_without_allowed_sources: UnlistedSources,
+    /// Lets listeners and the admin endpoint take ports below 1024. Binding one needs
+    /// `CAP_NET_BIND_SERVICE`, which the chart's pods do not have: a file with such a port
+    /// may start where the process has it and crash-loop every pod started without it, so it
+    /// is refused unless this says the process has the capability. Default `false`.
+    #[serde(default, skip_serializing_if = "defaults::is_default")]
+    pub allow_privileged_ports: bool,
 }
 
 /// Which sources a route without `allowed_sources` admits.
@@ -77,6 +83,7 @@ impl Default for ProxyConfig {
             resolver: ResolverConfig::default(),
             allow_large_removal: false,
             routes_without_allowed_sources: UnlistedSources::Allow,
+            allow_privileged_ports: false,
         }
     }
 }
@@ -161,8 +168,9 @@ pub struct HttpLimits {
     /// closes the connection, with the bytes it held. Default `10s`.
     #[serde(default = "defaults::write_timeout")]
     pub write_timeout: Duration,
-    /// Admin endpoints: a connection this old finishes the response in progress (within
-    /// `write_timeout`) and is closed, however it is used. Default `60s`.
+    /// Admin endpoints: a connection is closed at this age, however it is used and whatever
+    /// it is doing (a response a slow client is still reading included); from this age minus
+    /// `write_timeout` (or half of it, if less) it takes no new request. Default `60s`.
     #[serde(default = "defaults::connection_timeout")]
     pub connection_timeout: Duration,
 }

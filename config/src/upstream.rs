@@ -49,6 +49,14 @@ pub struct UpstreamConfig {
     /// are closed at once and counted. Default: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,
+    /// Most open connections to this upstream from one client address (IPv6: its /64; the
+    /// address of a trusted PROXY header, else the peer's), counted per listener; beyond it
+    /// new connections are closed at once and counted (`outcome="source_overflow"`). For a
+    /// server that cannot tell its clients apart (a tunnel server behind the proxy without
+    /// PROXY headers sees one source), so that one client cannot take its share of
+    /// everyone's. Default: no limit (the controller renders 16 on VPN upstreams).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections_per_source: Option<usize>,
     /// TCP keepalive of upstream sockets; `null` turns it off.
     #[serde(
         default = "keepalive::on",
@@ -76,6 +84,7 @@ impl UpstreamConfig {
             idle_timeout: None,
             max_connection_duration: None,
             max_connections: None,
+            max_connections_per_source: None,
             tcp_keepalive: keepalive::on(),
             outlier_detection: OutlierDetection::default(),
             send_proxy_protocol: SendProxyProtocol::default(),
@@ -103,8 +112,9 @@ pub enum LoadBalancing {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct OutlierDetection {
-    /// Consecutive failed connects that eject an endpoint; `0` turns detection off.
-    /// Default `5`.
+    /// Consecutive failed connects that eject an endpoint (a dial this process could not
+    /// make, for lack of a descriptor, an ephemeral port or memory, does not count); `0`
+    /// turns detection off. Default `5`.
     #[serde(default = "defaults::consecutive_failures")]
     pub consecutive_failures: u32,
     /// An ejection lasts this long times the number of times the endpoint has been ejected

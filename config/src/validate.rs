@@ -2,7 +2,7 @@
 //! loader turns the path into a line and column.
 
 use crate::{KeepaliveConfig, ListenerKind, ProxyConfig};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 type Problems = Vec<(String, String)>;
 
@@ -14,7 +14,6 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
         upstream(&mut p, &mut upstreams, i, u);
     }
     let mut names = HashSet::new();
-    let mut addresses = HashMap::new();
     for (i, l) in c.listeners.iter().enumerate() {
         let at = format!("listeners[{i}]");
         check_name(&mut p, || format!("{at}.name"), &l.name);
@@ -22,17 +21,6 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
             p.push((
                 format!("{at}.name"),
                 format!("duplicate listener name {:?}", l.name),
-            ));
-        }
-        // Port 0 asks the kernel for a free port, so several such listeners never collide.
-        let fixed_port = l.address.port() != 0;
-        if let Some(other) = addresses
-            .insert(l.address, l.name.as_str())
-            .filter(|_| fixed_port)
-        {
-            p.push((
-                format!("{at}.address"),
-                format!("{} is already used by listener {other:?}", l.address),
             ));
         }
         if l.client_hello_timeout.get().is_zero() {
@@ -127,6 +115,8 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
             }
         }
     }
+    // Addresses: no two sockets on one port, none below 1024 unless allowed.
+    p.extend(crate::ports::problems(c));
     if c.drain_timeout.get().is_zero() {
         p.push(("drain_timeout".into(), "must be more than 0s".into()));
     }
@@ -151,7 +141,7 @@ pub(crate) fn proxy(c: &ProxyConfig) -> Problems {
     p
 }
 
-/// The per-source limits, the allow-list and the trusted PROXY peers of one listener.
+/// The connection limits, the allow-list and the trusted PROXY peers of one listener.
 fn sources(p: &mut Problems, at: &str, l: &crate::ListenerConfig) {
     if l.max_pending_hellos_per_source == 0 {
         p.push((
@@ -164,6 +154,9 @@ fn sources(p: &mut Problems, at: &str, l: &crate::ListenerConfig) {
             format!("{at}.max_connections_per_source"),
             "must be at least 1".into(),
         ));
+    }
+    if l.max_connections == Some(0) {
+        p.push((format!("{at}.max_connections"), "must be at least 1".into()));
     }
     match (l.proxy_protocol, l.trusted_proxies.is_empty()) {
         (crate::ProxyProtocolMode::None, false) => p.push((
@@ -216,6 +209,12 @@ fn upstream<'a>(
     }
     if u.max_connections == Some(0) {
         p.push((at("max_connections"), "must be at least 1".into()));
+    }
+    if u.max_connections_per_source == Some(0) {
+        p.push((
+            at("max_connections_per_source"),
+            "must be at least 1".into(),
+        ));
     }
     let outlier = &u.outlier_detection;
     if outlier.max_ejection_percent > 100 {

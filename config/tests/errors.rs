@@ -224,6 +224,7 @@ listeners:
     allowed_sources: [\"10.0.0.0/8\"]
     max_pending_hellos_per_source: 0
     max_connections_per_source: 0
+    max_connections: 0
   - name: b
     address: \"0.0.0.0:2381\"
     proxy_protocol: require
@@ -232,21 +233,22 @@ listeners:
     trusted_proxies: [\"192.0.2.0/24\"]
 ";
     let e = errors(yaml);
-    assert_eq!(e.len(), 4, "{e:#?}");
+    assert_eq!(e.len(), 5, "{e:#?}");
     let text = e.join("\n");
     for want in [
         "listeners[0].max_pending_hellos_per_source: must be at least 1",
         "listeners[0].max_connections_per_source: must be at least 1",
+        "listeners[0].max_connections: must be at least 1",
         "listeners[1].trusted_proxies: required with proxy_protocol",
         "listeners[2].trusted_proxies: only used with proxy_protocol",
     ] {
         assert!(text.contains(want), "missing {want:?} in {text}");
     }
     let bad_cidr =
-        "listeners: [{ name: a, address: \"0.0.0.0:1\", allowed_sources: [\"10.1.2.3/8\"] }]";
+        "listeners: [{ name: a, address: \"0.0.0.0:1024\", allowed_sources: [\"10.1.2.3/8\"] }]";
     assert_eq!(
         errors(bad_cidr),
-        vec!["p.yaml:1:64: listeners[0].allowed_sources[0]: invalid CIDR \"10.1.2.3/8\": host bits are set (write the network address)"]
+        vec!["p.yaml:1:67: listeners[0].allowed_sources[0]: invalid CIDR \"10.1.2.3/8\": host bits are set (write the network address)"]
     );
     let ok = "\
 listeners:
@@ -263,8 +265,52 @@ listeners:
     assert_eq!(l.allowed_sources.len(), 3);
     assert_eq!(l.allowed_sources[2].to_string(), "192.0.2.7/32");
     assert_eq!(l.max_connections_per_source, Some(100));
-    let defaults: ProxyConfig =
-        parse_proxy("p.yaml", "listeners: [{ name: a, address: \"0.0.0.0:1\" }]").unwrap();
+    let defaults: ProxyConfig = parse_proxy(
+        "p.yaml",
+        "listeners: [{ name: a, address: \"0.0.0.0:1024\" }]",
+    )
+    .unwrap();
     assert_eq!(defaults.listeners[0].max_pending_hellos_per_source, 32);
     assert_eq!(defaults.listeners[0].max_connections_per_source, None);
+    let zero =
+        "upstreams: [{ name: u, endpoints: [\"10.0.0.1:1\"], max_connections_per_source: 0 }]";
+    assert_eq!(
+        errors(zero),
+        ["p.yaml:1:79: upstreams[0].max_connections_per_source: must be at least 1"]
+    );
+}
+
+/// Issue 47, point 1: a listener on the admin endpoint's port (its probes were spread over
+/// both), two listeners on one port under different names (a wildcard covers the specific
+/// address), and a port below 1024 (a restarted pod without CAP_NET_BIND_SERVICE
+/// crash-loops) are refused with their positions; the last only unless the file allows it.
+#[test]
+fn listeners_may_not_share_a_port_with_the_admin_endpoint_or_each_other_nor_take_a_low_one() {
+    let yaml = "\
+admin: { address: \"0.0.0.0:9901\" }
+listeners:
+  - { name: vpn-9901, address: \"10.0.0.1:9901\" }
+  - { name: peer-8443, address: \"0.0.0.0:8443\" }
+  - { name: vpn-8443, address: \"10.0.0.2:8443\" }
+  - { name: other-8443, address: \"[fd00::1]:8443\" }
+  - { name: vpn-443, address: \"[::]:443\" }
+";
+    assert_eq!(
+        errors(yaml),
+        vec![
+            "p.yaml:3:32: listeners[0].address: 10.0.0.1:9901 takes the port of the admin endpoint (admin.address 0.0.0.0:9901): the probes would reach this listener",
+            "p.yaml:5:32: listeners[2].address: 10.0.0.2:8443 shares its port with listener \"peer-8443\" (0.0.0.0:8443): a wildcard address takes the port on every address",
+            "p.yaml:7:31: listeners[4].address: port 443 is below 1024: binding it needs CAP_NET_BIND_SERVICE, which the chart's pods do not have (a restarted pod would crash-loop); use a port of 1024 or more, or set allow_privileged_ports: true where the process has the capability",
+        ]
+    );
+    // Where the process has the capability, the file says so.
+    let allowed = format!("allow_privileged_ports: true\n{yaml}");
+    let e = errors(&allowed);
+    assert_eq!(e.len(), 2, "{e:#?}");
+    assert!(e.iter().all(|e| !e.contains("below 1024")), "{e:#?}");
+    let low_admin = "allow_privileged_ports: false\nadmin: { address: \"127.0.0.1:901\" }\n";
+    assert_eq!(
+        errors(low_admin),
+        ["p.yaml:2:19: admin.address: port 901 is below 1024: binding it needs CAP_NET_BIND_SERVICE, which the chart's pods do not have (a restarted pod would crash-loop); use a port of 1024 or more, or set allow_privileged_ports: true where the process has the capability"]
+    );
 }

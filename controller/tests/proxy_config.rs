@@ -409,3 +409,38 @@ fn a_vpn_upstream_wanted_with_and_without_proxy_v2_stays_with_the_older() {
     assert_eq!(outcome.conflicts[0].owner, format!("{NS}/younger"));
     assert_eq!(outcome.conflicts[0].held_by, format!("{NS}/older"));
 }
+
+/// Issue 47, point 7: the world-open VPN listener gets a cap of its own, so its strangers
+/// cannot take the proxy's `max_connections` from the etcd listeners, which keep none.
+#[test]
+fn the_vpn_listener_has_a_connection_cap_of_its_own() {
+    let r = render(
+        &layout(),
+        &routes(&spec(Role::Destination, Step::Join), NS, true),
+    )
+    .unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    for l in &parsed.listeners {
+        let want = l.name.starts_with("vpn-").then_some(512);
+        assert_eq!(l.max_connections, want, "{}", l.name);
+    }
+}
+
+/// Issue 47, point 2: the VPN upstream caps what one client address forwards to the tunnel
+/// server; etcd's upstreams do not.
+#[test]
+fn the_vpn_upstream_caps_connections_per_source() {
+    let r = render(
+        &layout(),
+        &routes(&spec(Role::Destination, Step::Join), NS, true),
+    )
+    .unwrap();
+    let parsed = isthmus_config::parse_proxy("proxy.json", &r.text).unwrap();
+    let mut vpn = 0;
+    for u in &parsed.upstreams {
+        let want = u.name.ends_with(".vpn").then_some(16);
+        vpn += usize::from(want.is_some());
+        assert_eq!(u.max_connections_per_source, want, "{}", u.name);
+    }
+    assert_eq!(vpn, 1);
+}

@@ -10,6 +10,7 @@ use crate::metrics::Metrics;
 use crate::snapshot::ListenerSpec;
 use crate::sources::{ActiveGuard, Sources};
 use crate::splice::Splicer;
+pub use intake::Reject;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio_util::task::TaskTracker;
@@ -27,8 +28,9 @@ pub struct Ctx {
     pub tracker: TaskTracker,
 }
 
-/// Handles one accepted connection to completion. Never panics, never returns an error: every
-/// outcome is counted and logged here.
+/// Handles one accepted connection to completion, counted open by `active` from its accept
+/// on; `refuse`: a cap was reached, the connection is closed at once and counted. Never
+/// panics, never returns an error: every outcome is counted and logged here.
 ///
 /// Not an `async fn`: that would hold the instrumented future *and* the block it wraps in its
 /// own state, doubling what every open connection's task holds.
@@ -37,7 +39,8 @@ pub fn handle(
     peer: SocketAddr,
     spec: Arc<ListenerSpec>,
     ctx: Ctx,
-    over_capacity: bool,
+    active: ActiveGuard,
+    refuse: Option<Reject>,
 ) -> impl std::future::Future<Output = ()> + Send {
     // A debug span, not info: with the default `info` filter an enabled span costs every
     // connection its formatted fields and a registry slot (~0.45 KiB held while it lives,
@@ -46,15 +49,8 @@ pub fn handle(
     let span = debug_span!("conn", listener = %spec.name, %peer, client = field::Empty, sni = field::Empty, upstream = field::Empty);
     async move {
         let down = Down::new(down);
-        let active = ActiveGuard::new(spec.active.clone());
-        if over_capacity {
-            intake::reject(
-                down,
-                &spec,
-                &ctx.metrics,
-                intake::Reject::TooManyConnections,
-            )
-            .await;
+        if let Some(reason) = refuse {
+            intake::reject(down, &spec, &ctx.metrics, reason).await;
             return;
         }
         let Some((down, intake)) =
@@ -100,7 +96,8 @@ mod tests {
                 .unwrap(),
             tracker: TaskTracker::new(),
         };
-        let task = handle(stream, addr, spec, ctx, false);
+        let active = ActiveGuard::new(spec.active.clone());
+        let task = handle(stream, addr, spec, ctx, active, None);
         let size = std::mem::size_of_val(&task);
         eprintln!("intake task future: {size} bytes");
         assert!(

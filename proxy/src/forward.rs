@@ -29,12 +29,26 @@ pub async fn forward(
         route,
         client,
         replay,
-        active,
+        mut active,
     } = intake;
     let up_spec = &route.upstream;
     tracing::Span::current().record("upstream", up_spec.name.as_str());
     let counters = route.counters(metrics);
     let connect = spec.kind == ListenerKind::HttpConnect;
+    // The upstream's cap per client address, on the source's count of this listener.
+    if let (Some(max), Some(source)) = (
+        up_spec.policy.max_connections_per_source,
+        active.source.as_mut(),
+    ) {
+        if !source.route(&up_spec.name, max) {
+            counters.source_overflow.inc();
+            debug!("the source has max_connections_per_source open to the upstream, closing");
+            if let (true, Ok(down)) = (connect, down.registered()) {
+                let _ = down.write_all(&http_connect::response(503)).await;
+            }
+            return;
+        }
+    }
     // The upstream's first flight: the PROXY header if asked, then the buffered bytes.
     let mut first = match up_spec.policy.send_proxy_protocol {
         SendProxyProtocol::None => replay,

@@ -290,7 +290,9 @@ pub async fn reject(mut down: Down, spec: &ListenerSpec, metrics: &Metrics, reas
 fn http_status(reason: Reject) -> Option<u16> {
     match reason {
         Reject::Timeout => Some(408),
-        Reject::TooManyConnections | Reject::TooManyConnectionsPerSource => Some(503),
+        Reject::TooManyConnections
+        | Reject::TooManyListenerConnections
+        | Reject::TooManyConnectionsPerSource => Some(503),
         Reject::ProxyProtocol => Some(400),
         Reject::TooLarge => Some(431),
         // As for a header value that is not routed.

@@ -3,10 +3,11 @@
 //! the bytes `TCP_DEFER_ACCEPT` waited for directly and registers a socket only when it has
 //! to wait for more (`intake::Down`).
 
-use crate::conn::{self, Ctx};
+use crate::conn::{self, Ctx, Reject};
 use crate::metrics::{ListenerLabels, Metrics};
 use crate::snapshot::Snapshot;
 use crate::socket;
+use crate::sources::ActiveGuard;
 use crate::sys::Acceptor;
 use isthmus_config::KeepaliveConfig;
 use std::sync::{Arc, RwLock};
@@ -94,13 +95,25 @@ pub async fn accept_loop(
             }
             applied = Some(spec.keepalive);
         }
-        // The global cap counts open connections; the one over it is closed (and counted)
-        // by its own task so that the accept loop never waits on it.
+        // The global cap counts open connections, the listener's its own (`active`, counted
+        // from here on, so that a burst of accepts cannot pass it before the tasks run); the
+        // one over either is closed (and counted) by its own task so that the accept loop
+        // never waits on it.
         let cap = snapshot.config.max_connections.min(shared.fd_ceiling);
-        let over = shared.connections.len() >= cap;
+        let refuse = if shared.connections.len() >= cap {
+            Some(Reject::TooManyConnections)
+        } else if spec
+            .max_connections
+            .is_some_and(|m| usize::try_from(spec.active.get()).unwrap_or(0) >= m)
+        {
+            Some(Reject::TooManyListenerConnections)
+        } else {
+            None
+        };
         drop(snapshot);
+        let active = ActiveGuard::new(spec.active.clone());
         shared
             .connections
-            .spawn(conn::handle(sock, peer, spec, ctx.clone(), over));
+            .spawn(conn::handle(sock, peer, spec, ctx.clone(), active, refuse));
     }
 }

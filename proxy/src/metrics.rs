@@ -1,7 +1,10 @@
 //! The proxy's Prometheus series, registered into a registry handed down from `main`.
 //!
 //! Per-route handles are resolved once per config snapshot (see `snapshot.rs`), so that the
-//! per-connection cost is a few atomic increments and no label hashing or allocation.
+//! per-connection cost is a few atomic increments and no label hashing or allocation. A
+//! reload removes the series of the routes, upstreams and names it took out (`forget.rs`).
+
+mod forget;
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -17,7 +20,9 @@ pub struct OutcomeLabels {
     pub listener: String,
     pub route: String,
     pub upstream: String,
-    /// `forwarded` (spliced to an upstream) or `upstream_unavailable` (every endpoint failed).
+    /// `forwarded` (spliced to an upstream), `upstream_unavailable` (every endpoint failed),
+    /// `overflow` (the upstream's `max_connections`) or `source_overflow` (its
+    /// `max_connections_per_source`).
     pub outcome: &'static str,
 }
 
@@ -49,7 +54,9 @@ pub struct UpstreamLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UpstreamErrorLabels {
     pub upstream: String,
-    /// `refused`, `timeout`, `unreachable`, `resolve`, `other`.
+    /// `refused`, `timeout`, `unreachable`, `resolve`, `other`, or `local` (this process
+    /// could not dial: no descriptor, ephemeral port or buffer; never held against the
+    /// endpoint by outlier detection).
     pub reason: &'static str,
 }
 
@@ -178,7 +185,8 @@ impl Metrics {
             "proxy_hello_rejections",
             "Connections closed before routing, by listener and reason (no_sni, unknown_sni, \
              not_tls, malformed, too_large, timeout, client_closed, proxy_protocol, evicted, \
-             too_many_connections, too_many_connections_per_source, source_not_allowed, \
+             too_many_connections, too_many_listener_connections, \
+             too_many_connections_per_source, source_not_allowed, \
              route_source_not_allowed, untrusted_proxy; http_connect: not_connect, malformed, \
              missing_route_header, unknown_header_value)",
             m.hello_rejections.clone(),
@@ -191,7 +199,9 @@ impl Metrics {
         );
         r.register(
             "proxy_upstream_connect_errors",
-            "Failed TCP connects to upstream endpoints, by upstream and reason",
+            "Failed TCP connects to upstream endpoints, by upstream and reason (refused, \
+             timeout, unreachable, resolve, other; local: this process could not dial, which \
+             outlier detection does not hold against the endpoint)",
             m.upstream_connect_errors.clone(),
         );
         r.register(

@@ -45,6 +45,8 @@ pub struct ListenerSpec {
     pub max_pending: usize,
     pub max_pending_per_source: usize,
     pub max_connections_per_source: Option<usize>,
+    /// The listener's own cap on open connections.
+    pub max_connections: Option<usize>,
     /// Empty: any source.
     pub allowed_sources: Vec<Cidr>,
     pub trusted_proxies: Vec<Cidr>,
@@ -80,6 +82,7 @@ pub struct RouteCounters {
     pub forwarded: Counter,
     pub unavailable: Counter,
     pub overflow: Counter,
+    pub source_overflow: Counter,
     pub bytes_to_upstream: Counter,
     pub bytes_to_downstream: Counter,
 }
@@ -234,6 +237,7 @@ fn compile_listener(
         max_pending: l.max_pending_hellos,
         max_pending_per_source: l.max_pending_hellos_per_source,
         max_connections_per_source: l.max_connections_per_source,
+        max_connections: l.max_connections,
         allowed_sources: l.allowed_sources.clone(),
         trusted_proxies: l.trusted_proxies.clone(),
         keepalive: l.tcp_keepalive,
@@ -276,6 +280,7 @@ impl Route {
                 forwarded: outcome("forwarded"),
                 unavailable: outcome("upstream_unavailable"),
                 overflow: outcome("overflow"),
+                source_overflow: outcome("source_overflow"),
                 bytes_to_upstream: bytes("downstream_to_upstream"),
                 bytes_to_downstream: bytes("upstream_to_downstream"),
             }

@@ -1,6 +1,7 @@
 //! Every socket the proxy opens and every option it sets, in one place: listening sockets
 //! (`SO_REUSEADDR`, `SO_REUSEPORT`, `TCP_NODELAY`, `TCP_DEFER_ACCEPT`, keepalive inherited by
-//! accepted sockets) and upstream sockets (`TCP_NODELAY`, the upstream's keepalive).
+//! accepted sockets), the admin socket (no `SO_REUSEPORT`) and upstream sockets
+//! (`TCP_NODELAY`, the upstream's keepalive).
 
 use isthmus_config::KeepaliveConfig;
 use std::io;
@@ -9,11 +10,22 @@ use std::os::fd::AsFd;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
-/// Binds with `SO_REUSEADDR` and `SO_REUSEPORT`: a reload can bind a listener's new socket
-/// while the old one still accepts (make before break), and a new isthmus process can take
-/// over a port from an old one during a rolling update.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::from_std(bind_std(addr)?)
+/// Binds the admin endpoint: `SO_REUSEADDR` (a restarted process rebinds at once) but not
+/// `SO_REUSEPORT`, which the listeners have. With it a listener configured on the admin port
+/// joined the admin socket's group and the kernel spread the kubelet's probes over both: every
+/// pod flapped NotReady and was restarted (issue 47, point 1). Without it such a listener's
+/// bind fails, as does any other process's.
+pub fn bind_admin(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    socket.set_reuse_address(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(1024)?;
+    TcpListener::from_std(socket.into())
 }
 
 /// Binds `n` (at least one) sockets to the same address with `SO_REUSEPORT`, one per worker

@@ -1,4 +1,5 @@
-//! Per-source admission of one listener: open connections per source, and the pending slots
+//! Per-source admission of one listener: open connections per source (and per source and
+//! upstream, for an upstream's `max_connections_per_source`), and the pending slots
 //! (connections still sending their hello) per source and per listener, with eviction of the
 //! oldest pending connection when a cap is reached.
 //!
@@ -35,6 +36,9 @@ struct Entry {
     open: usize,
     /// This source's pending connections, oldest first.
     pending: VecDeque<u64>,
+    /// Of `open`, those to upstreams with a per-source cap, by upstream: the tag their guards
+    /// share, and how many. A source reaches few upstreams: a short list.
+    upstreams: Vec<(Arc<Tag>, usize)>,
 }
 
 #[derive(Debug)]
@@ -55,9 +59,13 @@ pub fn key(ip: IpAddr) -> IpAddr {
 struct Tag {
     sources: Arc<Sources>,
     source: IpAddr,
+    /// The upstream the connection is counted for too ([`SourceGuard::route`]).
+    upstream: Option<Box<str>>,
 }
 
-/// One open connection counted for its source; dropping it uncounts it.
+/// One open connection counted for its source (and, once routed, maybe for its source and
+/// upstream); dropping it uncounts it. One pointer: it sits in every spliced connection's
+/// table entry.
 #[derive(Debug)]
 pub struct SourceGuard(Arc<Tag>);
 
@@ -84,9 +92,11 @@ impl Sources {
             tag: Arc::new(Tag {
                 sources: self.clone(),
                 source,
+                upstream: None,
             }),
             open: 0,
             pending: VecDeque::new(),
+            upstreams: Vec::new(),
         });
         if max.is_some_and(|m| entry.open >= m) {
             return None;
@@ -172,12 +182,73 @@ impl State {
     }
 }
 
+impl SourceGuard {
+    /// Counts this connection also as one of its source's to `upstream`, unless the source
+    /// has `max` open to it already through this listener: then returns `false` and nothing
+    /// changes.
+    pub fn route(&mut self, upstream: &str, max: usize) -> bool {
+        let tag = self.0.clone();
+        if tag.upstream.is_some() {
+            return true;
+        }
+        let mut st = tag.sources.lock();
+        let Some(e) = st.by_source.get_mut(&tag.source) else {
+            return true;
+        };
+        let i = match e
+            .upstreams
+            .iter()
+            .position(|(t, _)| t.upstream.as_deref() == Some(upstream))
+        {
+            Some(i) => i,
+            None => {
+                let counted = Tag {
+                    sources: tag.sources.clone(),
+                    source: tag.source,
+                    upstream: Some(upstream.into()),
+                };
+                e.upstreams.push((Arc::new(counted), 0));
+                e.upstreams.len() - 1
+            }
+        };
+        let Some((counted, n)) = e.upstreams.get_mut(i) else {
+            return true;
+        };
+        if *n >= max.max(1) {
+            return false;
+        }
+        *n += 1;
+        // The same connection, now counted for the upstream too: its `open` stays one.
+        self.0 = counted.clone();
+        true
+    }
+}
+
 impl Drop for SourceGuard {
     fn drop(&mut self) {
-        let Tag { sources, source } = &*self.0;
+        let Tag {
+            sources,
+            source,
+            upstream,
+        } = &*self.0;
         let mut st = sources.lock();
         if let Some(e) = st.by_source.get_mut(source) {
             e.open = e.open.saturating_sub(1);
+            if upstream.is_some() {
+                let mine = e
+                    .upstreams
+                    .iter()
+                    .position(|(t, _)| Arc::ptr_eq(t, &self.0));
+                if let Some(i) = mine {
+                    let left = e.upstreams.get_mut(i).map_or(0, |(_, n)| {
+                        *n = n.saturating_sub(1);
+                        *n
+                    });
+                    if left == 0 {
+                        e.upstreams.swap_remove(i);
+                    }
+                }
+            }
         }
         st.forget_if_unused(*source);
     }
@@ -249,6 +320,30 @@ mod tests {
         let _c = s.open(ip("2001:db8::1"), Some(1)).unwrap();
         assert!(s.open(ip("2001:db8::ffff:2"), Some(1)).is_none());
         drop((_a2, _a3, _b, _c));
+        assert_eq!(s.tracked(), 0);
+    }
+
+    #[test]
+    fn connections_to_an_upstream_are_capped_per_source_and_forgotten() {
+        let s = Arc::new(Sources::default());
+        let mut a: Vec<SourceGuard> = (0..3)
+            .map(|_| s.open(ip("10.0.0.1"), None).unwrap())
+            .collect();
+        assert!(a[0].route("vpn", 2));
+        assert!(a[1].route("vpn", 2));
+        assert!(
+            !a[2].route("vpn", 2),
+            "a third connection of the source to the upstream"
+        );
+        assert!(a[2].route("etcd", 2), "another upstream counts on its own");
+        let mut b = s.open(ip("10.0.0.2"), None).unwrap();
+        assert!(b.route("vpn", 2), "another source counts on its own");
+        a.remove(0);
+        let mut again = s.open(ip("10.0.0.1"), None).unwrap();
+        assert!(again.route("vpn", 2), "a closed connection makes room");
+        // Routed or not, each connection counts once for its source.
+        assert!(s.open(ip("10.0.0.1"), Some(3)).is_none());
+        drop((a, b, again));
         assert_eq!(s.tracked(), 0);
     }
 

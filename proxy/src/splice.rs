@@ -19,6 +19,11 @@
 //! nesting alone added 9–13 µs to every proxied round trip of a minimal C relay, and moving
 //! the splicer to its own thread took 5–10 µs off isthmus's (BENCHMARKS.md, issue 28, round 5).
 //!
+//! Fairness: a turn moves at most `flow::TURN_BUDGET` bytes per direction of a connection; a
+//! connection with more to move is driven again in the next turn, after that turn's events,
+//! and the loop does not block while one waits. Before, a busy connection was driven until
+//! `EAGAIN`, while every other connection of the worker waited.
+//!
 //! Busy polling ([`BusyPoll`]): after handling events the splicer may keep polling for a
 //! bounded time instead of parking. On virtual machines waking a parked thread costs
 //! microseconds; the answer to a request just forwarded often comes back within that window.
@@ -32,6 +37,7 @@ mod limits;
 mod pace;
 mod spares;
 mod table;
+mod timers;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
@@ -40,21 +46,20 @@ use crate::sources::ActiveGuard;
 use flow::Flow;
 use isthmus_config::KeepaliveConfig;
 use keepalive::{Deferred, Plan, Tag};
+use limits::Extra;
 pub use limits::{End, Limits};
-use limits::{Extra, Timer};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
 pub use pace::BusyPoll;
 use pace::Pacer;
 use prometheus_client::metrics::counter::Counter;
 use spares::Spares;
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 use table::{Keys, Table};
+use timers::Timers;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, warn};
 
@@ -191,6 +196,9 @@ struct Inner {
     /// Hand-overs that woke the loop, for tests of when they do.
     #[cfg(test)]
     wakes: std::sync::atomic::AtomicUsize,
+    /// Timer entries the loop holds after its last turn, for tests that none is left behind.
+    #[cfg(test)]
+    timers: std::sync::atomic::AtomicUsize,
 }
 
 /// What handles leave for the loop: pairs under the keys their sockets are registered with.
@@ -208,8 +216,8 @@ type Arrival = (usize, Instant, Pair<TcpStream>);
 #[derive(Debug)]
 struct State {
     conns: Table<Conn>,
-    timers: BinaryHeap<Reverse<Timer>>,
-    next_gen: u32,
+    /// When to look at the limits of each open connection that has one.
+    timers: Timers,
     spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
     arrived: Vec<Arrival>,
@@ -219,6 +227,11 @@ struct State {
     counters: Contention,
     /// Young connections whose upstream socket waits for its keepalive.
     keepalive: Deferred,
+    /// Connections that stopped at their turn's budget with bytes to move: driven again in
+    /// the next turn, after its events.
+    again: Vec<usize>,
+    /// The previous turn's `again`, being driven (kept for its allocation).
+    again_now: Vec<usize>,
 }
 
 /// What a splicer counts of a contended CPU.
@@ -265,6 +278,8 @@ impl Splicer {
             open: Default::default(),
             #[cfg(test)]
             wakes: Default::default(),
+            #[cfg(test)]
+            timers: Default::default(),
         });
         let task = inner.clone();
         std::thread::Builder::new().name(name).spawn(move || {
@@ -327,6 +342,12 @@ impl Splicer {
         Ok(())
     }
 
+    /// Timer entries the loop held after its last turn.
+    #[cfg(test)]
+    pub fn timers(&self) -> usize {
+        self.inner.timers.load(Ordering::Acquire)
+    }
+
     /// Connections this splicer holds.
     #[cfg(test)]
     pub fn len(&self) -> usize {
@@ -376,7 +397,9 @@ impl Inner {
         loop {
             self.parks_until(deadline);
             self.parked.store(true, Ordering::SeqCst);
-            let timeout = if self.quit.load(Ordering::SeqCst) || !lock(&self.inbox).pairs.is_empty()
+            let timeout = if self.quit.load(Ordering::SeqCst)
+                || !st.again.is_empty()
+                || !lock(&self.inbox).pairs.is_empty()
             {
                 Some(Duration::ZERO)
             } else {
@@ -413,6 +436,8 @@ impl Inner {
             if st.policy.tick(now) {
                 st.counters.demoted.inc();
             }
+            #[cfg(test)]
+            self.timers.store(st.timers.len(), Ordering::Release);
             #[cfg(test)]
             self.open.store(st.conns.len(), Ordering::Release);
         }
@@ -475,8 +500,12 @@ impl Inner {
     /// an event can only be of a pair registered before the poll, so the table then holds it.
     fn handle(&self, st: &mut State, events: &Events) {
         self.take_in(st);
+        std::mem::swap(&mut st.again, &mut st.again_now);
         if !events.is_empty() {
             st.dispatch(events, &self.registry);
+        }
+        if !st.again_now.is_empty() {
+            st.drive_again(&self.registry);
         }
     }
 
@@ -509,14 +538,15 @@ impl State {
     fn new(busy_poll: BusyPoll, counters: Contention) -> State {
         State {
             conns: Table::default(),
-            timers: BinaryHeap::new(),
-            next_gen: 0,
+            timers: Timers::default(),
             spares: Spares::default(),
             arrived: Vec::new(),
             pacer: Pacer::new(busy_poll),
             policy: Demotion::of_this_thread(),
             counters,
             keepalive: Deferred::new(Instant::now()),
+            again: Vec::new(),
+            again_now: Vec::new(),
         }
     }
 
@@ -536,10 +566,8 @@ impl State {
         }
         let limited = pair.limits != Limits::default();
         let extra = (limited || !pair.span.is_disabled()).then(|| {
-            self.next_gen = self.next_gen.wrapping_add(1);
             Box::new(Extra {
                 limits: pair.limits,
-                gen: self.next_gen,
                 started: adopted,
                 last: adopted,
                 metrics: pair.metrics,
@@ -547,9 +575,7 @@ impl State {
                 span: pair.span,
             })
         });
-        let deadline = extra
-            .as_deref()
-            .and_then(|x| x.deadline().map(|at| (at, x.gen)));
+        let deadline = extra.as_deref().and_then(Extra::deadline);
         self.conns.insert(
             key,
             Conn {
@@ -561,17 +587,19 @@ impl State {
                 extra,
             },
         );
-        if let Some((at, gen)) = deadline {
-            self.timers.push(Reverse(Timer { at, key, gen }));
+        if let Some(at) = deadline {
+            self.timers.set(key, at);
         }
     }
 
     fn dispatch(&mut self, events: &Events, registry: &mio::Registry) {
         let State {
             conns,
+            timers,
             spares,
             pacer,
             policy,
+            again,
             ..
         } = self;
         for ev in events.iter() {
@@ -592,25 +620,35 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let end = match conn
-                .drive(spares, pacer, policy.traffic())
-                .and_then(|done| {
-                    if !done {
-                        conn.watch(key, registry)?;
-                    }
-                    Ok(done)
-                }) {
-                Ok(false) => continue,
-                Ok(true) => End::Closed,
-                Err(e) => {
-                    conn.debug_error(&e);
-                    End::Failed
-                }
+            let Some(end) = conn.turn(key, registry, spares, pacer, policy.traffic(), again) else {
+                continue;
             };
             if let Some(c) = conns.remove(key) {
+                timers.remove(key);
                 c.close(end);
             }
         }
+    }
+
+    /// Drives the connections the last turn left with bytes to move (or a connection now at
+    /// one's key, which then has nothing to do).
+    fn drive_again(&mut self, registry: &mio::Registry) {
+        let mut due = std::mem::take(&mut self.again_now);
+        for key in due.drain(..) {
+            let Some(conn) = self.conns.get_mut(key) else {
+                continue;
+            };
+            let traffic = self.policy.traffic();
+            let (spares, pacer, again) = (&mut self.spares, &mut self.pacer, &mut self.again);
+            let Some(end) = conn.turn(key, registry, spares, pacer, traffic, again) else {
+                continue;
+            };
+            if let Some(c) = self.conns.remove(key) {
+                self.timers.remove(key);
+                c.close(end);
+            }
+        }
+        self.again_now = due;
     }
 
     /// Does what is due by `now`: closes connections whose limit passed, sets the keepalive
@@ -641,44 +679,64 @@ impl State {
     }
 
     /// Closes connections whose limit passed and re-arms the others; returns the next
-    /// deadline.
+    /// deadline. A connection's entry is set from its limits and last activity, and moved on
+    /// only when it comes due: bytes moving do not touch the heap.
     fn expire(&mut self, now: Instant) -> Option<Instant> {
-        while let Some(Reverse(t)) = self.timers.peek() {
-            if t.at > now {
-                break;
-            }
-            let Some(Reverse(t)) = self.timers.pop() else {
-                break;
-            };
-            let Some(conn) = self.conns.get_mut(t.key) else {
-                continue;
-            };
-            let Some(x) = conn.extra.as_deref().filter(|x| x.gen == t.gen) else {
+        while let Some(key) = self.timers.pop_due(now) {
+            let Some(x) = self.conns.get_mut(key).and_then(|c| c.extra.as_deref()) else {
                 continue;
             };
             match x.expired(now) {
                 Some(end) => {
-                    if let Some(c) = self.conns.remove(t.key) {
+                    if let Some(c) = self.conns.remove(key) {
                         c.close(end);
                     }
                 }
                 None => {
                     if let Some(at) = x.deadline() {
-                        let gen = x.gen;
-                        self.timers.push(Reverse(Timer {
-                            at,
-                            key: t.key,
-                            gen,
-                        }));
+                        self.timers.set(key, at);
                     }
                 }
             }
         }
-        self.timers.peek().map(|Reverse(t)| t.at)
+        self.timers.next()
     }
 }
 
 impl Conn {
+    /// One turn of the connection at `key`: drives both directions and watches for room
+    /// where a destination pushed back; what ended it, if it ended. Queued in `again` when a
+    /// direction stopped at its budget with bytes to move.
+    fn turn(
+        &mut self,
+        key: usize,
+        registry: &mio::Registry,
+        spares: &mut Spares,
+        pacer: &mut Pacer,
+        traffic: Option<&mut Traffic>,
+        again: &mut Vec<usize>,
+    ) -> Option<End> {
+        let driven = self.drive(spares, pacer, traffic).and_then(|done| {
+            if !done {
+                self.watch(key, registry)?;
+            }
+            Ok(done)
+        });
+        match driven {
+            Ok(false) => {
+                if self.d2u.more() || self.u2d.more() {
+                    again.push(key);
+                }
+                None
+            }
+            Ok(true) => Some(End::Closed),
+            Err(e) => {
+                self.debug_error(&e);
+                Some(End::Failed)
+            }
+        }
+    }
+
     /// Drives both directions; `Ok(true)` when both are over.
     fn drive(
         &mut self,
@@ -687,9 +745,14 @@ impl Conn {
         traffic: Option<&mut Traffic>,
     ) -> io::Result<bool> {
         let up_done = self.u2d.finished();
-        let to_up = self.d2u.drive(&self.down, &self.up, spares, up_done)?;
+        let budget = flow::TURN_BUDGET;
+        let to_up = self
+            .d2u
+            .drive(&self.down, &self.up, spares, up_done, budget)?;
         let down_done = self.d2u.finished();
-        let to_down = self.u2d.drive(&self.up, &self.down, spares, down_done)?;
+        let to_down = self
+            .u2d
+            .drive(&self.up, &self.down, spares, down_done, budget)?;
         let moved = to_up + to_down;
         let burst = spares::BUF_SIZE as u64;
         let (up, down) = (Moved::of(to_up, burst), Moved::of(to_down, burst));

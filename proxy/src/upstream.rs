@@ -1,7 +1,10 @@
 //! Connecting to an upstream under its policy: a connection slot (`max_connections`), the
 //! endpoint order of the balancing policy with ejected endpoints left out, every address of a
-//! name, `connect_timeout` per address, and outlier detection on failures. (The policy's TCP
-//! keepalive is set by the splicer, on connections that live a second.)
+//! name, `connect_timeout` per address, and outlier detection on the endpoint's failures. A
+//! failure of this process's own (no descriptor, no ephemeral port, no buffer memory) is
+//! counted as `local` and never held against the endpoint: under descriptor exhaustion every
+//! endpoint would otherwise be ejected in turn, and stay ejected after the pressure went.
+//! (The policy's TCP keepalive is set by the splicer, on connections that live a second.)
 //!
 //! The connection's first flight (PROXY header and replayed ClientHello) is sent as soon as
 //! the socket is connected, which is often before `connect(2)` returns (a near upstream: the
@@ -61,6 +64,8 @@ pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<C
             last = format!("{}: no addresses (not resolved yet)", endpoint.label);
             continue;
         }
+        // Whether an address failed for a reason of the endpoint's, not of this process's.
+        let mut endpoint_failed = false;
         for &addr in addrs.iter() {
             let started = Instant::now();
             let attempt =
@@ -77,10 +82,13 @@ pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<C
                     });
                 }
                 Ok(Err(e)) => {
-                    count(metrics, up, reason(&e));
+                    let local = is_local(&e);
+                    endpoint_failed |= !local;
+                    count(metrics, up, if local { "local" } else { reason(&e) });
                     last = format!("{} ({addr}): {e}", endpoint.label);
                 }
                 Err(_) => {
+                    endpoint_failed = true;
                     count(metrics, up, "timeout");
                     last = format!(
                         "{} ({addr}): connect timed out after {}",
@@ -89,7 +97,9 @@ pub async fn connect(up: &Upstream, metrics: &Metrics, first: &[u8]) -> Result<C
                 }
             }
         }
-        up.pool.record_failure(index, &policy.outlier_detection);
+        if endpoint_failed {
+            up.pool.record_failure(index, &policy.outlier_detection);
+        }
     }
     Err(Failure::Unavailable {
         upstream: up.name.clone(),
@@ -133,6 +143,23 @@ fn send(mut stream: &std::net::TcpStream, data: &[u8]) -> io::Result<usize> {
             r => return r,
         }
     }
+}
+
+/// Whether a failed dial is this process's or host's doing rather than the endpoint's: out
+/// of descriptors (`EMFILE`, `ENFILE`), of ephemeral ports (`EADDRNOTAVAIL`, `EADDRINUSE`),
+/// or of memory (`ENOBUFS`, `ENOMEM`).
+fn is_local(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::EMFILE
+                | libc::ENFILE
+                | libc::EADDRNOTAVAIL
+                | libc::EADDRINUSE
+                | libc::ENOBUFS
+                | libc::ENOMEM
+        )
+    )
 }
 
 fn reason(e: &io::Error) -> &'static str {

@@ -87,3 +87,24 @@ upstreams:
     let left = tokio::time::timeout(WAIT, drain).await.unwrap().unwrap();
     assert_eq!(left, 0);
 }
+
+/// Issue 47, point 1: the admin socket is bound without `SO_REUSEPORT`, so no listener (nor
+/// any other process) can join its port and take a share of the kubelet's probes: a second
+/// `SO_REUSEPORT` socket on the admin address, as a listener would bind it, is refused.
+#[tokio::test]
+async fn nothing_can_join_the_admin_port() {
+    let f = Fixture::start(&format!("{}listeners: []\n", admin_yaml())).await;
+    let admin = f.proxy.admin_addr();
+    let socket = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .unwrap();
+    socket.set_reuse_address(true).unwrap();
+    socket.set_reuse_port(true).unwrap();
+    let joined = socket.bind(&admin.into()).and_then(|()| socket.listen(16));
+    let e = joined.expect_err("a listener joined the admin port");
+    assert_eq!(e.kind(), std::io::ErrorKind::AddrInUse, "{e}");
+    assert_eq!(http_get(admin, "/readyz").await.unwrap().0, 200);
+}

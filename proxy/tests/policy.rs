@@ -350,3 +350,53 @@ async fn ipv6_listeners_and_upstreams() {
     assert_eq!(label, "v6");
     assert_eq!(ping(&mut s, "6").await.as_deref(), Some("v6:6"));
 }
+
+/// Issue 47, point 7: a listener's own `max_connections` closes its excess at once and counts
+/// it by listener, while another listener (etcd's, beside the world-open VPN one) still gets
+/// in: the global cap is no longer one pool for both.
+#[tokio::test]
+async fn a_listener_cap_keeps_one_listener_from_taking_the_others_share() {
+    let pki = TestPki::new();
+    let hello = capture_hello(&pki, SNI).await;
+    let up = RawUpstream::start("a").await;
+    let other = format!(
+        "  - name: m\n    address: \"127.0.0.1:0\"\n    \
+         routes: [ {{ sni: \"{SNI}\", upstream: u }} ]\nupstreams:"
+    );
+    let text = yaml("    max_connections: 2\n", "", &[up.addr]).replace("upstreams:", &other);
+    let f = Fixture::start(&text).await;
+    let (a, _) = open(&f, &hello).await;
+    let (_b, _) = open(&f, &hello).await;
+    let (_, mut c) = send_raw(f.addr("l").await, &hello, hello.len()).await;
+    assert_eq!(read_to_close(&mut c).await, b"");
+    let refused = series(
+        "hello_rejections_total",
+        "listener=\"l\",reason=\"too_many_listener_connections\"",
+    );
+    f.wait_metric(&refused, 1.0).await;
+    // The other listener is not affected.
+    let (_, mut m) = send_raw(f.addr("m").await, &hello, hello.len()).await;
+    let mut buf = vec![0u8; hello.len() + 64];
+    let n = tokio::time::timeout(WAIT, m.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(buf[..n].starts_with(b"a:"), "listener m refused too");
+    // A closed connection makes room, once the proxy has seen the close: until then a new
+    // connection is still refused (reset), which the poll takes as "not yet".
+    drop(a);
+    wait_until("room on listener l", WAIT, || async {
+        let Ok(mut s) = TcpStream::connect(f.addr("l").await).await else {
+            return false;
+        };
+        if s.write_all(&hello).await.is_err() {
+            return false;
+        }
+        let mut buf = vec![0u8; hello.len() + 64];
+        matches!(
+            tokio::time::timeout(WAIT, s.read(&mut buf)).await,
+            Ok(Ok(n)) if buf[..n].starts_with(b"a:")
+        )
+    })
+    .await;
+}

@@ -202,3 +202,56 @@ async fn a_configmap_style_symlink_swap_is_picked_up_by_the_watcher() {
     })
     .await;
 }
+
+/// A reload that removes a route and its upstream removes their series too, while a
+/// connection still open on the route keeps working: `/metrics` does not grow with every
+/// route a pod has ever had (issue 47, point 4).
+#[tokio::test]
+async fn the_series_of_removed_routes_and_upstreams_go_with_them() {
+    let pki = TestPki::new();
+    let id = pki.server_cert(&["a.example.com", "b.example.com"]);
+    let up = TlsEchoServer::start("up", server_config(&pki, &id)).await;
+    let file = |with_b: bool| {
+        let (route, upstream) = if with_b {
+            (
+                ", { sni: \"b.example.com\", upstream: gone }",
+                format!("  - {{ name: gone, endpoints: [\"{}\"] }}\n", up.addr),
+            )
+        } else {
+            ("", String::new())
+        };
+        format!(
+            "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  \
+             - name: l\n    address: \"127.0.0.1:0\"\n    \
+             routes: [{{ sni: \"a.example.com\", upstream: u }}{route}]\n\
+             upstreams:\n  - {{ name: u, endpoints: [\"{}\"] }}\n{upstream}",
+            up.addr
+        )
+    };
+    let f = Fixture::start(&file(true)).await;
+    let addr = f.addr("l").await;
+    let mut a = tls_connect(client_config(&pki), addr, "a.example.com")
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut a, "a").await, "up:a");
+    let mut b = tls_connect(client_config(&pki), addr, "b.example.com")
+        .await
+        .unwrap();
+    assert_eq!(echo(&mut b, "b").await, "up:b");
+    let before = f.metrics().await;
+    assert!(before.contains("route=\"b.example.com\""), "{before}");
+    assert!(before.contains("upstream=\"gone\""), "{before}");
+    f.write(&file(false));
+    f.proxy.reload().await.unwrap();
+    let after = f.metrics().await;
+    let left: Vec<&str> = after
+        .lines()
+        .filter(|l| l.contains("b.example.com") || l.contains("\"gone\""))
+        .collect();
+    assert!(
+        left.is_empty(),
+        "series of the removed route left: {left:#?}"
+    );
+    assert!(after.contains("route=\"a.example.com\",upstream=\"u\""));
+    assert_eq!(echo(&mut b, "still").await, "up:still");
+}

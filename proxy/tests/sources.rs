@@ -229,3 +229,42 @@ async fn with_require_an_untrusted_peer_is_closed_before_anything_is_read() {
     assert!(routed(&f, "127.0.0.2", &proxy_v1("192.0.2.3", &hello)).await);
     assert_eq!(up.connections(), 1);
 }
+
+/// Issue 47, point 2: an upstream's `max_connections_per_source` caps what one client address
+/// forwards to it (a tunnel server that sees every connection as the proxy's cannot), while
+/// another source, and the listener's other routes, are not affected.
+#[tokio::test]
+async fn an_upstream_caps_what_one_source_forwards_to_it() {
+    let pki = TestPki::new();
+    let hello = capture_hello(&pki, SNI).await;
+    let up = RawUpstream::start("u").await;
+    let yaml = format!(
+        "{}listeners:\n  - name: l\n    address: \"127.0.0.1:0\"\n    \
+         routes: [ {{ sni: \"{SNI}\", upstream: u }} ]\nupstreams:\n  \
+         - {{ name: u, endpoints: [\"{}\"], max_connections_per_source: 2 }}\n",
+        admin_yaml(),
+        up.addr
+    );
+    let f = Fixture::start(&yaml).await;
+    let addr = f.addr("l").await;
+    let (a1, r1) = try_route("127.0.0.2", addr, &hello).await;
+    let (_a2, r2) = try_route("127.0.0.2", addr, &hello).await;
+    assert!(r1.starts_with(b"u:") && r2.starts_with(b"u:"));
+    let (_a3, r3) = try_route("127.0.0.2", addr, &hello).await;
+    assert!(
+        r3.is_empty(),
+        "a third connection of the source was forwarded"
+    );
+    let refused = format!(
+        "isthmus_proxy_connections_total{{listener=\"l\",route=\"{SNI}\",upstream=\"u\",\
+         outcome=\"source_overflow\"}}"
+    );
+    f.wait_metric(&refused, 1.0).await;
+    assert!(routed(&f, "127.0.0.3", &hello).await, "another source");
+    drop(a1);
+    wait_until("a place of 127.0.0.2 is free again", WAIT, || async {
+        routed(&f, "127.0.0.2", &hello).await
+    })
+    .await;
+    assert_eq!(up.connections(), 4);
+}

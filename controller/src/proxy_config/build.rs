@@ -311,8 +311,12 @@ impl Draft {
                     message,
                 }),
             }
+            let vpn = name.ends_with(VPN_UPSTREAM);
             let mut u = UpstreamConfig::new(name, endpoints);
             u.idle_timeout = Some(super::IDLE_TIMEOUT);
+            if vpn {
+                u.max_connections_per_source = Some(VPN_CONNECTIONS_PER_SOURCE);
+            }
             u.send_proxy_protocol = match target.proxy_protocol {
                 ProxyProtocol::None => SendProxyProtocol::None,
                 ProxyProtocol::V2 => SendProxyProtocol::V2,
@@ -405,6 +409,31 @@ fn listener(
     }
     l.allowed_sources = allowed_sources;
     l.max_connections_per_source = Some(super::connections_per_source(routes.len()));
+    if l.name.starts_with(VPN_LISTENER) {
+        l.max_connections = Some(vpn_connections(routes.len()));
+    }
     l.routes = routes;
     l
+}
+
+/// The prefix of the VPN listener's name (`vpn-8443`, see `plan::names`).
+const VPN_LISTENER: &str = "vpn-";
+
+/// The suffix of a VPN upstream's name (`<namespace>.vpn`, see `plan::names`).
+const VPN_UPSTREAM: &str = ".vpn";
+
+/// What one client address may have open to a tunnel server through the proxy (its
+/// `max_connections_per_source`): the server tells sources apart only by PROXY headers, and
+/// without them one host sending ClientHellos took the share of handshakes every agent needs.
+/// A shoot's agents, maybe behind one NAT address, hold a few sessions each (one per address
+/// of the server, two while one rotates), and a reconnect may overlap its dying session.
+pub(super) const VPN_CONNECTIONS_PER_SOURCE: usize = 16;
+
+/// The VPN listener's own `max_connections`: it admits any source (the shoot's nodes dial
+/// from anywhere), and without a cap of its own one stranger's connections could take the
+/// proxy's whole `max_connections` from the etcd listeners. A shoot's agents hold a few
+/// sessions each (one per address of the tunnel server, two while one rotates), so 64 per
+/// migration's VPN route, at least 512.
+pub(super) fn vpn_connections(routes: usize) -> usize {
+    routes.saturating_mul(64).max(512)
 }

@@ -19,6 +19,8 @@ pub enum Reject {
     ProxyProtocol,
     /// The proxy has `max_connections` connections open.
     TooManyConnections,
+    /// The listener has its own `max_connections` connections open.
+    TooManyListenerConnections,
     /// The source is not in the listener's `allowed_sources`.
     SourceNotAllowed,
     /// The route found admits no such source (its `allowed_sources`, or
@@ -45,6 +47,7 @@ impl Reject {
             Reject::ClientClosed => "client_closed",
             Reject::ProxyProtocol => "proxy_protocol",
             Reject::TooManyConnections => "too_many_connections",
+            Reject::TooManyListenerConnections => "too_many_listener_connections",
             Reject::SourceNotAllowed => "source_not_allowed",
             Reject::RouteSourceNotAllowed => "route_source_not_allowed",
             Reject::UntrustedProxy => "untrusted_proxy",
@@ -68,6 +71,7 @@ impl Reject {
             | Reject::ClientClosed
             | Reject::ProxyProtocol
             | Reject::TooManyConnections
+            | Reject::TooManyListenerConnections
             | Reject::SourceNotAllowed
             | Reject::UntrustedProxy
             | Reject::TooManyConnectionsPerSource

@@ -194,6 +194,9 @@ impl Proxy {
         shared.metrics.set_config_hash(Some(&old.hash), &hash);
         shared
             .metrics
+            .forget_removed(&old.config, &shared.current().config);
+        shared
+            .metrics
             .connection_cap(shared.current().config.max_connections, shared.fd_ceiling);
         let mut added = Vec::new();
         for (name, configured, listener) in fresh {

@@ -109,11 +109,12 @@ impl Proxy {
         );
         let dns = Dns::new(&loaded.config.resolver, metrics.clone())?;
         let snapshot = Snapshot::compile(loaded.config, loaded.hash, &metrics, &dns, None);
-        let admin_listener = socket::bind(admin_address).map_err(|source| StartError::Bind {
-            what: "admin".into(),
-            address: admin_address,
-            source,
-        })?;
+        let admin_listener =
+            socket::bind_admin(admin_address).map_err(|source| StartError::Bind {
+                what: "admin".into(),
+                address: admin_address,
+                source,
+            })?;
         let admin_addr = admin_listener
             .local_addr()
             .map_err(|source| StartError::Bind {

@@ -10,6 +10,11 @@
 //! edge, so the read that would only say `EAGAIN` is skipped, unless the edge already carried
 //! the peer's FIN or an error (`CLOSING`): then nothing new will come and reading goes on to
 //! the end.
+//!
+//! A turn of the splicer moves at most a budget of bytes per direction ([`TURN_BUDGET`]): a
+//! direction that still could move more says so ([`Flow::more`]) and the splicer drives it
+//! again after the other connections' events, instead of reading it until `EAGAIN` while
+//! they wait.
 
 use super::keepalive::Tag;
 use super::pace::Pace;
@@ -21,6 +26,10 @@ use prometheus_client::metrics::counter::Counter;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 
+/// Bytes one direction moves in one turn of the splicer before it lets the others go first
+/// (checked before each read, so a turn may end up to one pipe fill, 1 MiB, past it).
+pub const TURN_BUDGET: u64 = 1 << 20;
+
 const CAN_READ: u8 = 1;
 const CLOSING: u8 = 1 << 1;
 const WAIT_WRITE: u8 = 1 << 2;
@@ -29,6 +38,8 @@ const SHUT: u8 = 1 << 4;
 const BULK: u8 = 1 << 5;
 /// The destination is watched for room to write (its registration includes `WRITABLE`).
 const WATCHED: u8 = 1 << 6;
+/// The last drive stopped at its budget with bytes left to move.
+const MORE: u8 = 1 << 7;
 
 /// One direction's state.
 #[derive(Debug)]
@@ -89,6 +100,11 @@ impl Flow {
         self.flags |= WATCHED;
     }
 
+    /// The last [`Flow::drive`] stopped at its budget: driven now, it would move more.
+    pub fn more(&self) -> bool {
+        self.flags & MORE != 0
+    }
+
     /// The FIN was passed on and nothing is left to write: this direction is over.
     pub fn finished(&self) -> bool {
         self.flags & SHUT != 0 && self.held.is_none()
@@ -102,14 +118,18 @@ impl Flow {
     /// `close(2)`: the other direction has read `to` to its end, so nothing unread is left in
     /// its receive queue and the kernel sends a FIN, not a reset, exactly as `shutdown` would
     /// (one system call less per connection).
+    ///
+    /// Once `budget` bytes have moved, it stops before the next read (see [`Flow::more`]).
     pub fn drive(
         &mut self,
         from: &TcpStream,
         to: &TcpStream,
         spares: &mut Spares,
         last: bool,
+        budget: u64,
     ) -> io::Result<u64> {
         let mut moved = 0u64;
+        self.flags &= !MORE;
         loop {
             if let Some(held) = self.held.as_deref_mut() {
                 if self.flags & WAIT_WRITE != 0 {
@@ -136,6 +156,10 @@ impl Flow {
                 return Ok(moved);
             }
             if self.flags & CAN_READ == 0 {
+                return Ok(moved);
+            }
+            if moved >= budget {
+                self.flags |= MORE;
                 return Ok(moved);
             }
             #[cfg(target_os = "linux")]

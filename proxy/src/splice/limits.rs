@@ -1,6 +1,7 @@
 //! The optional limits of a spliced connection (`idle_timeout`, `max_connection_duration`) and
-//! the timers that enforce them. Only connections with a limit (or an enabled span) carry the
-//! boxed `Extra`; the rest cost nothing here.
+//! when they pass (the splicer's timers, one per connection with a limit, are `timers.rs`).
+//! Only connections with a limit (or an enabled span) carry the boxed `Extra`; the rest cost
+//! nothing here.
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
@@ -29,20 +30,10 @@ pub enum End {
     MaxDuration,
 }
 
-/// When to look at a connection's limits again; `gen` tells a reused table key apart from
-/// the connection the timer was set for.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Timer {
-    pub at: Instant,
-    pub key: usize,
-    pub gen: u32,
-}
-
 /// What a connection with a limit or an enabled span carries besides its sockets.
 #[derive(Debug)]
 pub struct Extra {
     pub limits: Limits,
-    pub gen: u32,
     pub started: Instant,
     pub last: Instant,
     pub metrics: Arc<Metrics>,
