@@ -147,18 +147,26 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
         "/healthz"
     );
     // The proxies' VPN route leads to the server's agents Service, with the PROXY v2 header
-    // the server's config trusts.
-    let routes = Api::<ConfigMap>::namespaced(c.clone(), SYSTEM)
-        .get("isthmus-proxy-routes")
-        .await
-        .unwrap();
-    let file: Value = serde_json::from_str(&routes.data.unwrap()[CONFIG_KEY]).unwrap();
-    let upstream = file["upstreams"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|u| u["name"] == format!("{NS}.vpn"))
-        .unwrap_or_else(|| panic!("no VPN upstream: {file:#}"));
+    // the server's config trusts. (The server's objects may precede the route: the pass that
+    // applies them can be the one before the pass whose file carries the route.)
+    let cms = Api::<ConfigMap>::namespaced(c.clone(), SYSTEM);
+    let vpn_upstream = || async {
+        let routes = cms.get("isthmus-proxy-routes").await.unwrap();
+        let file: Value = serde_json::from_str(&routes.data.unwrap()[CONFIG_KEY]).unwrap();
+        let found = file["upstreams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["name"] == format!("{NS}.vpn"))
+            .cloned();
+        (found, file)
+    };
+    wait_until("the VPN's route in the proxies' file", WAIT, || async {
+        vpn_upstream().await.0.is_some()
+    })
+    .await;
+    let (upstream, file) = vpn_upstream().await;
+    let upstream = upstream.unwrap();
     assert_eq!(
         upstream["endpoints"],
         json!([format!("isthmus-tunnel-server.{NS}.svc.cluster.local:9443")]),
