@@ -7,7 +7,8 @@
 mod common;
 
 use common::chart::{
-    annotation_json, args, find, lint, pod_templates, render, render_text, SEED, TUNNEL,
+    annotation_json, args, controller_flag, find, lint, load_balancer, pod_templates, render,
+    render_text, tunnel_servers, SEED,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -24,9 +25,10 @@ fn helm_lint_passes_with_defaults_and_both_examples() {
 
 #[test]
 fn every_workload_follows_the_seed_conventions() {
-    let docs = render(&SEED, &TUNNEL);
+    let docs = render(&SEED, &[]);
     let pods = pod_templates(&docs);
-    assert_eq!(pods.len(), 3, "proxy, controller, one tunnel server");
+    // The tunnel servers are the controller's (controller/tests/tunnel_server.rs).
+    assert_eq!(pods.len(), 2, "proxy, controller");
     for (id, t) in &pods {
         let spec = &t["spec"];
         // Which class each runs at: tests/chart_conventions.rs.
@@ -151,7 +153,7 @@ fn default_allowed_sources_only_when_set() {
 #[test]
 fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     let docs = render(&SEED, &["proxy.service.annotations.service\\.beta\\.kubernetes\\.io/aws-load-balancer-type=external"]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = &load_balancer(&docs);
     let ann = &svc["metadata"]["annotations"];
     assert_eq!(
         ann["service.beta.kubernetes.io/aws-load-balancer-proxy-protocol"], "*",
@@ -179,7 +181,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
     }
     // Without seed settings: no class, Local (client addresses for allowed_sources), no PROXY.
     let docs = render(&[], &[]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = &load_balancer(&docs);
     assert_eq!(svc["spec"]["externalTrafficPolicy"], "Local");
     assert!(svc["spec"]["loadBalancerClass"].is_null());
     let ctl = find(&docs, "Deployment", "isthmus-controller");
@@ -192,7 +194,7 @@ fn load_balancer_follows_the_seeds_settings_as_istio_ingressgateway_does() {
         &["gardener.seed.spec.settings.loadBalancerServices.externalTrafficPolicy=Cluster"],
     );
     assert_eq!(
-        find(&docs, "Service", "isthmus-proxy")["spec"]["externalTrafficPolicy"],
+        load_balancer(&docs)["spec"]["externalTrafficPolicy"],
         "Cluster"
     );
 }
@@ -217,23 +219,16 @@ fn bad_values_fail_with_a_message_that_names_the_value() {
             vec!["proxy.proxyProtocol.enabled=maybe"],
             "proxy.proxyProtocol.enabled: want true, false or empty",
         ),
-        (
-            vec!["tunnel.servers[0].name=x"],
-            "tunnel.servers[]: every entry needs a namespace",
-        ),
-        // Issue 47 points 2 and 7: what protects a tunnel server is required, not hoped for.
+        // Issue 46 point 2: per-shoot values are gone; an old values file says where they went.
         (
             vec!["tunnel.servers[0].namespace=shoot--a"],
-            "tunnel.servers[0].agentClientNames: required",
+            "tunnel.servers: gone",
         ),
+        (vec!["priorityClassName=x"], "priorityClassName: gone"),
         (
-            vec![
-                "tunnel.servers[0].namespace=shoot--a",
-                "tunnel.servers[0].agentClientNames[0]=agent.shoot--a",
-            ],
-            "tunnel.servers[0].connectClientNames: required",
+            vec!["proxy.service.mode=sometimes"],
+            "proxy.service.mode: want always or onDemand",
         ),
-        (TUNNEL.to_vec(), "tunnel.trustedProxies: required"),
         (
             vec![
                 "proxy.proxyProtocol.enabled=true",
@@ -308,7 +303,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
             })
             .collect();
         assert_eq!(listeners, pods, "bootstrap listeners");
-        let svc = find(&docs, "Service", "isthmus-proxy");
+        let svc = &load_balancer(&docs);
         let targets: BTreeSet<(String, i64)> = svc["spec"]["ports"]
             .as_array()
             .unwrap()
@@ -333,7 +328,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
     }
     // seedIngress: load-balancer ports 2380+i and 2379 onto listeners 12380+i and 12379.
     let docs = render(&SEED, &["exposure.scheme=seedIngress"]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = &load_balancer(&docs);
     let map: Vec<(i64, i64)> = svc["spec"]["ports"]
         .as_array()
         .unwrap()
@@ -458,7 +453,7 @@ fn grm_labels(svc: &Value, client_ns: &str) -> Vec<String> {
 
 #[test]
 fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
-    let docs = render(&SEED, &TUNNEL);
+    let docs = render(&SEED, &[]);
     let proxy =
         &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["metadata"]["labels"];
     let controller =
@@ -506,22 +501,26 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
             "{l}: gardener-resource-manager would shorten it"
         );
     }
-    // Proxy -> tunnel servers' agent port (only that port; the CONNECT front is kube-apiserver's).
-    let tunnel = find(&docs, "Service", "isthmus-tunnel-server");
+    // Proxy -> tunnel servers' agents port, through the Service the controller creates with
+    // each server (`isthmus_controller::tunnel_server`, with the chart's flags): only that
+    // port; the CONNECT front is for pods of the shoot's namespace (its kube-apiserver).
+    let objects = common::chart::tunnel_objects(&docs);
+    let tunnel = find(&objects, "Service", "isthmus-tunnel-server");
+    // gardenlet's namespace by its registration label, as for etcd above.
     assert_eq!(
         annotation_json(tunnel, &format!("{NP}namespace-selectors")),
-        serde_json::json!([{"matchLabels": {"kubernetes.io/metadata.name": "extension-isthmus"}}])
+        serde_json::json!([{"matchLabels": {"controllerregistration.core.gardener.cloud/name": "isthmus"}}])
     );
     let labels = grm_labels(tunnel, "extension-isthmus");
-    assert!(
-        has(proxy, &labels[0]) && !has(proxy, &labels[1]),
-        "{labels:?}"
-    );
-    // kube-apiserver -> the CONNECT front: the chart's own policies, not the resource
-    // manager's all-webhook-targets (issue 47 point 7; tests/chart_hardening.rs).
-    assert!(tunnel["metadata"]["annotations"]
-        .get(format!("{NP}from-all-webhook-targets-allowed-ports"))
+    assert_eq!(labels.len(), 1, "{labels:?}");
+    assert!(has(proxy, &labels[0]), "proxy lacks {}", labels[0]);
+    let connect = find(&objects, "Service", "isthmus-tunnel-connect");
+    assert!(connect["metadata"]["annotations"]
+        .get(format!("{NP}namespace-selectors"))
         .is_none());
+    for l in grm_labels(connect, "extension-isthmus") {
+        assert!(!has(proxy, &l) && !has(controller, &l), "{l}");
+    }
     // Controller -> proxy admin (rollout check), same namespace; the seed Prometheus -> admin.
     let admin = find(&docs, "Service", "isthmus-proxy-admin");
     for l in grm_labels(admin, "extension-isthmus") {
@@ -530,7 +529,7 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
     // Controller -> etcd's member API through the load balancer's address, which kube-proxy
     // takes straight to a proxy pod's client listener: the proxy Service's policies admit
     // pods with its per-port labels; the controller has those of the client listeners only.
-    let lb = find(&docs, "Service", "isthmus-proxy");
+    let lb = &load_balancer(&docs);
     let ports = lb["spec"]["ports"].as_array().unwrap();
     for (p, l) in ports.iter().zip(grm_labels(lb, "extension-isthmus")) {
         let client = p["name"].as_str().unwrap().starts_with("client-");
@@ -558,7 +557,6 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         );
     }
     // The world reaches the listeners and nothing else (never the admin port).
-    let lb = find(&docs, "Service", "isthmus-proxy");
     let world: BTreeSet<i64> = annotation_json(lb, &format!("{NP}from-world-to-ports"))
         .as_array()
         .unwrap()
@@ -713,5 +711,114 @@ fn deploy_is_the_chart_rendered_for_a_plain_cluster() {
             Some("VerticalPodAutoscaler" | "PrometheusRule" | "PodMonitor")
         )),
         "plain values render a kind a plain cluster lacks"
+    );
+}
+
+/// The verbs of the controller's Role in the release namespace on `resource` named `name`.
+fn role_verbs(docs: &[Value], resource: &str, name: &str) -> Vec<String> {
+    let role = find(docs, "Role", "isthmus-controller");
+    role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["resources"][0] == resource
+                && r["resourceNames"]
+                    .as_array()
+                    .is_some_and(|n| n.iter().any(|n| n == name))
+        })
+        .flat_map(|r| r["verbs"].as_array().unwrap().clone())
+        .map(|v| v.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 46 point 4: by default (`proxy.service.mode: onDemand`) the proxies' load balancer
+/// is no object of the chart: the chart renders it as the controller's template, gives the
+/// controller the flag and the RBAC to create and delete that one Service and read the
+/// template; `always` renders it as before, and the controller only reads it. The Service
+/// the controller applies is the one `always` renders.
+#[test]
+fn the_load_balancer_is_made_on_demand_or_rendered_always() {
+    for values in [&[][..], &SEED[..], &[PLAIN][..]] {
+        let on_demand = render(values, &[]);
+        let always = render(values, &["proxy.service.mode=always"]);
+        let named = |docs: &[Value], kind: &str, name: &str| {
+            docs.iter()
+                .any(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        };
+        assert!(!named(&on_demand, "Service", "isthmus-proxy"));
+        assert!(named(&on_demand, "ConfigMap", "isthmus-proxy-service"));
+        assert!(!named(&always, "ConfigMap", "isthmus-proxy-service"));
+        assert_eq!(
+            controller_flag(&on_demand, "proxy-service-template").as_deref(),
+            Some("isthmus-proxy-service")
+        );
+        assert_eq!(controller_flag(&always, "proxy-service-template"), None);
+        let mut made = load_balancer(&on_demand);
+        let labels = made["metadata"]["labels"].as_object_mut().unwrap();
+        assert_eq!(
+            labels.remove("isthmus.dev/on-demand"),
+            Some(serde_json::json!("true")),
+            "only a Service with this label is ever deleted"
+        );
+        labels.remove("app.kubernetes.io/managed-by");
+        let mut chart = find(&always, "Service", "isthmus-proxy").clone();
+        let labels = chart["metadata"]["labels"].as_object_mut().unwrap();
+        labels.remove("app.kubernetes.io/managed-by");
+        assert_eq!(made, chart);
+        assert_eq!(
+            role_verbs(&on_demand, "services", "isthmus-proxy"),
+            ["get", "create", "patch", "delete"]
+        );
+        assert_eq!(
+            role_verbs(&on_demand, "configmaps", "isthmus-proxy-service"),
+            ["get"]
+        );
+        assert_eq!(role_verbs(&always, "services", "isthmus-proxy"), ["get"]);
+        assert!(role_verbs(&always, "configmaps", "isthmus-proxy-service").is_empty());
+    }
+}
+
+/// Issue 46 point 2: nothing per shoot in the chart. No object lands in a shoot's namespace
+/// (the tunnel servers are the controller's, from each EtcdMigration); the controller gets
+/// what every tunnel server of the seed shares: its own image, the seed's pod network as the
+/// proxies' addresses (`tunnel.trustedProxies` wins), Gardener's priority class of per-shoot
+/// control-plane parts, the shoot Prometheus' ServiceMonitor.
+#[test]
+fn nothing_per_shoot_in_the_chart_and_the_controller_runs_the_tunnel_servers() {
+    for values in [&[][..], &SEED[..], &[PLAIN][..]] {
+        for d in render(values, &["tunnel.agent.enabled=false"]) {
+            let ns = d["metadata"]["namespace"].as_str();
+            assert!(
+                matches!(ns, None | Some("extension-isthmus" | "garden")),
+                "{values:?}: {}/{} in {ns:?}",
+                d["kind"],
+                d["metadata"]["name"]
+            );
+        }
+    }
+    let docs = render(&SEED, &[]);
+    let s = tunnel_servers(&docs);
+    let image = &find(&docs, "Deployment", "isthmus-controller")["spec"]["template"]["spec"]
+        ["containers"][0]["image"];
+    assert_eq!(s.image, image.as_str().unwrap());
+    assert_eq!(
+        s.trusted_proxies,
+        ["100.96.0.0/11"],
+        "gardener.seed.networks.pods"
+    );
+    assert_eq!(s.priority_class, "gardener-system-300");
+    assert!(s.service_monitor);
+    let docs = render(&SEED, &["tunnel.trustedProxies[0]=100.96.4.0/24"]);
+    assert_eq!(tunnel_servers(&docs).trusted_proxies, ["100.96.4.0/24"]);
+    // The plain cluster: its pod network, no Gardener class, no prometheus-operator.
+    let s = tunnel_servers(&render(&[PLAIN], &[]));
+    assert_eq!(s.trusted_proxies, ["10.244.0.0/16"]);
+    assert_eq!((s.priority_class.as_str(), s.service_monitor), ("", false));
+    // Neither: no flag (an empty one would fail the controller's start); it then refuses a
+    // migration whose VPN route sends PROXY v2 (controller/tests/tunnel_server.rs).
+    assert_eq!(
+        controller_flag(&render(&[], &[]), "tunnel-trusted-proxies"),
+        None
     );
 }

@@ -86,7 +86,8 @@ async fn every_rendered_object_and_the_extension_are_accepted_by_a_real_kube_api
     let renders = [
         (
             "gardener",
-            render(&common::chart::SEED, &common::chart::TUNNEL),
+            // The load balancer rendered (the other two: its template, onDemand).
+            render(&common::chart::SEED, &["proxy.service.mode=always"]),
         ),
         ("plain", render(&["examples/plain-values.yaml"], &[])),
         (

@@ -1,32 +1,34 @@
-//! Issue 47 points 2 and 7, on the rendered chart: the tunnel servers' configuration is the
-//! chart's (trust for the proxies' PROXY v2 header, client names on both endpoints), trust in
-//! a PROXY header is narrowed to the load balancer, both NetworkPolicy modes admit the same
-//! clients to the CONNECT front, and the controller's egress and the PodMonitor's namespaces
-//! are bounded.
+//! Issue 47 points 2 and 7, on the rendered chart: the tunnel servers the controller runs
+//! with the chart's flags trust the proxies' PROXY v2 header and admit only named clients,
+//! their CONNECT front only the shoot's kube-apiserver in both NetworkPolicy modes, trust in
+//! a PROXY header is narrowed to the load balancer, and the controller's egress is bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
-use common::chart::{args, find, render, render_text, SEED, TUNNEL};
+use common::chart::{args, find, render, render_text, tunnel_objects, tunnel_servers, SEED};
 use isthmus_config::TunnelServerConfig;
 use serde_json::{json, Value};
 
 const PLAIN: &str = "examples/plain-values.yaml";
 
+/// The configuration of the example migration's tunnel server, as the controller the chart
+/// renders (its flags) would write it.
 fn tunnel_config(docs: &[Value]) -> TunnelServerConfig {
-    let cm = find(docs, "ConfigMap", "isthmus-tunnel-server");
+    let objects = tunnel_objects(docs);
+    let cm = find(&objects, "ConfigMap", "isthmus-tunnel-server");
     let text = cm["data"]["server.yaml"].as_str().unwrap();
     isthmus_config::parse("server.yaml", text).unwrap_or_else(|e| panic!("{e}\n{text}"))
 }
 
 /// Point 2: with the VPN route's PROXY v2 default, a tunnel server must believe the proxies'
-/// header, or every agent is refused. The chart renders that trust (the seed's pod network,
-/// where the proxies dial from) with each server, the file loads with the server's own
-/// loader, and both endpoints admit only the named client certificates.
+/// header, or every agent is refused. The chart gives the controller that trust (the seed's
+/// pod network, where the proxies dial from); the file it writes loads with the server's own
+/// loader, and both endpoints admit only the spec's client names.
 #[test]
 fn tunnel_servers_trust_the_proxies_and_admit_only_named_clients() {
-    let docs = render(&SEED, &TUNNEL);
+    let docs = render(&SEED, &[]);
     let c = tunnel_config(&docs);
     let trusted: Vec<String> = c
         .agents
@@ -35,36 +37,13 @@ fn tunnel_servers_trust_the_proxies_and_admit_only_named_clients() {
         .map(|p| p.to_string())
         .collect();
     assert_eq!(trusted, ["100.96.0.0/11"], "gardener.seed.networks.pods");
-    assert_eq!(c.agents.tls.allowed_client_names, ["agent.shoot--foo--bar"]);
+    assert_eq!(c.agents.tls.allowed_client_names, ["vpn-shoot-tmp"]);
     let connect = c.connect.tls.as_ref().unwrap();
-    assert_eq!(
-        connect.allowed_client_names,
-        ["kube-apiserver.shoot--foo--bar"]
-    );
-    assert_ne!(
-        connect.client_ca, c.agents.tls.client_ca,
-        "one CA per endpoint"
-    );
+    assert_eq!(connect.allowed_client_names, ["kube-apiserver-http-proxy"]);
     assert_eq!(c.admin.address.to_string(), "0.0.0.0:9902");
-    // The Deployment reads that file, the TLS files from the Secret, and rolls when it changes.
-    let dep = find(&docs, "Deployment", "isthmus-tunnel-server");
-    let t = &dep["spec"]["template"];
-    assert_eq!(
-        args(t)[..3],
-        [
-            "tunnel-server",
-            "--config",
-            "/etc/isthmus/config/server.yaml"
-        ]
-    );
-    let volumes = &t["spec"]["volumes"];
-    assert_eq!(volumes[0]["configMap"]["name"], "isthmus-tunnel-server");
-    assert_eq!(volumes[1]["secret"]["secretName"], "isthmus-tunnel-server");
-    assert!(t["metadata"]["annotations"]["checksum/config"].is_string());
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     // tunnel.trustedProxies wins over the seed's pod network.
-    let mut sets = TUNNEL.to_vec();
-    sets.push("tunnel.trustedProxies[0]=100.96.4.0/24");
-    let c = tunnel_config(&render(&SEED, &sets));
+    let c = tunnel_config(&render(&SEED, &["tunnel.trustedProxies[0]=100.96.4.0/24"]));
     assert_eq!(c.agents.trusted_proxies[0].to_string(), "100.96.4.0/24");
     // The plain example (deploy/) works out of the box too.
     let c = tunnel_config(&render(&[PLAIN], &[]));
@@ -100,62 +79,54 @@ fn proxy_headers_count_only_from_the_load_balancers_ranges() {
         .any(|a| a.starts_with("--trusted-proxies")));
 }
 
-/// The peers a NetworkPolicy admits to the CONNECT port (8132) of the tunnel servers.
-fn connect_peers(docs: &[Value]) -> Vec<Value> {
-    let mut peers = Vec::new();
-    for p in docs.iter().filter(|d| {
-        d["kind"] == "NetworkPolicy"
-            && d["metadata"]["namespace"] == "shoot--foo--bar"
-            && d["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
-                == "isthmus-tunnel-server"
-    }) {
-        for rule in p["spec"]["ingress"].as_array().into_iter().flatten() {
-            if rule["ports"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|x| x["port"] == 8132)
-            {
-                peers.extend(rule["from"].as_array().unwrap().iter().cloned());
-            }
-        }
-    }
-    peers
-}
-
-/// Point 7: under gardener-resource-manager the tunnel Service's all-webhook-targets
-/// annotation admitted every pod carrying that label (and, through its namespace selector,
-/// pods of the release namespace); the explicit policies admit the own namespace's
-/// kube-apiserver only. Both modes now admit exactly that, and the resource-manager mode
-/// lets the kube-apiserver out to the front.
+/// Point 7: in both NetworkPolicy modes the CONNECT front admits the shoot namespace's
+/// kube-apiserver only: the controller the chart renders makes the front's own policies with
+/// each server, and its Service is no `all-webhook-targets` target (whose policies admit
+/// every webhook caller of the namespace).
 #[test]
 fn both_network_policy_modes_admit_only_the_own_kube_apiserver_to_connect() {
-    let grm = render(&SEED, &TUNNEL);
-    let mut explicit_sets = TUNNEL.to_vec();
-    explicit_sets.push("networkPolicy.explicit=true");
-    let explicit = render(&SEED, &explicit_sets);
     let own = json!([{"podSelector": {"matchLabels": {"app": "kubernetes", "role": "apiserver"}}}]);
-    assert_eq!(json!(connect_peers(&explicit)), own);
-    assert_eq!(json!(connect_peers(&grm)), own);
-    let svc = find(&grm, "Service", "isthmus-tunnel-server");
-    let annotations = svc["metadata"]["annotations"].as_object().unwrap();
-    assert!(
-        !annotations.keys().any(|k| k.contains("webhook-targets")),
-        "{annotations:?}"
-    );
-    let egress = find(
-        &grm,
-        "NetworkPolicy",
-        "isthmus-kube-apiserver-to-tunnel-server",
-    );
-    assert_eq!(
-        egress["spec"]["podSelector"]["matchLabels"],
-        json!({"app": "kubernetes", "role": "apiserver"})
-    );
-    assert_eq!(
-        egress["spec"]["egress"][0]["ports"],
-        json!([{"port": 8132, "protocol": "TCP"}])
-    );
+    for explicit in ["false", "true"] {
+        let docs = render(&SEED, &[&format!("networkPolicy.explicit={explicit}")]);
+        let objects = tunnel_objects(&docs);
+        let ingress = find(&objects, "NetworkPolicy", "isthmus-tunnel-server-connect");
+        assert_eq!(ingress["spec"]["ingress"][0]["from"], own, "{explicit}");
+        assert_eq!(
+            ingress["spec"]["ingress"][0]["ports"],
+            json!([{"port": 8132, "protocol": "TCP"}])
+        );
+        let egress = find(
+            &objects,
+            "NetworkPolicy",
+            "isthmus-kube-apiserver-to-tunnel-server",
+        );
+        assert_eq!(egress["spec"]["podSelector"], own[0]["podSelector"]);
+        // The front's ingress policy selects the server's pods: the proxy pods the chart
+        // renders must still be admitted at the agents' port, with or without the resource
+        // manager.
+        let agents = find(&objects, "NetworkPolicy", "isthmus-tunnel-server-agents");
+        let proxy = find(&docs, "DaemonSet", "isthmus-proxy");
+        let labels = &proxy["spec"]["template"]["metadata"]["labels"];
+        let from = &agents["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"];
+        assert!(
+            from.as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &labels[k] == v),
+            "{explicit}: {from} vs the proxy pods' {labels}"
+        );
+        for name in ["isthmus-tunnel-server", "isthmus-tunnel-connect"] {
+            let annotations = &find(&objects, "Service", name)["metadata"]["annotations"];
+            assert!(
+                !annotations
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .any(|k| k.contains("webhook-targets")),
+                "{name}: {annotations}"
+            );
+        }
+    }
 }
 
 /// Point 7: the controller's egress is the API server, DNS, the proxy pods and the load
@@ -216,22 +187,15 @@ fn the_controllers_egress_is_the_api_server_and_the_load_balancer() {
     );
 }
 
-/// Point 7: the PodMonitor scrapes the listed tunnel servers' namespaces, not any pod of the
-/// seed labelled as a tunnel server.
+/// Point 7, now: no seed PodMonitor reaches into shoot namespaces; each tunnel server's own
+/// ServiceMonitor is for its shoot's Prometheus (the controller's flag), off where a plain
+/// cluster has no prometheus-operator.
 #[test]
-fn the_pod_monitor_scrapes_only_the_listed_namespaces() {
-    let mut sets = TUNNEL.to_vec();
-    sets.extend([
-        "tunnel.servers[1].namespace=shoot--b",
-        "tunnel.servers[1].agentClientNames[0]=agent.shoot--b",
-        "tunnel.servers[1].connectClientNames[0]=kube-apiserver.shoot--b",
-    ]);
-    let docs = render(&SEED, &sets);
-    let pm = find(&docs, "PodMonitor", "isthmus-tunnel-server");
-    assert_eq!(
-        pm["spec"]["namespaceSelector"],
-        json!({"matchNames": ["shoot--foo--bar", "shoot--b"]})
-    );
+fn tunnel_servers_are_scraped_by_their_shoots_prometheus() {
+    let docs = render(&SEED, &[]);
+    assert!(!docs.iter().any(|d| d["kind"] == "PodMonitor"));
+    assert!(tunnel_servers(&docs).service_monitor);
+    assert!(!tunnel_servers(&render(&[PLAIN], &[])).service_monitor);
 }
 
 /// The Extension example carries the operator's values the tests render with.
@@ -262,20 +226,14 @@ fn the_default_image_is_a_release() {
         (&[][..], format!("isthmus:{app_version}")),
         (&[PLAIN][..], "isthmus:latest".to_owned()),
     ] {
-        let docs = render(values, &TUNNEL_TRUSTED);
+        let docs = render(values, &[]);
         for (id, t) in common::chart::pod_templates(&docs) {
             for c in t["spec"]["containers"].as_array().unwrap() {
                 assert_eq!(c["image"], want.as_str(), "{id}");
             }
         }
+        // The tunnel servers the controller runs: the same image.
+        assert_eq!(tunnel_servers(&docs).image, want);
     }
     assert_ne!(app_version, "latest");
 }
-
-/// A tunnel server with its names and trust, for renders without gardenlet's values.
-const TUNNEL_TRUSTED: [&str; 4] = [
-    TUNNEL[0],
-    TUNNEL[1],
-    TUNNEL[2],
-    "tunnel.trustedProxies[0]=10.244.0.0/16",
-];

@@ -6,8 +6,9 @@
 //! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
 //! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
 //! from both sides, the Lease hand-over, a rolling update to a new image through `helm
-//! upgrade` under load and a drain, the tunnel server and agents as pods with the agent's
-//! session through the proxy's VPN route, `helm uninstall` leaving only what must stay, then
+//! upgrade` under load and a drain, the controller's tunnel server (from a destination migration's
+//! `spec.vpn.server`) and the agents as pods with the agent's session through the proxy's VPN
+//! route, the LoadBalancer made on demand with the first migration and gone after the last, `helm uninstall` leaving only what must stay, then
 //! `down` leaving the host as it was (sysctls, namespaces, cgroups, mounts). One test, steps
 //! in order on one node; each step prints its figures.
 //! Needs root and what `scripts/install-deps.sh` installs; `ISTHMUS_CLUSTER_KEEP=1` leaves the

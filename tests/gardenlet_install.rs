@@ -253,10 +253,30 @@ async fn gardenlet_installs_through_the_resource_manager_and_an_uninstall_keeps_
     );
     let crd = get(&admin, CRD).await.unwrap();
     assert_eq!(crd["metadata"]["annotations"][KEEP], "true");
-    // The resource manager's NetworkPolicy controller turned the proxy Service's
-    // `from-world-to-ports` into the world's policy in gardenlet's namespace. (v1.149.3 writes
-    // the pod-label policies of the other annotations only for namespaces with pods carrying
-    // the label: the node test's part.)
+    // The proxy's load balancer is no object of the ManagedResource (`proxy.service.mode:
+    // onDemand`): the controller makes it from the chart's template while a migration needs
+    // it. Made here as the controller would (no controller runs here), the resource
+    // manager's NetworkPolicy controller turns its `from-world-to-ports` into the world's
+    // policy in gardenlet's namespace all the same. (v1.149.3 writes the pod-label policies
+    // of the other annotations only for namespaces with pods carrying the label: the node
+    // test's part.)
+    assert!(
+        get(&admin, &format!("v1/Service/{ns}/isthmus-proxy"))
+            .await
+            .is_none(),
+        "the load balancer exists before any migration"
+    );
+    let template = get(&admin, &format!("v1/ConfigMap/{ns}/isthmus-proxy-service"))
+        .await
+        .unwrap();
+    let (_, body) = isthmus_controller::load_balancer::service(
+        template["data"]["service.yaml"].as_str().unwrap(),
+        &ns,
+    )
+    .unwrap();
+    server
+        .apply_yaml_str(&serde_json::to_string(&body).unwrap())
+        .await;
     let svc = get(&admin, &format!("v1/Service/{ns}/isthmus-proxy"))
         .await
         .unwrap();

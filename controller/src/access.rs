@@ -16,6 +16,7 @@
 use crate::crd::{EtcdMigrationSpec, Role};
 use crate::network::ETCD_SERVICE;
 use crate::plan::{members, VPN_RECORD};
+use crate::tunnel_server;
 use serde_json::{json, Value};
 
 /// Name of the `Role` and `RoleBinding` in the shoot namespace.
@@ -90,10 +91,52 @@ pub fn grant(
     // (`crate::network`). Only that name, `create` included: a server-side apply that
     // creates an object is authorised as `create` of its name (unlike a POST); `get` to
     // delete it only when a migration owns it.
+    let server =
+        spec.role == Role::Destination && spec.vpn.as_ref().is_some_and(|v| v.server.is_some());
+    let mut services = vec![ETCD_SERVICE];
+    if server {
+        services.extend([tunnel_server::NAME, tunnel_server::CONNECT_SERVICE]);
+    }
     rules.push(json!({
         "apiGroups": [""], "resources": ["services"],
-        "resourceNames": [ETCD_SERVICE], "verbs": ["get", "create", "patch", "delete"],
+        "resourceNames": services, "verbs": ["get", "create", "patch", "delete"],
     }));
+    if server {
+        // The temporary VPN's tunnel server (`crate::tunnel_server`), by name, as above;
+        // `get` to delete only what this migration owns. No Secret: the kubelet mounts the
+        // server's certificates. Creating a Deployment is running a pod in this namespace:
+        // the controller's own image, which mounts only the Secrets the spec names.
+        for (group, resource, name) in [
+            ("", "configmaps", tunnel_server::NAME),
+            ("apps", "deployments", tunnel_server::NAME),
+            ("policy", "poddisruptionbudgets", tunnel_server::NAME),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::CONNECT_INGRESS_POLICY,
+            ),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::CONNECT_EGRESS_POLICY,
+            ),
+            (
+                "networking.k8s.io",
+                "networkpolicies",
+                tunnel_server::AGENTS_POLICY,
+            ),
+            (
+                "monitoring.coreos.com",
+                "servicemonitors",
+                tunnel_server::SERVICE_MONITOR,
+            ),
+        ] {
+            rules.push(json!({
+                "apiGroups": [group], "resources": [resource],
+                "resourceNames": [name], "verbs": ["get", "create", "patch", "delete"],
+            }));
+        }
+    }
     // A refused spec is reported as an Event on its `EtcdMigration`.
     rules.push(json!({
         "apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"],

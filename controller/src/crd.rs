@@ -59,6 +59,11 @@ use serde::{Deserialize, Serialize};
         "fieldPath": ".vpn.port"
     },
     {
+        "rule": "!has(self.vpn) || !has(self.vpn.server) || self.role == 'destination'",
+        "message": "vpn.server: the temporary VPN's tunnel server runs on the destination seed only",
+        "fieldPath": ".vpn.server"
+    },
+    {
         "rule": "!has(self.vpn) || self.vpn.port != 9901",
         "message": "vpn.port is the proxy's admin port (9901; the controller also refuses its --proxy-admin-port): the kubelet's probes would be spread over a TLS listener",
         "fieldPath": ".vpn.port"
@@ -380,6 +385,10 @@ pub struct MemberUrls {
     "rule": "!(int(self.target.split(':')[1]) in [2379, 2380]) && int(self.target.split(':')[1]) >= 1 && int(self.target.split(':')[1]) <= 65535",
     "message": "target: the port must be 1-65535 and not etcd's (2379, 2380)",
     "fieldPath": ".target"
+}, {
+    "rule": "!has(self.server) || (self.target.split('.')[0] == 'isthmus-tunnel-server' && self.target.endsWith(':9443'))",
+    "message": "target: with server, the managed tunnel server's agents Service, isthmus-tunnel-server.<namespace>.svc.<cluster-domain>:9443",
+    "fieldPath": ".target"
 }]))]
 pub struct VpnSpec {
     /// The temporary VPN's DNS name (the agent's SNI), under `internalDomain` (or a domain
@@ -416,6 +425,75 @@ pub struct VpnSpec {
     /// one stranger sending ClientHellos for the VPN name evicts the agent's handshakes.
     #[serde(default)]
     pub proxy_protocol: ProxyProtocol,
+    /// The tunnel server this controller runs for the migration in its namespace, as
+    /// gardenlet runs `vpn-seed-server`: Deployment, config, Services, PDB and the shoot
+    /// Prometheus' `ServiceMonitor`, owned by the `EtcdMigration` and removed with the VPN's
+    /// route (controller/README.md, "The temporary VPN's tunnel server"). `target` then names
+    /// its agents' Service, `isthmus-tunnel-server.<namespace>.svc.<cluster-domain>:9443`.
+    /// Unset: `target` is a server someone else runs (the lab's processes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<TunnelServerSpec>,
+}
+
+/// What the controller needs to run a migration's tunnel server: where its certificates are
+/// and whom each endpoint admits. The Secrets are the orchestrator's (Gardener's secrets
+/// manager makes `vpn-seed-server`'s the same way), mounted by the kubelet: the controller
+/// never reads them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelServerSpec {
+    /// The agents' endpoint (port 9443, behind the proxies' VPN route): a certificate for
+    /// `vpn.dnsName`, the CA of the agents' client certificates, their names.
+    pub agents: TunnelEndpoint,
+    /// The CONNECT front for this namespace's kube-apiserver (Service
+    /// `isthmus-tunnel-connect`, port 8132): a certificate for that Service's name, the CA
+    /// of kube-apiserver's client certificate, its names.
+    pub connect: TunnelEndpoint,
+}
+
+/// One TLS endpoint of the tunnel server.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TunnelEndpoint {
+    /// Secret of the migration's namespace holding this endpoint's certificate chain and key
+    /// (`tls.crt`, `tls.key`).
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(min = 1, max = 253)
+    )]
+    pub tls_secret: String,
+    /// The CA bundle the clients' certificates must chain to.
+    pub client_ca: SecretKey,
+    /// DNS names a client certificate must carry, one of them, as a subject alternative name
+    /// (`allowed_client_names`): without names any certificate of the CA would get in.
+    #[schemars(
+        length(min = 1, max = 16),
+        inner(
+            regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+            length(max = 253)
+        )
+    )]
+    pub client_names: Vec<String>,
+}
+
+/// A key of a Secret in the migration's namespace.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKey {
+    /// The Secret's name.
+    #[schemars(
+        regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+        length(min = 1, max = 253)
+    )]
+    pub secret: String,
+    /// The key. Default `bundle.crt` (Gardener's CA bundles, `ca-vpn-bundle-<hash>`).
+    #[serde(default = "default_ca_key")]
+    #[schemars(regex(pattern = r"^[-._a-zA-Z0-9]+$"), length(min = 1, max = 253))]
+    pub key: String,
+}
+
+fn default_ca_key() -> String {
+    "bundle.crt".into()
 }
 
 /// The PROXY protocol header the proxy sends an upstream (see [`VpnSpec::proxy_protocol`]).

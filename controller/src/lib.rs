@@ -25,6 +25,9 @@
 //! - [`gardener`]: the partial, versioned JSON shapes of `DNSRecord` and `Etcd`.
 //! - [`network`]: the Service per shoot namespace from which gardener-resource-manager makes
 //!   the NetworkPolicies that let the proxies reach the migrating etcd members.
+//! - [`tunnel_server`]: the temporary VPN's tunnel server of a destination migration that asks
+//!   for one (`spec.vpn.server`): the objects gardenlet would make for `vpn-seed-server`.
+//! - [`load_balancer`]: when the proxies' LoadBalancer Service is needed (made on demand).
 //! - [`kube_adapter`]: the kube-rs controller (server-side apply, finalizer, status, metrics,
 //!   leader election, proxy `/config` hash probes).
 
@@ -34,6 +37,8 @@ pub mod access;
 pub mod crd;
 pub mod gardener;
 pub mod kube_adapter;
+pub mod load_balancer;
 pub mod network;
 pub mod plan;
 pub mod proxy_config;
+pub mod tunnel_server;

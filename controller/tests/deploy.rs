@@ -42,7 +42,17 @@ fn proxy_ports_match_the_controller_layout() {
         .iter()
         .map(|(n, p)| (n.clone(), u64::from(*p)))
         .collect();
-    let svc: BTreeSet<(String, u64)> = find(&d, "Service")["spec"]["ports"]
+    // The load balancer the controller makes on demand from the template deploy/ carries.
+    let template = d
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "isthmus-proxy-service")
+        .unwrap();
+    let (_, lb) = isthmus_controller::load_balancer::service(
+        template["data"]["service.yaml"].as_str().unwrap(),
+        "isthmus-system",
+    )
+    .unwrap();
+    let svc: BTreeSet<(String, u64)> = lb["spec"]["ports"]
         .as_array()
         .unwrap()
         .iter()
@@ -69,10 +79,7 @@ fn proxy_ports_match_the_controller_layout() {
         })
         .collect();
     assert_eq!(ports, want);
-    assert_eq!(
-        find(&d, "Service")["spec"]["externalTrafficPolicy"],
-        "Local"
-    );
+    assert_eq!(lb["spec"]["externalTrafficPolicy"], "Local");
 }
 
 #[test]
@@ -150,4 +157,59 @@ fn access_examples_are_current() {
             path.display()
         );
     }
+}
+
+/// `examples/tunnel-server.yaml` is what the controller creates in the shoot's namespace for
+/// the example destination migration (`isthmus_controller::tunnel_server::objects`), with
+/// the flags the chart gives it (image, the pod network as trusted proxies, priority class).
+#[test]
+fn tunnel_server_example_is_current() {
+    use isthmus_controller::tunnel_server::{objects, Owner, Proxies, TunnelServers};
+    let example = "examples/etcdmigration-destination.yaml";
+    let m: EtcdMigration = serde_saphyr::from_str(&deploy(example)).unwrap();
+    let ns = m.metadata.namespace.clone().unwrap();
+    let settings = TunnelServers {
+        image: "isthmus:latest".into(),
+        trusted_proxies: vec!["10.244.0.0/16".into()],
+        priority_class: "gardener-system-300".into(),
+        service_monitor: true,
+        listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
+    };
+    let owner = Owner {
+        name: m.metadata.name.clone().unwrap(),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+    };
+    let namespace_labels = isthmus_controller::network::namespace_name_labels("isthmus-system");
+    let proxies = Proxies {
+        namespace_labels: &namespace_labels,
+        alias: "all-shoots",
+    };
+    let docs = objects(&m.spec, &ns, &owner, &proxies, &settings)
+        .unwrap()
+        .iter()
+        .map(serde_saphyr::to_string)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let generated = format!(
+        "# Generated from {example} by isthmus_controller::tunnel_server::objects; do not edit.\n\
+         # Regenerate: ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy\n\
+         # What the controller creates in the shoot's namespace on the destination seed while the\n\
+         # temporary VPN's route is served (Join to Shrink), owned by the EtcdMigration (the uid\n\
+         # here is a placeholder), and deletes after: the tunnel server (controller/README.md,\n\
+         # \"The temporary VPN's tunnel server\"), with the flags the chart gives it on a Gardener\n\
+         # seed: --tunnel-image=isthmus:latest, --tunnel-trusted-proxies=10.244.0.0/16 (the pod\n\
+         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor.\n{}",
+        docs.join("---\n")
+    );
+    let path =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/tunnel-server.yaml");
+    if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
+        std::fs::write(&path, &generated).unwrap();
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{} is stale; regenerate with:\n  ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy",
+        path.display()
+    );
 }

@@ -40,6 +40,13 @@ isthmus_install() {
   local chart t1
   chart="$(chart_archive)"
   t1=$SECONDS
+  # The release namespace as gardenlet makes an extension's (gardener v1.149.3
+  # pkg/gardenlet/controller/controllerinstallation/controllerinstallation/reconciler.go:
+  # labelled with its registration's name, whose chart values select it by that label, and
+  # gardener.cloud/role=extension).
+  kubectl_admin get namespace "$RELEASE_NS" >/dev/null 2>&1 || kubectl_admin create namespace "$RELEASE_NS" >/dev/null
+  kubectl_admin label namespace "$RELEASE_NS" --overwrite \
+    "controllerregistration.core.gardener.cloud/name=$RELEASE" gardener.cloud/role=extension >/dev/null
   helm_node install "$RELEASE" "$chart" --namespace "$RELEASE_NS" --create-namespace \
     -f "$root/scripts/cluster/gardener-values.yaml" -f "$root/scripts/cluster/extension-values.yaml" "$@" >/dev/null
   wait_for "the isthmus-proxy DaemonSet" 180 kubectl_admin -n "$RELEASE_NS" rollout status ds/isthmus-proxy --timeout=1s

@@ -28,6 +28,8 @@ pub mod proxy_pods;
 pub mod seed;
 /// What a seed has before any migration.
 pub mod setup;
+/// The Deployment controller with the kubelet, and the cloud provider's load balancers.
+pub mod workloads;
 
 pub use error::{Error, Result};
 pub use journal::Journal;

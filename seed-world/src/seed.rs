@@ -117,6 +117,18 @@ impl Seed {
         identity: &str,
         connect_to: BTreeMap<String, SocketAddr>,
     ) -> (JoinHandle<()>, Gauge) {
+        self.controller_with(identity, connect_to, |ctx| ctx).await
+    }
+
+    /// [`Self::controller`] with `configure` applied to its context (the chart's flags that
+    /// turn on the tunnel servers, `--tunnel-*`, and the on-demand load balancer,
+    /// `--proxy-service-template`).
+    pub async fn controller_with(
+        &self,
+        identity: &str,
+        connect_to: BTreeMap<String, SocketAddr>,
+        configure: impl FnOnce(Context) -> Context,
+    ) -> (JoinHandle<()>, Gauge) {
         let client = self.api.service_account(SYSTEM, "isthmus-controller").await;
         let mut registry = prometheus_client::registry::Registry::default();
         let metrics = Metrics::new(&mut registry);
@@ -146,7 +158,12 @@ impl Seed {
         let fetcher = Arc::new(KubeletAndProxyStandIn {
             admin: self.admin.clone(),
         });
-        let ctx = Arc::new(Context::new(client.clone(), settings, metrics, fetcher));
+        let ctx = Arc::new(configure(Context::new(
+            client.clone(),
+            settings,
+            metrics,
+            fetcher,
+        )));
         let lock = LeaseLock::new(
             Api::namespaced(client, SYSTEM),
             "isthmus-controller",

@@ -6,6 +6,7 @@ use isthmus_controller::kube_adapter::lease::{run_as_leader, LeaseLock};
 use isthmus_controller::kube_adapter::probe::HttpFetcher;
 use isthmus_controller::kube_adapter::{self, connect, serve_metrics, Context, Metrics, Settings};
 use isthmus_controller::proxy_config::Layout;
+use isthmus_controller::tunnel_server::TunnelServers;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -93,6 +94,31 @@ pub struct Args {
     /// `spec.internalDomain` (the seed's). Comma-separated or repeated. Default: none.
     #[arg(long, value_delimiter = ',', value_name = "DOMAIN")]
     pub vpn_dns_parent: Vec<String>,
+    /// The image of the temporary VPN's tunnel servers this controller runs for the
+    /// destination migrations that ask for one (`spec.vpn.server`): its own (the chart
+    /// passes it). Unset: it runs none and refuses such a migration (`SpecInvalid`, reason
+    /// `TunnelServersDisabled`), as in the lab, whose tunnel servers are processes.
+    #[arg(long, env = "ISTHMUS_TUNNEL_IMAGE", value_name = "IMAGE")]
+    pub tunnel_image: Option<String>,
+    /// The tunnel servers' `agents.trusted_proxies`: where the seed's proxies dial them from
+    /// (the seed's pod network), whose PROXY v2 header names each agent. Without it a
+    /// migration whose VPN route sends the header (`spec.vpn.proxyProtocol: v2`, the
+    /// default) is refused. Comma-separated or repeated; a catch-all is refused.
+    #[arg(long, value_delimiter = ',', value_name = "CIDR")]
+    pub tunnel_trusted_proxies: Vec<String>,
+    /// PriorityClass of the tunnel servers' pods (Gardener's class of per-shoot control-plane
+    /// parts); empty: none.
+    #[arg(long, default_value = isthmus_controller::tunnel_server::DEFAULT_PRIORITY_CLASS)]
+    pub tunnel_priority_class: String,
+    /// Create the shoot Prometheus' `ServiceMonitor` for each tunnel server (the
+    /// prometheus-operator's CRD must exist, as in a Gardener seed).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub tunnel_service_monitor: bool,
+    /// Make the proxies' LoadBalancer Service only while a migration needs it, from the
+    /// template (key `service.yaml`) in this ConfigMap of `--proxy-namespace`; deleted once
+    /// no migration needs it. Unset: the Service is always there (the chart's).
+    #[arg(long, value_name = "CONFIGMAP")]
+    pub proxy_service_template: Option<String>,
     /// Patch an annotation (`isthmus.dev/routes`) onto each proxy pod that does not serve a
     /// new route file yet, so that kubelet delivers the file within about a second instead
     /// of at its periodic sync (about a minute). Needs `patch` on pods in the proxy namespace
@@ -120,6 +146,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     for (flag, list) in [
         ("--trusted-proxies", &args.trusted_proxies),
         ("--default-allowed-sources", &args.default_allowed_sources),
+        ("--tunnel-trusted-proxies", &args.tunnel_trusted_proxies),
     ] {
         for c in list {
             isthmus_config::Cidr::parse(c).map_err(|e| anyhow::anyhow!("{flag}: {e}"))?;
@@ -127,13 +154,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     }
     // A PROXY header names any client it likes: only the load balancer's own ranges may send
     // one, never every address (nor, in the chart, the seed's whole node network).
-    if let Some(all) = args
-        .trusted_proxies
-        .iter()
-        .find(|c| isthmus_config::Cidr::parse(c).is_ok_and(|c| c.is_everything()))
-    {
+    let everything = |c: &&String| isthmus_config::Cidr::parse(c).is_ok_and(|c| c.is_everything());
+    if let Some(all) = args.trusted_proxies.iter().find(everything) {
         anyhow::bail!(
             "--trusted-proxies: {all} trusts every address to name any client; list the load balancer's own address ranges"
+        );
+    }
+    if let Some(all) = args.tunnel_trusted_proxies.iter().find(everything) {
+        anyhow::bail!(
+            "--tunnel-trusted-proxies: {all} trusts every address to name any agent; list where the proxies dial from (the seed's pod network)"
         );
     }
     // The controller reads each pod's /config at the pod's own IP: a wildcard only.
@@ -185,7 +214,20 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         etcd_connect_to: Default::default(),
     };
     let fetcher = Arc::new(HttpFetcher::new(Duration::from_secs(3)));
-    let ctx = Arc::new(Context::new(client.clone(), settings, metrics, fetcher));
+    let mut ctx = Context::new(client.clone(), settings, metrics, fetcher);
+    if let Some(image) = args.tunnel_image.filter(|i| !i.is_empty()) {
+        ctx = ctx.with_tunnel_servers(TunnelServers {
+            image,
+            trusted_proxies: args.tunnel_trusted_proxies,
+            priority_class: args.tunnel_priority_class,
+            service_monitor: args.tunnel_service_monitor,
+            listen: args.listen_address,
+        });
+    }
+    if let Some(template) = args.proxy_service_template {
+        ctx = ctx.with_on_demand_load_balancer(template);
+    }
+    let ctx = Arc::new(ctx);
     let leases = kube::Api::namespaced(client, &args.lease_namespace);
     let lock = LeaseLock::new(
         leases,

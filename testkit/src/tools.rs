@@ -72,6 +72,8 @@ pub fn seed_crd_paths() -> Vec<PathBuf> {
         "autoscaling.k8s.io_verticalpodautoscalers.yaml",
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_prometheusrules.yaml",
+        // The shoot Prometheus' ServiceMonitor of a tunnel server (deploy/examples/tunnel-server.yaml).
+        "monitoring.coreos.com_servicemonitors.yaml",
         "fluentbit.fluent.io_clusterparsers.yaml",
         "fluentbit.fluent.io_clusterfilters.yaml",
         "operator.gardener.cloud_extensions.yaml",

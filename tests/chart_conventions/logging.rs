@@ -72,6 +72,21 @@ fn fluent_bit_parses_the_json_logs_of_each_container_and_only_those() {
         assert_eq!(hits.len(), 1, "{t}: {hits:?}");
         assert!(hits[0].ends_with(&format!("--{container}")), "{hits:?}");
     }
+    // The tunnel server's names are the controller's (it runs them, not the chart): the pods
+    // of its Deployment, its container, as the controller the chart renders makes them.
+    let objects = super::common::chart::tunnel_objects(&docs);
+    let d = objects.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let pod = format!("{}-6c8d-r4t5y", d["metadata"]["name"].as_str().unwrap());
+    let container = d["spec"]["template"]["spec"]["containers"][0]["name"]
+        .as_str()
+        .unwrap();
+    let t = tag(&pod, "shoot--foo--bar", container);
+    assert!(
+        filters
+            .iter()
+            .any(|f| fluent_match(f["spec"]["match"].as_str().unwrap(), &t)),
+        "{t}: no filter parses the tunnel server's log"
+    );
     // Not the logs of anybody else's proxy or controller.
     for t in [
         tag("istio-ingressgateway-5f7-x", "istio-ingress", "istio-proxy"),

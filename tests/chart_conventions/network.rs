@@ -1,7 +1,7 @@
 //! How the chart's objects find each other and the world: the extension namespace by its
 //! registration label, the proxy Service's IP families and the pods' listen address.
 
-use super::common::chart::{args, find, render, render_text, SEED};
+use super::common::chart::{args, find, load_balancer, render, render_text, tunnel_objects, SEED};
 use super::PLAIN;
 use serde_json::{json, Value};
 
@@ -21,13 +21,14 @@ fn the_extension_namespace_is_selected_by_its_registration_label_not_its_name() 
         ),
         "{a:?}"
     );
-    // Nothing of the proxy and the controller names the release namespace in a selector.
+    // Nothing of the chart, nor the load balancer and tunnel server the controller makes with
+    // its flags, names the release namespace in a selector.
     let by_name = r#""kubernetes.io/metadata.name":"extension-isthmus""#;
-    for d in &docs {
-        let tunnel = d["metadata"]["labels"]["app.kubernetes.io/name"] == "isthmus-tunnel-server";
+    let made = [vec![load_balancer(&docs)], tunnel_objects(&docs)].concat();
+    for d in docs.iter().chain(&made) {
         let text = serde_json::to_string(d).unwrap().replace("\\\"", "\"");
         assert!(
-            tunnel || !text.contains(by_name),
+            !text.contains(by_name),
             "{}/{} selects the namespace by name",
             d["kind"],
             d["metadata"]["name"]
@@ -62,7 +63,7 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
     use isthmus_controller::proxy_config::{render as render_file, Layout};
     // Single stack (the seed's ipFamilies [IPv4]): the cluster's default, IPv4 wildcards.
     let docs = render(&SEED, &[]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = load_balancer(&docs);
     assert!(svc["spec"]["ipFamilyPolicy"].is_null() && svc["spec"]["ipFamilies"].is_null());
     assert!(bootstrap_addresses(&docs)
         .iter()
@@ -70,7 +71,7 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
     // Dual stack: [IPv6, IPv4] with PreferDualStack (istio-ingress's service.yaml), and every
     // listener, the admin port and the controller's metrics on `::`.
     let docs = render(&SEED, &[DUAL_STACK]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = load_balancer(&docs);
     assert_eq!(svc["spec"]["ipFamilyPolicy"], "PreferDualStack");
     assert_eq!(svc["spec"]["ipFamilies"], json!(["IPv6", "IPv4"]));
     let addresses = bootstrap_addresses(&docs);
@@ -84,6 +85,24 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
         a.contains(&"--metrics-address=[::]:8080".to_owned()),
         "{a:?}"
     );
+    // The tunnel servers the controller runs bind there too: one socket for both families.
+    let server = find(&tunnel_objects(&docs), "ConfigMap", "isthmus-tunnel-server")["data"]
+        ["server.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let c: isthmus_config::TunnelServerConfig =
+        isthmus_config::parse("server.yaml", &server).unwrap();
+    let bound = [
+        c.agents.address.to_string(),
+        c.admin.address.to_string(),
+        format!("{:?}", c.connect.address),
+    ];
+    assert!(
+        bound[..2].iter().all(|a| a.starts_with("[::]:")),
+        "{bound:?}"
+    );
+    assert!(bound[2].contains("[::]:8132"), "{bound:?}");
     // The controller's file binds where the bootstrap did (what it renders from that flag).
     let admin: std::net::SocketAddr = "[::]:9901".parse().unwrap();
     let layout = Layout::standard(PortScheme::default(), 3, 8443, admin);
@@ -118,7 +137,7 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
     );
     // IPv6 only: the cluster's default family, the IPv6 wildcard.
     let docs = render(&SEED, &["gardener.seed.networks.ipFamilies={IPv6}"]);
-    let svc = find(&docs, "Service", "isthmus-proxy");
+    let svc = load_balancer(&docs);
     assert!(svc["spec"]["ipFamilyPolicy"].is_null());
     assert!(bootstrap_addresses(&docs)
         .iter()
@@ -129,7 +148,7 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
         &[DUAL_STACK, "proxy.service.ipFamilyPolicy=RequireDualStack"],
     );
     assert_eq!(
-        find(&docs, "Service", "isthmus-proxy")["spec"]["ipFamilyPolicy"],
+        load_balancer(&docs)["spec"]["ipFamilyPolicy"],
         "RequireDualStack"
     );
     let err = render_text(&SEED, &["proxy.service.ipFamilies={IPv5}"]).unwrap_err();

@@ -173,33 +173,19 @@ pub fn proxy_metric(node: &Node, series: &str) -> f64 {
 }
 
 /// The source `EtcdMigration` makes the controller write the routes ConfigMap; kubelet
-/// delivers it into the proxy pod, which then routes the exposed name to the etcd pod.
+/// delivers it into the proxy pod, which then routes the exposed name to the etcd pod. The
+/// load balancer is on demand (the chart's default `proxy.service.mode: onDemand`): no
+/// Service before the migration, the controller's from the chart's template with it.
 pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
-    let lb = poll(
-        node,
-        "the proxy Service's LoadBalancer address (kube-router)",
-        LONG,
-        POLL,
-        || {
-            let ip = node.jsonpath(
-                SYSTEM,
-                "svc/isthmus-proxy",
-                "{.status.loadBalancer.ingress[0].ip}",
-            );
-            if ip.is_empty() {
-                Err("none yet".into())
-            } else {
-                Ok(ip)
-            }
-        },
+    let before = node.try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy", "-o", "name"]);
+    assert!(
+        matches!(&before, Err(e) if e.contains("NotFound")),
+        "a LoadBalancer Service before any migration: {before:?}"
     );
-    println!("figure: LoadBalancer address {lb}");
-    // The outside client may reach the load balancer (the example ranges stay).
+    node.kubectl(&["-n", SYSTEM, "get", "cm/isthmus-proxy-service"]);
+    // The outside client may reach the load balancer (the example ranges stay): the
+    // template's ranges, which the Service gets when the controller makes it.
     node.source_ranges(&[&format!("{EXT_IP}/32")]);
-    let client = Client {
-        lb,
-        ca: shoot.ca.clone(),
-    };
     shoot.migrate(node);
     let t0 = Instant::now();
     poll(
@@ -217,7 +203,39 @@ pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
         },
     );
     let written = t0.elapsed();
-    let t1 = Instant::now();
+    let lb = poll(
+        node,
+        "the controller's LoadBalancer Service with its address (kube-router)",
+        LONG,
+        POLL,
+        || {
+            let ip = node.jsonpath(
+                SYSTEM,
+                "svc/isthmus-proxy",
+                "{.status.loadBalancer.ingress[0].ip}",
+            );
+            if ip.is_empty() {
+                Err("none yet".into())
+            } else {
+                Ok(ip)
+            }
+        },
+    );
+    let addressed = t0.elapsed();
+    let label = node.jsonpath(
+        SYSTEM,
+        "svc/isthmus-proxy",
+        "{.metadata.labels.isthmus\\.dev/on-demand}",
+    );
+    assert_eq!(
+        label, "true",
+        "the on-demand Service is labelled as the controller's"
+    );
+    println!("figure: LoadBalancer address {lb} (on demand: EtcdMigration created -> Service made with its address {addressed:.1?})");
+    let client = Client {
+        lb,
+        ca: shoot.ca.clone(),
+    };
     poll(
         node,
         "the route served through the LoadBalancer",
@@ -226,8 +244,8 @@ pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
         || client.health(node, None),
     );
     println!(
-        "figure: EtcdMigration created -> routes ConfigMap written {written:.1?}; ConfigMap written -> route served through the real kubelet {:.1?}",
-        t1.elapsed()
+        "figure: EtcdMigration created -> routes ConfigMap written {written:.1?}; -> route served through the on-demand LoadBalancer and the real kubelet {:.1?}",
+        t0.elapsed()
     );
     client
 }
@@ -258,6 +276,10 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
         refused.is_err(),
         "a source outside loadBalancerSourceRanges got through: {refused:?}"
     );
+    // The load balancer admits the stranger: the release's template changes, and the
+    // controller applies it to its on-demand Service with its next pass (the migration's
+    // change below; a template change alone waits for the periodic resync).
+    node.source_ranges(&[&format!("{EXT_IP}/32"), &format!("{STRANGER_IP}/32")]);
     node.kubectl(&[
         "-n",
         NS,
@@ -265,9 +287,8 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
         "etcdmigration/etcd-main",
         "--type=merge",
         "-p",
-        &format!(r#"{{"spec":{{"allowedSources":["{EXT_IP}/32"]}}}}"#),
+        &format!(r#"{{"spec":{{"allowedSources":["{EXT_IP}/32","198.51.100.7/32"]}}}}"#),
     ]);
-    node.source_ranges(&[&format!("{EXT_IP}/32"), &format!("{STRANGER_IP}/32")]);
     let series = "isthmus_proxy_hello_rejections_total{listener=\"client-2379\",reason=\"source_not_allowed\"}";
     poll(
         node,

@@ -3,14 +3,15 @@
 //! deny-all. Here the real resource manager (v1.139.0, its NetworkPolicy controller) runs on
 //! the node, gardenlet's policies come from its stand-in (scripts/cluster/seed-policies.yaml),
 //! the release switches off its explicit policies (`helm upgrade --set
-//! networkPolicy.explicit=false`), and probe pods carrying each component's labels show both
+//! networkPolicy.explicit=false`; the controller's policies of the tunnel server stay while its
+//! migration does), and probe pods carrying each component's labels show both
 //! sides under kube-router: the flows isthmus needs pass, the others are refused.
 
 use super::checks::LONG;
-use super::node::{poll, Node, SYSTEM};
+use super::node::{poll, Node, RELEASE, SYSTEM};
 use super::shoot::{NS, SNI};
 use super::traffic::{Client, POLL};
-use super::tunnel::DST_NS;
+use super::tunnel::{DST_NS, SERVER_POLICIES};
 use std::time::Instant;
 
 const PROBE_IMAGE: &str = "isthmus.local/test-etcd:v3.6.16";
@@ -99,20 +100,31 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
     );
     // The Service through which the resource manager admits the proxy to the etcd pods of a
     // migrating shoot namespace (charts/isthmus/README.md): the controller's, made with the
-    // migration.
+    // migration; it selects the release namespace by the registration label gardenlet puts
+    // on it (scripts/cluster/isthmus.sh labels it so), not by its name.
+    let registration = "controllerregistration.core.gardener.cloud/name";
     let annotations = node.jsonpath(NS, "svc/isthmus-etcd", "{.metadata.annotations}");
     assert!(
-        annotations.contains("all-shoots") && annotations.contains(SYSTEM),
+        annotations.contains("all-shoots") && annotations.contains(registration),
         "the controller's isthmus-etcd Service in {NS}: {annotations}"
+    );
+    let labels = node.kubectl(&[
+        "get",
+        "namespace",
+        SYSTEM,
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(
+        labels.contains(&format!("\"{registration}\":\"{RELEASE}\"")),
+        "{SYSTEM} lacks gardenlet's registration label: {labels}"
     );
     let t0 = Instant::now();
     node.helm_upgrade(&["--set", "networkPolicy.explicit=false"]);
-    // The chart keeps its own policies for the CONNECT front in both modes (the resource
-    // manager's all-webhook-targets would admit more than the namespace's kube-apiserver).
-    let kept = [
-        "isthmus-tunnel-server-connect",
-        "isthmus-kube-apiserver-to-tunnel-server",
-    ];
+    // The tunnel server's own policies are the controller's, not the chart's: they stay in
+    // both modes while the VPN's migration exists (the resource manager's all-webhook-targets
+    // would admit more than the namespace's kube-apiserver to the CONNECT front).
+    let kept = SERVER_POLICIES;
     poll(
         node,
         "the chart's explicit policies gone",
@@ -139,6 +151,17 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
             }
         },
     );
+    let vpn = node.jsonpath(DST_NS, "etcdmigration/etcd-main", "{.spec.vpn.server}");
+    assert!(!vpn.is_empty(), "the VPN's migration in {DST_NS} is gone");
+    let theirs = node.kubectl(&["-n", DST_NS, "get", "networkpolicy", "-o", "name"]);
+    for p in SERVER_POLICIES {
+        assert!(
+            theirs
+                .lines()
+                .any(|l| l == format!("networkpolicy.networking.k8s.io/{p}")),
+            "the controller's {p} gone from {DST_NS} with the chart's explicit policies: {theirs}"
+        );
+    }
     // What the resource manager wrote from the chart's annotations and labels.
     let made = poll(
         node,

@@ -1,5 +1,5 @@
 //! The release's end: the migrations finish (the orchestrator deletes them and the controller
-//! cleans up after each), then `helm uninstall`, after which nothing the chart made is left
+//! cleans up after each, the on-demand load balancer last), then `helm uninstall`, after which nothing the chart made is left
 //! but what must outlive it.
 
 use super::checks::LONG;
@@ -64,8 +64,20 @@ pub fn uninstall(node: &Node) {
         !routes.contains("\"sni\""),
         "routes left after the migrations: {routes}"
     );
+    let gone = t0.elapsed();
+    // The on-demand load balancer goes after the last migration (the chart's default).
+    poll(
+        node,
+        "the on-demand LoadBalancer Service deleted",
+        LONG,
+        POLL,
+        || match node.try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy", "-o", "name"]) {
+            Err(e) if e.contains("NotFound") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
     println!(
-        "figure: EtcdMigrations deleted -> cleaned up and gone: {:.1?}",
+        "figure: EtcdMigrations deleted -> cleaned up and gone: {gone:.1?}; -> the on-demand LoadBalancer Service deleted: {:.1?}",
         t0.elapsed()
     );
     // Gardenlet's grants went with the migrations (deploy/examples/access-*.yaml): the

@@ -1,12 +1,13 @@
-//! The temporary VPN as pods (the chart's tunnel server through `helm upgrade`, its config
-//! rendered by the chart and its TLS files in the Secret it names; the agent rendered from the
-//! chart for the shoot, its config in its Secret): the agent
-//! (kube-system, "the shoot") dials the load balancer with the VPN's name as SNI, the
-//! proxy's VPN route (rendered by the controller from a destination migration's `spec.vpn` at
-//! `Join`, with PROXY v2: `spec.vpn.proxyProtocol`) takes it to the tunnel server, which
-//! trusts the pod network's header;
-//! a client labelled as the shoot's kube-apiserver then reaches the etcd pod through the
-//! server's CONNECT front, the agent's session and the agent's dial.
+//! The temporary VPN as pods: the tunnel server is the controller's, made from a destination
+//! migration's `spec.vpn.server` in that shoot's namespace (its TLS files in the orchestrator's
+//! Secrets, as gardenlet's secrets manager keeps `vpn-seed-server`'s); the agent rendered from
+//! the chart for the shoot, its config in its Secret. The agent (kube-system, "the shoot")
+//! dials the load balancer with the VPN's name as SNI, the proxy's VPN route (rendered by the
+//! controller from the migration's `spec.vpn` at `Join`, with PROXY v2:
+//! `spec.vpn.proxyProtocol`) takes it to the tunnel server, which trusts the pod network's
+//! header (the chart's `--tunnel-trusted-proxies`, the seed's pod network); a client labelled
+//! as the shoot's kube-apiserver then reaches the etcd pod through the server's CONNECT
+//! front, the agent's session and the agent's dial.
 
 use super::node::{poll, source_ranges_value, Node, EXT_IP, RELEASE, STRANGER_IP, SYSTEM};
 use super::shoot::NS;
@@ -14,12 +15,25 @@ use isthmus_testkit::{Scratch, TestPki};
 use std::time::{Duration, Instant};
 
 const VPN: &str = "vpn.shoot--foo--bar.seed-a.internal.example.com";
-/// In the destination migration's namespace: its `spec.vpn.target` may name only a Service
-/// of its own namespace (the controller refuses others: `TargetOutsideNamespace`).
+/// The agents' Service of the controller's tunnel server, in the destination migration's
+/// namespace (`spec.vpn.target` may name only a Service of its own namespace).
 const SERVER: &str = "isthmus-tunnel-server.shoot--foo--baz.svc.cluster.local";
+/// The CONNECT front's Service (the kube-apiserver's egress).
+const CONNECT: &str = "isthmus-tunnel-connect.shoot--foo--baz.svc.cluster.local";
 const ETCD: &str = "etcd-main-0.etcd-main-peer.shoot--foo--bar.svc.cluster.local";
 /// The namespace of the destination migration whose temporary VPN this is.
 pub const DST_NS: &str = "shoot--foo--baz";
+/// The orchestrator's Secrets the migration names (`spec.vpn.server`).
+const AGENTS_TLS: &str = "isthmus-tunnel-agents-e2e";
+const CONNECT_TLS: &str = "isthmus-tunnel-connect-e2e";
+const CA_BUNDLE: &str = "ca-vpn-bundle-e2e";
+/// The controller's objects of the CONNECT front and the agents' port, which exist while the
+/// migration does (`grm.rs` checks them beside the resource manager's).
+pub const SERVER_POLICIES: [&str; 3] = [
+    "isthmus-tunnel-server-connect",
+    "isthmus-kube-apiserver-to-tunnel-server",
+    "isthmus-tunnel-server-agents",
+];
 const LONG: Duration = Duration::from_secs(300);
 
 fn secret(node: &Node, ns: &str, name: &str, dir: &Scratch, files: &[&str]) {
@@ -32,21 +46,26 @@ fn secret(node: &Node, ns: &str, name: &str, dir: &Scratch, files: &[&str]) {
     node.kubectl(&args);
 }
 
+/// A `kubernetes.io/tls` Secret from `<stem>.crt`/`<stem>.key`.
+fn tls_secret(node: &Node, name: &str, dir: &Scratch, stem: &str) {
+    let cert = format!("--cert={}", dir.join(&format!("{stem}.crt")).display());
+    let key = format!("--key={}", dir.join(&format!("{stem}.key")).display());
+    node.kubectl(&["-n", DST_NS, "create", "secret", "tls", name, &cert, &key]);
+}
+
 pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::path::Path) {
     let dir = Scratch::new("cluster-tunnel");
     let pki = TestPki::new();
     pki.write_ca(dir.path());
     pki.server_cert(&[VPN, SERVER]).write(dir.path(), "server");
-    pki.server_cert(&[SERVER]).write(dir.path(), "connect");
+    pki.server_cert(&[CONNECT]).write(dir.path(), "connect");
     pki.peer_cert(&["agent.shoot--foo--bar"])
         .write(dir.path(), "agent");
     pki.peer_cert(&["kube-apiserver.shoot--foo--bar"])
         .write(dir.path(), "apiserver");
     std::fs::copy(etcd_ca, dir.join("etcd-ca.crt")).unwrap();
+    std::fs::copy(dir.join("ca.crt"), dir.join("bundle.crt")).unwrap();
     let tls = "/etc/isthmus";
-    // The server's config is the chart's (trusting the seed's pod network, 10.244.0.0/24, for
-    // the route's PROXY v2 header; the client names below); its Secret holds the TLS files.
-    std::fs::copy(dir.join("ca.crt"), dir.join("connect-ca.crt")).unwrap();
     std::fs::write(
         dir.join("agent.yaml"),
         format!(
@@ -56,19 +75,14 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         ),
     )
     .unwrap();
-    let server_files = [
-        "ca.crt",
-        "server.crt",
-        "server.key",
-        "connect-ca.crt",
-        "connect.crt",
-        "connect.key",
-    ];
     // The temporary VPN is the destination's (its route exists from Join to Shrink): a
-    // destination migration of another shoot on this seed, at Join, names it; its tunnel
-    // server runs in that shoot's namespace.
+    // destination migration of another shoot on this seed, at Join, names it; the orchestrator
+    // made the server's Secrets with it (one CA signs the server's and both clients'
+    // certificates; each endpoint admits its own client names).
     node.kubectl(&["create", "namespace", DST_NS]);
-    secret(node, DST_NS, "isthmus-tunnel-server", &dir, &server_files);
+    tls_secret(node, AGENTS_TLS, &dir, "server");
+    tls_secret(node, CONNECT_TLS, &dir, "connect");
+    secret(node, DST_NS, CA_BUNDLE, &dir, &["bundle.crt"]);
     let agent_files = ["agent.yaml", "ca.crt", "agent.crt", "agent.key"];
     secret(
         node,
@@ -79,15 +93,11 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
     );
     let client_files = ["ca.crt", "apiserver.crt", "apiserver.key", "etcd-ca.crt"];
     secret(node, DST_NS, "tunnel-client", &dir, &client_files);
-    // The seed's side through the release: a tunnel server in the shoot's namespace, and the
-    // shoot's egress (here: the pod network) admitted to the load balancer's VPN port.
+    // The seed's side through the release: the shoot's egress (here: the pod network)
+    // admitted to the load balancer's VPN port (the template's ranges, which the controller
+    // applies to its on-demand Service with the migration's pass below). Nothing per shoot:
+    // the server is the controller's.
     node.helm_upgrade(&[
-        "--set",
-        &format!("tunnel.servers[0].namespace={DST_NS}"),
-        "--set",
-        "tunnel.servers[0].agentClientNames[0]=agent.shoot--foo--bar",
-        "--set",
-        "tunnel.servers[0].connectClientNames[0]=kube-apiserver.shoot--foo--bar",
         "--set-json",
         &source_ranges_value(&[
             &format!("{EXT_IP}/32"),
@@ -95,7 +105,17 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
             "10.244.0.0/16",
         ]),
     ]);
-    // The shoot's side: the agent, rendered from the chart on its own as for a shoot.
+    // The shoot's side: the agent, rendered from the chart on its own as for a shoot, with
+    // the image the seed's release runs (the chart's default is its release tag, which this
+    // node never loaded).
+    let image = node.jsonpath(
+        SYSTEM,
+        "ds/isthmus-proxy",
+        "{.spec.template.spec.containers[0].image}",
+    );
+    let (repository, tag) = image
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("the proxy's image {image:?} has no tag"));
     let chart = String::from_utf8(node.script(&["chart"]).stdout).unwrap();
     node.apply(&node.helm(&[
         "template",
@@ -105,6 +125,10 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         "tunnel.agent.enabled=true",
         "--set",
         "image.pullPolicy=Never",
+        "--set",
+        &format!("image.repository={repository}"),
+        "--set",
+        &format!("image.tag={tag}"),
         "--show-only",
         "templates/tunnel-agent.yaml",
     ]));
@@ -137,11 +161,27 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
                 }],
                 "etcdTemplate": {"labels": {"app": "etcd-statefulset"}, "spec": template},
             },
-            // The route sends PROXY v2; the server trusts the pod network, where the proxy
-            // pods dial from (`agents.trusted_proxies` above).
-            "vpn": {"dnsName": VPN, "target": format!("{SERVER}:9443"), "port": 8443, "proxyProtocol": "v2"},
+            // The route sends PROXY v2; the controller writes the server's config trusting
+            // the pod network, where the proxy pods dial from (`agents.trusted_proxies`).
+            "vpn": {
+                "dnsName": VPN, "target": format!("{SERVER}:9443"), "port": 8443, "proxyProtocol": "v2",
+                // The tunnel server the controller runs for it.
+                "server": {
+                    "agents": {
+                        "tlsSecret": AGENTS_TLS,
+                        "clientCa": {"secret": CA_BUNDLE, "key": "bundle.crt"},
+                        "clientNames": ["agent.shoot--foo--bar"],
+                    },
+                    "connect": {
+                        "tlsSecret": CONNECT_TLS,
+                        "clientCa": {"secret": CA_BUNDLE, "key": "bundle.crt"},
+                        "clientNames": ["kube-apiserver.shoot--foo--bar"],
+                    },
+                },
+            },
         },
     });
+    let t_server = Instant::now();
     node.apply(&migration.to_string());
     poll(
         node,
@@ -156,6 +196,48 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
                 Err(cm)
             }
         },
+    );
+    // The controller's tunnel server, owned by the migration; the step is held until it is
+    // available (`TunnelServerAvailable`).
+    poll(
+        node,
+        "the controller's tunnel server available (TunnelServerAvailable=True)",
+        LONG,
+        Duration::from_millis(200),
+        || {
+            let c = node.jsonpath(
+                DST_NS,
+                "etcdmigration/etcd-main",
+                "{.status.conditions[?(@.type==\"TunnelServerAvailable\")].status}",
+            );
+            if c == "True" {
+                Ok(())
+            } else {
+                Err(format!("TunnelServerAvailable={c:?}"))
+            }
+        },
+    );
+    let made = t_server.elapsed();
+    let owner = node.jsonpath(
+        DST_NS,
+        "deploy/isthmus-tunnel-server",
+        "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+    );
+    assert_eq!(
+        owner, "EtcdMigration/etcd-main",
+        "the tunnel server's owner"
+    );
+    let policies = node.kubectl(&["-n", DST_NS, "get", "networkpolicy", "-o", "name"]);
+    for p in SERVER_POLICIES {
+        assert!(
+            policies
+                .lines()
+                .any(|l| l == format!("networkpolicy.networking.k8s.io/{p}")),
+            "the controller's {p} in {DST_NS}: {policies}"
+        );
+    }
+    println!(
+        "figure: EtcdMigration with spec.vpn.server applied -> the controller's tunnel server available: {made:.1?}"
     );
     let t0 = Instant::now();
     // A client labelled as the shoot's kube-apiserver (the CONNECT front's policy admits it).
@@ -182,7 +264,14 @@ spec:
         "pod/kube-apiserver-probe",
         "--timeout=120s",
     ]);
-    let proxy = format!("https://{SERVER}:8132");
+    let proxy = format!("https://{CONNECT}:8132");
+    // The controller's egress policy for the kube-apiserver's pods admits only the front: in
+    // a seed they also carry `to-dns` under gardenlet's allow-to-dns, which this plain
+    // namespace lacks, so the probe is handed the front's Service address (a plain cluster's
+    // kube-apiserver would lose its other egress too: see the controller's README, "Known
+    // limits").
+    let ip = node.jsonpath(DST_NS, "svc/isthmus-tunnel-connect", "{.spec.clusterIP}");
+    let resolve = format!("{CONNECT}:8132:{ip}");
     let target = format!("https://{ETCD}:2379/health");
     let body = poll(
         node,
@@ -200,6 +289,8 @@ spec:
                 "-sS",
                 "--max-time",
                 "10",
+                "--resolve",
+                &resolve,
                 "--proxy",
                 &proxy,
                 "--proxy-cacert",
@@ -220,7 +311,7 @@ spec:
         },
     );
     println!(
-        "figure: VPN route written -> agent session through the proxy carrying a CONNECT to etcd: {:.1?} ({})",
+        "figure: tunnel server available -> agent session through the proxy carrying a CONNECT to etcd: {:.1?} ({})",
         t0.elapsed(),
         body.trim()
     );
@@ -230,6 +321,6 @@ spec:
         "{.status.readyReplicas}",
     );
     println!(
-        "checked: tunnel server and {agents} agent pods; etcd reached through the temporary VPN"
+        "checked: the controller's tunnel server and {agents} agent pods; etcd reached through the temporary VPN"
     );
 }

@@ -15,12 +15,31 @@ pub const SEED: [&str; 2] = [
     "examples/extension-values.yaml",
 ];
 
-/// A tunnel server in `shoot--foo--bar`, with the client names the chart requires.
-pub const TUNNEL: [&str; 3] = [
-    "tunnel.servers[0].namespace=shoot--foo--bar",
-    "tunnel.servers[0].agentClientNames[0]=agent.shoot--foo--bar",
-    "tunnel.servers[0].connectClientNames[0]=kube-apiserver.shoot--foo--bar",
-];
+/// The proxies' LoadBalancer Service as it reaches the cluster: the chart's
+/// (`proxy.service.mode: always`), or the one the controller makes from the chart's template
+/// (`onDemand`, `isthmus_controller::load_balancer::service`).
+pub fn load_balancer(docs: &[Value]) -> Value {
+    if let Some(svc) = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "isthmus-proxy")
+    {
+        return svc.clone();
+    }
+    let cm = find(docs, "ConfigMap", "isthmus-proxy-service");
+    let text = cm["data"]["service.yaml"].as_str().unwrap();
+    let ns = cm["metadata"]["namespace"].as_str().unwrap();
+    isthmus_controller::load_balancer::service(text, ns)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"))
+        .1
+}
+
+/// The value of the controller's flag `--name=` (`None` when it is not given).
+pub fn controller_flag(docs: &[Value], name: &str) -> Option<String> {
+    let prefix = format!("--{name}=");
+    args(&find(docs, "Deployment", "isthmus-controller")["spec"]["template"])
+        .iter()
+        .find_map(|a| a.strip_prefix(prefix.as_str()).map(str::to_owned))
+}
 
 pub fn chart_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("charts/isthmus")
@@ -112,4 +131,63 @@ pub fn args(template: &Value) -> Vec<String> {
         .iter()
         .map(|a| a.as_str().unwrap().to_owned())
         .collect()
+}
+
+/// What the chart gives the controller for the tunnel servers it runs (its `--tunnel-*`
+/// flags).
+pub fn tunnel_servers(docs: &[Value]) -> isthmus_controller::tunnel_server::TunnelServers {
+    let flag = |n: &str| controller_flag(docs, n);
+    isthmus_controller::tunnel_server::TunnelServers {
+        image: flag("tunnel-image").expect("the chart passes --tunnel-image"),
+        trusted_proxies: flag("tunnel-trusted-proxies")
+            .map(|l| l.split(',').map(str::to_owned).collect())
+            .unwrap_or_default(),
+        priority_class: flag("tunnel-priority-class").unwrap_or_default(),
+        service_monitor: flag("tunnel-service-monitor").as_deref() == Some("true"),
+        listen: flag("listen-address")
+            .expect("the chart passes --listen-address")
+            .parse()
+            .unwrap(),
+    }
+}
+
+/// The objects of the example migration's tunnel server (in `shoot--foo--bar`) as the
+/// controller the chart renders would apply them (its `--tunnel-*`, `--proxy-namespace-labels`
+/// and `--shoot-alias` flags).
+pub fn tunnel_objects(docs: &[Value]) -> Vec<Value> {
+    let flag = |n: &str| controller_flag(docs, n).unwrap_or_else(|| panic!("no --{n}"));
+    let namespace_labels = flag("proxy-namespace-labels")
+        .split(',')
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect();
+    let alias = flag("shoot-alias");
+    let proxies = isthmus_controller::tunnel_server::Proxies {
+        namespace_labels: &namespace_labels,
+        alias: &alias,
+    };
+    let owner = isthmus_controller::tunnel_server::Owner {
+        name: "etcd-main".into(),
+        uid: "0".into(),
+    };
+    let spec = example_destination().spec;
+    isthmus_controller::tunnel_server::objects(
+        &spec,
+        "shoot--foo--bar",
+        &owner,
+        &proxies,
+        &tunnel_servers(docs),
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The example destination migration (`deploy/examples/etcdmigration-destination.yaml`),
+/// which asks for a tunnel server.
+pub fn example_destination() -> isthmus_controller::crd::EtcdMigration {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy/examples/etcdmigration-destination.yaml");
+    let doc = isthmus_testkit::tools::yaml_docs(&std::fs::read_to_string(p).unwrap()).remove(0);
+    serde_json::from_value(doc).unwrap()
 }

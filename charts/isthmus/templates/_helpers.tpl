@@ -149,9 +149,10 @@ networking.resources.gardener.cloud/to-{{ .alias }}-{{ .service }}-tcp-{{ .port 
 {{- end -}}
 
 {{/*
-The addresses whose PROXY v2 header a tunnel server believes (JSON list): tunnel.trustedProxies,
-else the seed's pod network (the proxies dial from their pod addresses; only proxy pods reach
-the agents' port). Required when a tunnel server is listed.
+The addresses whose PROXY v2 header the tunnel servers believe (JSON list, the controller's
+--tunnel-trusted-proxies): tunnel.trustedProxies, else the seed's pod network (the proxies dial
+from their pod addresses; only proxy pods reach the agents' port). Empty without either: the
+controller then refuses a migration whose VPN route sends the header.
 */}}
 {{- define "isthmus.tunnelTrustedProxies" -}}
 {{- $s := include "isthmus.gardenerSeed" . | fromJson -}}
@@ -159,34 +160,11 @@ the agents' port). Required when a tunnel server is listed.
 {{- if and (not $list) (dig "networks" "pods" "" $s) -}}
 {{- $list = list (dig "networks" "pods" "" $s) -}}
 {{- end -}}
-{{- if and .Values.tunnel.servers (not $list) -}}
-{{- fail "tunnel.trustedProxies: required for tunnel.servers without gardenlet's gardener.seed.networks.pods: the proxies' pod network, whose PROXY v2 header (the VPN route's default) names each agent" -}}
-{{- end -}}
 {{- toJson ($list | default list) -}}
 {{- end -}}
 
-{{/* A tunnel server's server.yaml (tunnel/README.md); dict: root, server (a tunnel.servers entry), trusted. */}}
-{{- define "isthmus.tunnelServerConfig" -}}
-{{- $v := .root.Values.tunnel -}}
-{{- $tls := "/etc/isthmus/tls" -}}
-agents:
-  address: "0.0.0.0:{{ $v.agentPort }}"
-  trusted_proxies: {{ toJson .trusted }}
-  tls:
-    cert: {{ $tls }}/server.crt
-    key: {{ $tls }}/server.key
-    client_ca: {{ $tls }}/ca.crt
-    allowed_client_names: {{ toJson .server.agentClientNames }}
-connect:
-  address: "0.0.0.0:{{ $v.connectPort }}"
-  tls:
-    cert: {{ $tls }}/connect.crt
-    key: {{ $tls }}/connect.key
-    client_ca: {{ $tls }}/connect-ca.crt
-    allowed_client_names: {{ toJson .server.connectClientNames }}
-admin:
-  address: "0.0.0.0:{{ $v.adminPort }}"
-{{- end -}}
+{{/* The tunnel servers' agents port: the controller's (isthmus_controller::tunnel_server::AGENTS_PORT). */}}
+{{- define "isthmus.tunnelAgentPort" -}}9443{{- end -}}
 
 {{/* "true" when gardenlet installs the chart: it injects gardener.seed (README.md). */}}
 {{- define "isthmus.onGardener" -}}

@@ -4,6 +4,7 @@
 use super::metrics::Metrics;
 use super::probe::HashFetcher;
 use crate::proxy_config::Layout;
+use crate::tunnel_server::TunnelServers;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::Client;
 use std::collections::HashMap;
@@ -87,6 +88,13 @@ pub struct Context {
     pub failures: Mutex<HashMap<String, u32>>,
     /// Publishes Kubernetes Events about the migrations (a refused spec).
     pub recorder: Recorder,
+    /// The tunnel servers this controller runs for migrations that ask for one
+    /// (`--tunnel-image`, `crate::tunnel_server`); `None`: it runs none.
+    pub tunnel_servers: Option<TunnelServers>,
+    /// The ConfigMap (in the proxies' namespace) holding the proxies' LoadBalancer Service
+    /// that the controller makes on demand (`--proxy-service-template`,
+    /// `crate::load_balancer`); `None`: the Service is the chart's, always there.
+    pub on_demand_lb: Option<String>,
 }
 
 impl std::fmt::Debug for Context {
@@ -120,6 +128,32 @@ impl Context {
                     .unwrap_or_default()
             }),
             failures: Mutex::new(HashMap::new()),
+            tunnel_servers: None,
+            on_demand_lb: None,
+        }
+    }
+
+    /// This context running the tunnel servers of migrations that ask for one.
+    pub fn with_tunnel_servers(mut self, servers: TunnelServers) -> Self {
+        self.tunnel_servers = Some(servers);
+        self
+    }
+
+    /// This context making the proxies' LoadBalancer Service from the template in the
+    /// ConfigMap `configmap` of the proxies' namespace while a migration needs it.
+    pub fn with_on_demand_load_balancer(mut self, configmap: impl Into<String>) -> Self {
+        self.on_demand_lb = Some(configmap.into());
+        self
+    }
+
+    /// What a spec is checked against: the settings' rules and the tunnel servers.
+    pub fn rules(&self) -> crate::plan::SeedRules {
+        crate::plan::SeedRules {
+            tunnel_servers: self
+                .tunnel_servers
+                .as_ref()
+                .map(|t| t.trusted_proxies.clone()),
+            ..self.settings.rules()
         }
     }
 

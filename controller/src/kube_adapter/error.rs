@@ -30,6 +30,12 @@ pub enum Error {
     /// A rendered proxy file failed the proxy's own validation.
     #[error("rendered proxy config is invalid: {0}")]
     InvalidRoutes(String),
+    /// A tunnel server's objects could not be built.
+    #[error("tunnel server: {0}")]
+    TunnelServer(String),
+    /// The on-demand load balancer's template is missing or not a LoadBalancer Service.
+    #[error("load balancer: {0}")]
+    LoadBalancer(String),
 }
 
 impl Error {
@@ -57,6 +63,8 @@ impl Error {
             Error::Json(_) => "json",
             Error::EtcdTls(_) => "etcd_tls",
             Error::InvalidRoutes(_) => "invalid_routes",
+            Error::TunnelServer(_) => "tunnel_server",
+            Error::LoadBalancer(_) => "load_balancer",
         }
     }
 }

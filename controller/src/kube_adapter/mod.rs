@@ -11,6 +11,7 @@ mod error;
 pub mod etcd;
 mod etcd_service;
 pub mod lease;
+mod load_balancer;
 mod membership;
 mod metrics;
 mod notice;
@@ -20,6 +21,7 @@ mod proxy;
 mod reconcile;
 mod refuse;
 mod serve;
+mod tunnel_server;
 mod write;
 
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};

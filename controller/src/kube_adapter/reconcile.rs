@@ -10,7 +10,7 @@ use super::context::{Context, FIELD_MANAGER, FINALIZER};
 use super::membership::{read_cluster, run_ops};
 use super::refuse::{refuse, refuse_access};
 use super::write::{confirm_and_delete, release_etcd, status_apply, write};
-use super::{etcd_service, notice, proxy, Error};
+use super::{etcd_service, load_balancer, notice, proxy, tunnel_server, Error};
 use crate::crd::{EtcdMigration, ObjectRef, Role};
 use crate::gardener::{
     applied_by, dnsrecord_observe, dnsrecord_resource, etcd_observe, etcd_resource, MIGRATION_LABEL,
@@ -73,11 +73,15 @@ fn apis(ctx: &Context, ns: &str) -> (Api<DynamicObject>, Api<DynamicObject>) {
 async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Error> {
     let name = m.name_any();
     let spec = &m.spec;
-    let problems = plan::validate(spec, ns, &ctx.settings.rules());
+    let problems = plan::validate(spec, ns, &ctx.rules());
     if !problems.is_empty() {
         return refuse(m, ns, ctx, plan::validate::verdict(&problems)).await;
     }
     let (dns_api, etcd_api) = apis(ctx, ns);
+    // An on-demand load balancer is there before the first step that needs its address.
+    if let Err(e) = load_balancer::sync(ctx).await {
+        return refuse_access(m, ns, ctx, e).await;
+    }
     let mut obs = match observe(m, ns, ctx, &dns_api, &etcd_api).await {
         Ok(obs) => obs,
         Err(e) => return refuse_access(m, ns, ctx, e).await,
@@ -115,6 +119,12 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
         Ok(()) => etcd_service::sync(ctx, ns, m, wants_service).await.err(),
         Err(e) => Some(e),
     };
+    let failure = match failure {
+        None => tunnel_server::pass(ctx, ns, m, &mut plan, &held, &obs.now)
+            .await
+            .err(),
+        e => e,
+    };
     if let (None, Some((client, _))) = (&failure, &etcd) {
         run_ops(client, &plan.etcd_ops, &needs.etcd_endpoints).await;
     }
@@ -132,6 +142,8 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
 
     status_apply(ctx, ns, &name, &plan.status).await?;
     notice::overwritten(ctx, m, &obs.previous, &plan.status).await;
+    // ...and gone after the last migration that needed it reached its end.
+    load_balancer::sync(ctx).await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -241,6 +253,8 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         }
         r => r?,
     }
+    tunnel_server::cleanup(ctx, ns, m).await?;
+    load_balancer::sync(ctx).await?;
     let previous = m.status.clone().unwrap_or_default();
     if m.spec.role == Role::Source
         && !plan::source_cleanup_started(&previous)

@@ -36,6 +36,10 @@ pub const OVERWRITTEN: &str = "EtcdSpecOverwritten";
 /// migration (`True`); the file then lacks it, so the exposure is not reported served.
 /// Written only once it happened (`False` when resolved).
 pub const ROUTE_CONFLICT: &str = "RouteConflict";
+/// isthmus: the tunnel server this controller runs for `spec.vpn.server` is available
+/// (`True`), rolling out (`Progressing`: the step is not reached meanwhile), held by another
+/// migration of the namespace or removed with the VPN's route (`False`).
+pub const TUNNEL_SERVER: &str = "TunnelServerAvailable";
 
 /// A condition before merging with its previous value.
 #[derive(Debug, Clone, PartialEq, Eq)]

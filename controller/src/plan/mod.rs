@@ -78,6 +78,7 @@ mod roles;
 mod seed_rules;
 mod steps;
 pub mod validate;
+mod vpn_server;
 
 use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 

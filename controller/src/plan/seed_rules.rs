@@ -23,6 +23,10 @@ pub struct SeedRules {
     /// Domains `vpn.dnsName` may be under besides the spec's `internalDomain`
     /// (`--vpn-dns-parent`): the VPN name is a public SNI route, not any name a spec likes.
     pub vpn_dns_parents: Vec<String>,
+    /// `agents.trusted_proxies` of the tunnel servers this controller runs for a
+    /// `spec.vpn.server` (`--tunnel-trusted-proxies`); `None`: it runs none (no
+    /// `--tunnel-image`).
+    pub tunnel_servers: Option<Vec<String>>,
 }
 
 /// The default of `--cluster-domain`.
@@ -45,6 +49,7 @@ impl SeedRules {
             listeners,
             cluster_domain: DEFAULT_CLUSTER_DOMAIN.into(),
             vpn_dns_parents: Vec::new(),
+            tunnel_servers: None,
         }
     }
 
@@ -58,6 +63,7 @@ impl SeedRules {
         bad: &mut impl FnMut(String, &'static str, String),
     ) {
         self.vpn_name(spec, bad);
+        self.tunnel_server(spec, namespace, named, bad);
         let mut seen = BTreeSet::new();
         for r in routes(spec, namespace, true) {
             let field = match (r.listener.starts_with("vpn-"), &spec.seed_ingress) {

@@ -60,6 +60,7 @@ pub fn spec(role: Role, step: Step) -> EtcdMigrationSpec {
             target: "vpn-seed-server.shoot--foo--bar.svc.cluster.local:9443".into(),
             port: 8443,
             proxy_protocol: Default::default(),
+            server: None,
         }),
         druid_api: DruidApi::default(),
         override_default_url: false,

@@ -49,6 +49,9 @@ impl Replica {
             // The seed's tunnel ingress is its own proxy in the lab (`crate::webhook`); the
             // migration's proxy keeps the VPN listener on a port nothing dials.
             .args(["--vpn-port", &crate::proxy::UNUSED_VPN_PORT.to_string()]);
+        // No --tunnel-image: the lab's tunnel servers are processes it starts itself, so the
+        // controller runs none (its migrations name them in vpn.target, without vpn.server);
+        // no --proxy-service-template: each seed's proxy address is there from the start.
         let command: Vec<std::ffi::OsString> = std::iter::once(c.get_program().to_owned())
             .chain(c.get_args().map(ToOwned::to_owned))
             .collect();
