@@ -139,7 +139,10 @@ async fn a_successor_takes_the_admin_port_when_its_predecessor_lets_go() {
         tokio::task::yield_now().await;
     }
     if start.is_finished() {
-        panic!("the successor gave up at once: {:?}", start.await.unwrap().err());
+        panic!(
+            "the successor gave up at once: {:?}",
+            start.await.unwrap().err()
+        );
     }
     drop(holder);
     let proxy = start.await.unwrap().unwrap();
@@ -153,8 +156,7 @@ async fn a_successor_takes_the_admin_port_when_its_predecessor_lets_go() {
     let path = file(admin);
     let e = isthmus_proxy::Proxy::start(&path, prometheus_client::registry::Registry::default())
         .await
-        .err()
-        .expect("started without its admin port");
+        .expect_err("started without its admin port");
     assert!(e.to_string().contains(&admin.to_string()), "{e}");
     drop(holder);
 }
