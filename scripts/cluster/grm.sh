@@ -1,5 +1,5 @@
 # Sourced by scripts/cluster.sh: the seed's gardener-resource-manager, the real one (Gardener
-# v1.139.0, built from its Go module by scripts/build-go-tool.sh through the wrapper module
+# v1.149.3, built from its Go module by scripts/build-go-tool.sh through the wrapper module
 # scripts/gardener-resource-manager/), as a node process with only what a seed's instance
 # does for NetworkPolicies: its NetworkPolicy controller, watching the namespaces a seed's
 # instance watches (gardener.cloud/role shoot, extension, istio-*, garden). It cannot run
@@ -9,7 +9,7 @@
 #
 # And gardenlet's part of a seed's policies, which cannot run here (gardenlet needs a
 # garden): grm_seed_policies NAMESPACE writes what gardenlet's NetworkPolicy controller
-# (pkg/controller/networkpolicy, v1.139.0) keeps in every seed namespace it handles:
+# (pkg/controller/networkpolicy, v1.149.3) keeps in every seed namespace it handles:
 # deny-all, allow-to-dns, allow-to-runtime-apiserver, allow-to-private-networks and
 # allow-to-public-networks, computed from this node's networks as that controller computes
 # them from the seed's (scripts/cluster/seed-policies.yaml).

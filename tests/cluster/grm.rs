@@ -1,6 +1,6 @@
 //! The Gardener path of the chart's NetworkPolicies: on a seed, gardener-resource-manager
 //! builds them from the chart's Service annotations and pod labels, inside gardenlet's
-//! deny-all. Here the real resource manager (v1.139.0, its NetworkPolicy controller) runs on
+//! deny-all. Here the real resource manager (v1.149.3, its NetworkPolicy controller) runs on
 //! the node, gardenlet's policies come from its stand-in (scripts/cluster/seed-policies.yaml),
 //! the release switches off its explicit policies (`helm upgrade --set
 //! networkPolicy.explicit=false`; the controller's policies of the tunnel server stay while its
@@ -323,7 +323,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
         );
     }
     println!(
-        "checked: under gardener-resource-manager v1.139.0's policies (from the chart's annotations and labels) and gardenlet's deny-all, {} needed flows pass and {} others are refused",
+        "checked: under gardener-resource-manager v1.149.3's policies (from the chart's annotations and labels) and gardenlet's deny-all, {} needed flows pass and {} others are refused",
         pass.len() + 1,
         refuse.len()
     );
