@@ -38,6 +38,11 @@ pub struct Figure {
     pub reached: Duration,
     /// The `EtcdSpecOverwritten=True` reasons the status showed after the patch.
     pub findings: Vec<String>,
+    /// Whether the last status before the patch showed the step reached: the controller
+    /// reports an overwrite only of fields a reached step had (`plan/overwrite.rs`); a Deploy
+    /// that lands while the step is re-reached (after the other side's Deploy) is undone
+    /// without a finding.
+    pub ready_at_patch: bool,
 }
 
 impl Figure {
@@ -52,7 +57,7 @@ impl Figure {
                "druidReconcilesOfWipedSpec": {"begun": self.wiped_begun,
                                               "finished": self.wiped_finished},
                "stepReachedAgainAfterMs": self.reached.as_millis() as u64,
-               "findings": self.findings})
+               "findings": self.findings, "readyAtPatch": self.ready_at_patch})
     }
 }
 
@@ -125,6 +130,12 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
             .await,
         ),
     };
+    let ready_at_patch = p
+        .status
+        .since(0)
+        .iter()
+        .rfind(|s| s.at <= at.at)
+        .is_some_and(|s| s.ready());
     let reached = match back {
         None => {
             let admin = match side {
@@ -170,6 +181,7 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
         wiped_begun,
         wiped_finished,
         reached,
+        ready_at_patch,
         findings: p
             .status
             .since(status_mark)
