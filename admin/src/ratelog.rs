@@ -1,7 +1,6 @@
 //! Log lines under attack: at most one per key (a listener or upstream name, and a reason)
 //! every [`INTERVAL`], carrying how many events it stands for. Counters are never limited:
-//! they carry every event. (The proxy's `proxy/src/ratelog.rs` is the same budget, from
-//! before this shared copy.)
+//! they carry every event. The one copy: the proxy and the tunnel use it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -32,7 +32,7 @@
 //! configuration), `server.rs` (the running proxy; `server/start.rs` start and drain,
 //! `server/reload.rs` reload as parse/guard/bind/compile/swap and the file watch; the guard
 //! against files that would empty the proxy in `guard.rs`), `admin.rs`
-//! (the admin endpoint, on `isthmus-admin`), `metrics.rs`, `ratelog.rs`, `fds.rs`, `supervise.rs`.
+//! (the admin endpoint, on `isthmus-admin`), `metrics.rs` (log lines under attack through `isthmus_admin::ratelog`), `fds.rs`, `supervise.rs`.
 
 // `deny` rather than `forbid` so that `sys` alone can allow it (the system calls nothing safe
 // wraps: pipes, splice(2), the listeners' epoll registration,
@@ -56,7 +56,7 @@ pub mod metrics;
 mod pool;
 /// The PROXY protocol header (its own crate: the tunnel server reads it too).
 pub use isthmus_proxy_protocol as proxy_protocol;
-mod ratelog;
+
 pub mod routes;
 pub mod sched;
 mod server;

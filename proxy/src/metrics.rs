@@ -127,7 +127,7 @@ pub struct Metrics {
     /// connections would not fit into the descriptor limit.
     pub max_connections_effective: Gauge,
     /// Budgets of the warnings logged under attack (one line per key every 10 s).
-    pub warnings: std::sync::Arc<crate::ratelog::RateLog>,
+    pub warnings: std::sync::Arc<isthmus_admin::ratelog::RateLog>,
 }
 
 fn connect_histogram() -> Histogram {
