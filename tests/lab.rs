@@ -14,7 +14,7 @@
 //! Each scenario is one run, and a run is the slow part of the full tier, so a scenario that
 //! would only repeat another's assertions at another setting is merged into it (RTT 0 ms is
 //! the proxy restart's RTT; the default run asserts what the planner's default run did).
-//! Labs run one at a time (nextest's `one-machine` group; a lock under `cargo test`): each is
+//! Labs run one at a time (nextest's `lab` group; a lock under `cargo test`): each is
 //! a whole etcd cluster, and the CI machine is small. Needs root, iproute2 and etcd;
 //! `.ci/run` installs them.
 
