@@ -8,7 +8,7 @@ mod common;
 
 use common::*;
 use isthmus_controller::crd::{Role, Step};
-use isthmus_controller::plan::{self, EtcdAction, EtcdFields, EtcdOp, Observed, Plan};
+use isthmus_controller::plan::{self, EtcdAction, EtcdApplied, EtcdFields, EtcdOp, Observed, Plan};
 
 const T0: &str = "2026-01-01T00:00:00Z";
 
@@ -112,6 +112,77 @@ fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
         condition(&p, "EtcdSpecOverwritten"),
         Some(("False", "FieldsInPlace"))
     );
+}
+
+/// What the controller remembers of its last apply at `step` to the `Etcd` as it is now.
+fn remembered(obs: &Observed, s: &isthmus_controller::crd::EtcdMigrationSpec) -> EtcdApplied {
+    EtcdApplied {
+        step: s.step,
+        fields: fields(&plan::plan(s, obs)).clone(),
+        generation: obs.etcd.as_ref().unwrap().generation,
+        seen_without: None,
+    }
+}
+
+/// The finding rests on what the controller applied, not on the status it read: that read
+/// (the watch cache) may not show the step the previous pass reached yet, and fields isthmus
+/// had on the `Etcd` before the step was reached are lost all the same.
+#[test]
+fn a_wipe_is_said_whatever_status_the_pass_read() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    obs.etcd_applied = Some(remembered(&obs, &s));
+    // A stale read: the status of a pass before the step was reached.
+    obs.previous.step_ready = false;
+    deploy(&mut obs, 3, false);
+    let p = plan::plan(&s, &obs);
+    assert_eq!(fields(&p).advertise.len(), 3, "written again");
+    assert_eq!(
+        condition(&p, "EtcdSpecOverwritten"),
+        Some(("True", "Reasserted"))
+    );
+    let msg = message(&p, "EtcdSpecOverwritten");
+    assert!(
+        msg.contains("spec.etcd.additionalAdvertisePeerURLs")
+            && msg.contains("spec.etcd.peerUrlTls.skipClientSANVerification"),
+        "{msg}"
+    );
+
+    // A wiped version the pass did not read (another pass wrote over it between its read and
+    // its apply; the watch saw it): said by the next pass, though the fields are back.
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    let mut applied = remembered(&obs, &s);
+    let mut wiped = obs.clone();
+    deploy(&mut wiped, 3, false);
+    applied.seen_without = Some(wiped.etcd.unwrap().fields);
+    obs.etcd_applied = Some(applied);
+    let p = plan::plan(&s, &obs);
+    assert_eq!(
+        condition(&p, "EtcdSpecOverwritten"),
+        Some(("True", "Reasserted"))
+    );
+    assert!(message(&p, "EtcdSpecOverwritten").contains("additionalAdvertisePeerURLs"));
+}
+
+/// Only fields isthmus had there count: an apply at another step, or one without a field
+/// (not written yet), makes no finding of its absence — even with the last status showing
+/// this step reached.
+#[test]
+fn a_field_isthmus_never_had_there_is_no_finding() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    let mut at_other_step = remembered(&obs, &s);
+    at_other_step.step = Step::Join;
+    let mut without = remembered(&obs, &s);
+    without.fields.advertise.clear();
+    without.fields.skip_client_san_verification = None;
+    deploy(&mut obs, 3, false);
+    for applied in [at_other_step, without] {
+        obs.etcd_applied = Some(applied);
+        let p = plan::plan(&s, &obs);
+        assert_eq!(fields(&p).advertise.len(), 3, "written all the same");
+        assert_eq!(condition(&p, "EtcdSpecOverwritten"), None, "{:?}", p.status);
+    }
 }
 
 #[test]

@@ -38,10 +38,10 @@ pub struct Figure {
     pub reached: Duration,
     /// The `EtcdSpecOverwritten=True` reasons the status showed after the patch.
     pub findings: Vec<String>,
-    /// Whether the last status before the patch showed the step reached: the controller
-    /// reports an overwrite only of fields a reached step had (`plan/overwrite.rs`); a Deploy
-    /// that lands while the step is re-reached (after the other side's Deploy) is undone
-    /// without a finding.
+    /// Whether the last status before the patch showed the step reached. The finding does not
+    /// depend on it (the controller remembers what it applied, `kube_adapter::applied`); a
+    /// Deploy that lands while the step is re-reached (after the other side's Deploy) is said
+    /// too.
     pub ready_at_patch: bool,
 }
 
