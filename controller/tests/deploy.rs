@@ -174,6 +174,7 @@ fn tunnel_server_example_is_current() {
         priority_class: "gardener-system-300".into(),
         service_monitor: true,
         listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        kube_apiserver_egress: true,
     };
     let owner = Owner {
         name: m.metadata.name.clone().unwrap(),
@@ -198,7 +199,8 @@ fn tunnel_server_example_is_current() {
          # here is a placeholder), and deletes after: the tunnel server (controller/README.md,\n\
          # \"The temporary VPN's tunnel server\"), with the flags the chart gives it on a Gardener\n\
          # seed: --tunnel-image=isthmus:latest, --tunnel-trusted-proxies=10.244.0.0/16 (the pod\n\
-         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor.\n{}",
+         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor, the\n\
+         # kube-apiserver's egress policy (--tunnel-kube-apiserver-egress-policy=true).\n{}",
         docs.join("---\n")
     );
     let path =
