@@ -144,18 +144,7 @@ fn access_examples_are_current() {
         use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
         let secrets = [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()];
         let generated = grant_yaml(&m.spec, &ns, &Subject::default(), &secrets, &header).unwrap();
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/examples")
-            .join(format!("access-{role}.yaml"));
-        if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
-            std::fs::write(&path, &generated).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            committed == generated,
-            "{} is stale; regenerate with:\n  ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy",
-            path.display()
-        );
+        current(&format!("access-{role}.yaml"), &generated);
     }
 }
 
@@ -203,10 +192,16 @@ fn tunnel_server_example_is_current() {
          # kube-apiserver's egress policy (--tunnel-kube-apiserver-egress-policy=true).\n{}",
         docs.join("---\n")
     );
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/tunnel-server.yaml");
+    current("tunnel-server.yaml", &generated);
+}
+
+/// `deploy/examples/<name>` holds `generated` (written there with `ISTHMUS_UPDATE_EXAMPLES`).
+fn current(name: &str, generated: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/examples")
+        .join(name);
     if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
-        std::fs::write(&path, &generated).unwrap();
+        std::fs::write(&path, generated).unwrap();
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(

@@ -10,24 +10,14 @@ use common::*;
 use isthmus_controller::crd::{Role, Step};
 use isthmus_controller::plan::{self, EtcdAction, EtcdApplied, EtcdFields, EtcdOp, Observed, Plan};
 
-const T0: &str = "2026-01-01T00:00:00Z";
-
 /// Drives `role` through `steps`, each reached, as isthmus' applies would leave the `Etcd`
 /// (its `managedFields` name isthmus once it applied).
 fn reached(role: Role, steps: &[Step]) -> Observed {
-    let mut obs = observed(T0);
-    obs.lb_address = Some("203.0.113.7".into());
-    if role == Role::Source {
-        obs.etcd = Some(source_etcd());
-    }
-    for step in steps {
-        let p = converge(&spec(role, *step), &mut obs, 10);
-        assert!(p.status.step_ready, "{step:?}: {:?}", p.status);
+    driven(role, steps, "203.0.113.7", |obs| {
         if let Some(e) = obs.etcd.as_mut() {
             e.applied_by_isthmus = true;
         }
-    }
-    obs
+    })
 }
 
 /// What gardenlet v1.149.3's `Deploy` does to the `Etcd`: a new `spec.etcd` without
@@ -64,6 +54,17 @@ fn message<'a>(p: &'a Plan, t: &str) -> &'a str {
         .map_or("", |c| c.message.as_str())
 }
 
+/// The plan says `EtcdSpecOverwritten=True/Reasserted`; its message.
+fn reasserted(p: &Plan) -> &str {
+    assert_eq!(
+        condition(p, "EtcdSpecOverwritten"),
+        Some(("True", "Reasserted")),
+        "{:?}",
+        p.status
+    );
+    message(p, "EtcdSpecOverwritten")
+}
+
 #[test]
 fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
     let s = spec(Role::Source, Step::Expose);
@@ -81,11 +82,7 @@ fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
     assert_eq!(f.advertise.len(), 3);
     assert_eq!(f.skip_client_san_verification, Some(true));
     assert!(!p.status.step_ready, "not reached with the fields gone");
-    assert_eq!(
-        condition(&p, "EtcdSpecOverwritten"),
-        Some(("True", "Reasserted"))
-    );
-    let msg = message(&p, "EtcdSpecOverwritten");
+    let msg = reasserted(&p);
     assert!(
         msg.contains("spec.etcd.additionalAdvertisePeerURLs")
             && msg.contains("spec.etcd.peerUrlTls.skipClientSANVerification")
@@ -137,11 +134,7 @@ fn a_wipe_is_said_whatever_status_the_pass_read() {
     deploy(&mut obs, 3, false);
     let p = plan::plan(&s, &obs);
     assert_eq!(fields(&p).advertise.len(), 3, "written again");
-    assert_eq!(
-        condition(&p, "EtcdSpecOverwritten"),
-        Some(("True", "Reasserted"))
-    );
-    let msg = message(&p, "EtcdSpecOverwritten");
+    let msg = reasserted(&p);
     assert!(
         msg.contains("spec.etcd.additionalAdvertisePeerURLs")
             && msg.contains("spec.etcd.peerUrlTls.skipClientSANVerification"),
@@ -157,11 +150,7 @@ fn a_wipe_is_said_whatever_status_the_pass_read() {
     applied.seen_without = Some(wiped.etcd.unwrap().fields);
     obs.etcd_applied = Some(applied);
     let p = plan::plan(&s, &obs);
-    assert_eq!(
-        condition(&p, "EtcdSpecOverwritten"),
-        Some(("True", "Reasserted"))
-    );
-    assert!(message(&p, "EtcdSpecOverwritten").contains("additionalAdvertisePeerURLs"));
+    assert!(reasserted(&p).contains("additionalAdvertisePeerURLs"));
 }
 
 /// Only fields isthmus had there count: an apply at another step, or one without a field
