@@ -290,6 +290,8 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         r => r?,
     }
     tunnel_server::cleanup(ctx, ns, m).await?;
+    // Nothing of this migration's applies is to be said any more.
+    ctx.etcd_applied.forget(ns, &m.spec.etcd_name);
     load_balancer::sync(ctx).await?;
     let previous = m.status.clone().unwrap_or_default();
     if m.spec.role == Role::Source
