@@ -822,3 +822,24 @@ fn nothing_per_shoot_in_the_chart_and_the_controller_runs_the_tunnel_servers() {
         None
     );
 }
+
+/// Issue 46 (a known limit until now): the tunnel servers' kube-apiserver egress policy only
+/// where the shoot namespaces deny egress. The controller gets
+/// `--tunnel-kube-apiserver-egress-policy=true` exactly on the Gardener path
+/// (`networkPolicy.explicit=false`, gardener-resource-manager's); with explicit policies (a
+/// plain cluster) no flag, so the controller's default leaves the policy out (it would be
+/// the kube-apiserver pods' only egress there).
+#[test]
+fn the_kube_apiserver_egress_policy_only_on_the_gardener_path() {
+    for values in [&[][..], &SEED[..], &[PLAIN][..]] {
+        for (explicit, want) in [("false", Some("true")), ("true", None)] {
+            let docs = render(values, &[&format!("networkPolicy.explicit={explicit}")]);
+            assert_eq!(
+                controller_flag(&docs, "tunnel-kube-apiserver-egress-policy").as_deref(),
+                want,
+                "{values:?}, explicit={explicit}"
+            );
+            assert_eq!(tunnel_servers(&docs).kube_apiserver_egress, want.is_some());
+        }
+    }
+}

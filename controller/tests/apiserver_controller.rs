@@ -311,25 +311,17 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         field_manager: Some("gardenlet".into()),
         ..PatchParams::default()
     };
-    etcds_a
-        .patch(
-            "etcd-main",
-            &gardenlet,
-            &Patch::Merge(json!({"spec": {"etcd": {"metrics": "extensive"}}})),
-        )
-        .await
-        .unwrap();
+    as_gardenlet(
+        &etcds_a,
+        json!({"spec": {"etcd": {"metrics": "extensive"}}}),
+    )
+    .await;
     // ... and one of ours with another value: a conflict, reported, never forced over.
-    etcds_a
-        .patch(
-            "etcd-main",
-            &gardenlet,
-            &Patch::Merge(
-                json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": false}}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    as_gardenlet(
+        &etcds_a,
+        json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": false}}}}),
+    )
+    .await;
     let s = wait_condition(&w.a.admin, "ObjectsApplied", ("False", "FieldConflict")).await;
     assert_eq!(s["stepReady"], false);
     let e = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
@@ -343,33 +335,23 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         "etcd-main-0"
     );
     // gardenlet agrees again (same value as ours): shared ownership, no conflict.
-    etcds_a
-        .patch(
-            "etcd-main",
-            &gardenlet,
-            &Patch::Merge(
-                json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": true}}}}),
-            ),
-        )
-        .await
-        .unwrap();
+    as_gardenlet(
+        &etcds_a,
+        json!({"spec": {"etcd": {"peerUrlTls": {"skipClientSANVerification": true}}}}),
+    )
+    .await;
     wait_condition(&w.a.admin, "ObjectsApplied", ("True", "Applied")).await;
     reach(&w.a.admin, Step::Expose, "source after gardenlet's patches").await;
 
     // Join: the destination Etcd is created whole; two learners join and are promoted.
-    set_step(&w.b.admin, Step::Join).await;
-    let s = reach(&w.b.admin, Step::Join, "join").await;
+    let s = go_to(&w.b.admin, Step::Join, "join").await;
     assert_eq!(
         condition(&s, "DestinationEtcdPeersJoined"),
         Some(("True".into(), "PeersJoinedSuccessfully".into()))
     );
     assert_eq!(
         members_of(&w.etcd).await,
-        vec![
-            ("dest-etcd-main-0".into(), false),
-            ("dest-etcd-main-1".into(), false),
-            ("etcd-main-0".into(), false)
-        ]
+        voters(&["dest-etcd-main-0", "dest-etcd-main-1", "etcd-main-0"])
     );
     // An abort is refused now: a joined member votes.
     set_step(&w.b.admin, Step::Abort).await;
@@ -391,24 +373,18 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     })
     .await;
 
-    set_step(&w.b.admin, Step::Grow).await;
-    reach(&w.b.admin, Step::Grow, "grow").await;
+    go_to(&w.b.admin, Step::Grow, "grow").await;
     assert_eq!(members_of(&w.etcd).await.len(), 4);
 
     // Shrink: leadership moves to a destination member first; druid removes the source.
-    set_step(&w.b.admin, Step::Shrink).await;
-    let s = reach(&w.b.admin, Step::Shrink, "shrink").await;
+    let s = go_to(&w.b.admin, Step::Shrink, "shrink").await;
     assert_eq!(
         condition(&s, "EtcdMigrationComplete"),
         Some(("True".into(), "SourceMembersRemoved".into()))
     );
     assert_eq!(
         members_of(&w.etcd).await,
-        vec![
-            ("dest-etcd-main-0".into(), false),
-            ("dest-etcd-main-1".into(), false),
-            ("dest-etcd-main-2".into(), false)
-        ]
+        voters(&["dest-etcd-main-0", "dest-etcd-main-1", "dest-etcd-main-2"])
     );
     let etcds_b: Api<DynamicObject> = Api::namespaced_with(w.b.admin.clone(), NS, &etcd_resource());
     let e = serde_json::to_value(etcds_b.get("etcd-main").await.unwrap()).unwrap();
@@ -425,8 +401,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
     // Issue 24: the source's end does not wait for a roll of members that left the cluster;
     // it removes its names, then its routes, and leaves the `Etcd` to gardenlet.
     let before = serde_json::to_value(etcds_a.get("etcd-main").await.unwrap()).unwrap();
-    set_step(&w.a.admin, Step::Complete).await;
-    let s = reach(&w.a.admin, Step::Complete, "source cleanup").await;
+    let s = go_to(&w.a.admin, Step::Complete, "source cleanup").await;
     assert_eq!(
         condition(&s, "SourceSeedCleanup"),
         Some(("True".into(), "CleanedUp".into()))
@@ -473,8 +448,7 @@ async fn a_migration_runs_through_every_step_under_deploys_rbac() {
         "gardenlet's field stays"
     );
 
-    set_step(&w.b.admin, Step::Complete).await;
-    let s = reach(&w.b.admin, Step::Complete, "destination complete").await;
+    let s = go_to(&w.b.admin, Step::Complete, "destination complete").await;
     assert_eq!(
         condition(&s, "MigrationCompleted"),
         Some(("True".into(), "MigrationCompleted".into()))
@@ -564,4 +538,16 @@ async fn a_join_that_times_out_is_aborted_learners_first() {
     // The source cluster serves on.
     wait_healthy(&w.etcd).await;
     w.assert_druid_contract();
+}
+
+/// gardenlet's merge patch of the `Etcd` `etcd-main` (under its own field manager).
+async fn as_gardenlet(etcds: &Api<DynamicObject>, patch: Value) {
+    let gardenlet = PatchParams {
+        field_manager: Some("gardenlet".into()),
+        ..PatchParams::default()
+    };
+    etcds
+        .patch("etcd-main", &gardenlet, &Patch::Merge(patch))
+        .await
+        .unwrap();
 }

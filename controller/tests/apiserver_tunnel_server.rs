@@ -5,7 +5,9 @@
 //! object accepted with strict field validation and owned by the migration — holds the step
 //! until the Deployment is available, leaves a second migration of the namespace without it,
 //! removes it when the route goes (`Complete`) and, with the finalizer, when the migration is
-//! deleted mid-way. The conventions of the bodies: `tunnel_server.rs`.
+//! deleted mid-way; the kube-apiserver's egress policy only with
+//! `--tunnel-kube-apiserver-egress-policy`, and an earlier one deleted without it. The
+//! conventions of the bodies: `tunnel_server.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +17,9 @@ use isthmus_controller::access::{grant, Subject};
 use isthmus_controller::crd::{EtcdMigration, Step};
 use isthmus_controller::gardener::etcd_resource;
 use isthmus_controller::proxy_config::CONFIG_KEY;
-use isthmus_controller::tunnel_server::kinds;
+use isthmus_controller::tunnel_server::{
+    kinds, TunnelServers, CONNECT_EGRESS_POLICY, CONNECT_INGRESS_POLICY,
+};
 use isthmus_seed_world::seed::{Seed, SYSTEM};
 use isthmus_seed_world::workloads::{api, deployment_available};
 use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
@@ -74,32 +78,44 @@ fn migration(name: &str, etcd: &str, vpn: &str) -> EtcdMigration {
     EtcdMigration::new(name, m.spec)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
+/// A seed with the `ServiceMonitor` CRD and gardenlet's grant for `migrations` (one Role: all
+/// their rules).
+async fn seed_granting(migrations: &[&EtcdMigration]) -> Seed {
     let seed = Seed::start("seed-b", "203.0.113.8", NS).await;
     let crds = isthmus_testkit::cache::upstream_crds();
     seed.api
         .apply_yaml(&crds.join("monitoring.coreos.com_servicemonitors.yaml"))
         .await;
-    let c = seed.admin.clone();
-    // gardenlet's grant for both migrations of the namespace (one Role: both rules).
-    let main = migration("etcd-main", "etcd-main", "vpn-tmp.foo.internal.example.com");
-    let events = migration(
-        "etcd-events",
-        "etcd-events",
-        "vpn-tmp2.foo.internal.example.com",
-    );
     let secrets = [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()];
-    let [mut role, binding] = grant(&main.spec, NS, &Subject::default(), &secrets);
-    let [other, _] = grant(&events.spec, NS, &Subject::default(), &secrets);
+    let [mut role, binding] = grant(&migrations[0].spec, NS, &Subject::default(), &secrets);
     let mut rules = role["rules"].as_array().unwrap().clone();
-    rules.extend(other["rules"].as_array().unwrap().iter().cloned());
+    for m in &migrations[1..] {
+        let [other, _] = grant(&m.spec, NS, &Subject::default(), &secrets);
+        rules.extend(other["rules"].as_array().unwrap().iter().cloned());
+    }
     role["rules"] = Value::Array(rules);
     for doc in [role, binding] {
         seed.api
             .apply_yaml_str(&serde_json::to_string(&doc).unwrap())
             .await;
     }
+    seed
+}
+
+fn main_migration() -> EtcdMigration {
+    migration("etcd-main", "etcd-main", "vpn-tmp.foo.internal.example.com")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
+    let main = main_migration();
+    let events = migration(
+        "etcd-events",
+        "etcd-events",
+        "vpn-tmp2.foo.internal.example.com",
+    );
+    let seed = seed_granting(&[&main, &events]).await;
+    let c = seed.admin.clone();
     let _controller = seed
         .controller_with("c1", Default::default(), |ctx| {
             ctx.with_tunnel_servers(tunnel::settings())
@@ -264,4 +280,77 @@ async fn the_controller_runs_the_tunnel_server_while_the_vpn_route_is_served() {
         },
     )
     .await;
+}
+
+/// Issue 46: the kube-apiserver's egress policy only where the shoot namespaces deny egress.
+/// A controller with `--tunnel-kube-apiserver-egress-policy` (the chart's Gardener path)
+/// writes it with the server; one without (a plain cluster, where it would be the
+/// kube-apiserver pods' only egress) runs the server without it and deletes the one the
+/// earlier run wrote — under the grant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_egress_policy_only_with_its_flag_and_an_earlier_one_removed() {
+    let main = main_migration();
+    let seed = seed_granting(&[&main]).await;
+    let c = seed.admin.clone();
+    let (gardener, _) = seed
+        .controller_with("c1", Default::default(), |ctx| {
+            ctx.with_tunnel_servers(tunnel::settings())
+        })
+        .await;
+    let migrations: Api<EtcdMigration> = Api::namespaced(c.clone(), NS);
+    migrations
+        .create(&PostParams::default(), &main)
+        .await
+        .unwrap();
+    let want = kinds(true).len();
+    wait_until("the tunnel server's objects", WAIT, || async {
+        present(&c).await.len() == want
+    })
+    .await;
+    let policies = api(&c, NS, "networking.k8s.io/v1", "NetworkPolicy");
+    assert!(policies
+        .get_opt(CONNECT_EGRESS_POLICY)
+        .await
+        .unwrap()
+        .is_some());
+
+    // The same seed's controller, restarted without the flag, takes the Lease.
+    gardener.abort();
+    let plain = TunnelServers {
+        kube_apiserver_egress: false,
+        ..tunnel::settings()
+    };
+    let _plain = seed
+        .controller_with("c2", Default::default(), |ctx| {
+            ctx.with_tunnel_servers(plain)
+        })
+        .await;
+    wait_until("the earlier egress policy removed", WAIT, || async {
+        policies
+            .get_opt(CONNECT_EGRESS_POLICY)
+            .await
+            .unwrap()
+            .is_none()
+    })
+    .await;
+    // The rest stays, and the policy is not written again by the passes that follow (one
+    // reported the server available).
+    deployment_available(&c, NS, "isthmus-tunnel-server")
+        .await
+        .unwrap();
+    wait_condition(&c, "etcd-main", "True", "Available").await;
+    let names: Vec<String> = present(&c)
+        .await
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(names.len(), want - 1, "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == CONNECT_EGRESS_POLICY),
+        "{names:?}"
+    );
+    assert!(
+        names.iter().any(|n| n == CONNECT_INGRESS_POLICY),
+        "{names:?}"
+    );
 }

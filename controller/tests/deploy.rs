@@ -144,18 +144,7 @@ fn access_examples_are_current() {
         use isthmus_testkit::gardener::{ETCD_CA_BUNDLE_SECRET, ETCD_CLIENT_SECRET};
         let secrets = [ETCD_CA_BUNDLE_SECRET.into(), ETCD_CLIENT_SECRET.into()];
         let generated = grant_yaml(&m.spec, &ns, &Subject::default(), &secrets, &header).unwrap();
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../deploy/examples")
-            .join(format!("access-{role}.yaml"));
-        if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
-            std::fs::write(&path, &generated).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert!(
-            committed == generated,
-            "{} is stale; regenerate with:\n  ISTHMUS_UPDATE_EXAMPLES=1 cargo test -p isthmus-controller --test deploy",
-            path.display()
-        );
+        current(&format!("access-{role}.yaml"), &generated);
     }
 }
 
@@ -174,6 +163,7 @@ fn tunnel_server_example_is_current() {
         priority_class: "gardener-system-300".into(),
         service_monitor: true,
         listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        kube_apiserver_egress: true,
     };
     let owner = Owner {
         name: m.metadata.name.clone().unwrap(),
@@ -198,13 +188,20 @@ fn tunnel_server_example_is_current() {
          # here is a placeholder), and deletes after: the tunnel server (controller/README.md,\n\
          # \"The temporary VPN's tunnel server\"), with the flags the chart gives it on a Gardener\n\
          # seed: --tunnel-image=isthmus:latest, --tunnel-trusted-proxies=10.244.0.0/16 (the pod\n\
-         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor.\n{}",
+         # network), priority class gardener-system-300, the shoot Prometheus' ServiceMonitor, the\n\
+         # kube-apiserver's egress policy (--tunnel-kube-apiserver-egress-policy=true).\n{}",
         docs.join("---\n")
     );
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/examples/tunnel-server.yaml");
+    current("tunnel-server.yaml", &generated);
+}
+
+/// `deploy/examples/<name>` holds `generated` (written there with `ISTHMUS_UPDATE_EXAMPLES`).
+fn current(name: &str, generated: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/examples")
+        .join(name);
     if std::env::var_os("ISTHMUS_UPDATE_EXAMPLES").is_some() {
-        std::fs::write(&path, &generated).unwrap();
+        std::fs::write(&path, generated).unwrap();
     }
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(

@@ -139,16 +139,7 @@ fn a_step_waits_for_all_members_updated() {
 
 /// Drives `role` through `steps`, each to ready.
 fn world_after(role: Role, steps: &[Step]) -> Observed {
-    let mut obs = observed(T0);
-    obs.lb_address = Some("198.51.100.9".into());
-    if role == Role::Source {
-        obs.etcd = Some(source_etcd());
-    }
-    for step in steps {
-        let p = converge(&spec(role, *step), &mut obs, 10);
-        assert!(p.status.step_ready, "{step:?}: {:?}", p.status);
-    }
-    obs
+    driven(role, steps, "198.51.100.9", |_| {})
 }
 
 fn applied(p: &plan::Plan) -> isthmus_controller::plan::EtcdFields {

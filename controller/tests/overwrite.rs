@@ -8,26 +8,16 @@ mod common;
 
 use common::*;
 use isthmus_controller::crd::{Role, Step};
-use isthmus_controller::plan::{self, EtcdAction, EtcdFields, EtcdOp, Observed, Plan};
-
-const T0: &str = "2026-01-01T00:00:00Z";
+use isthmus_controller::plan::{self, EtcdAction, EtcdApplied, EtcdFields, EtcdOp, Observed, Plan};
 
 /// Drives `role` through `steps`, each reached, as isthmus' applies would leave the `Etcd`
 /// (its `managedFields` name isthmus once it applied).
 fn reached(role: Role, steps: &[Step]) -> Observed {
-    let mut obs = observed(T0);
-    obs.lb_address = Some("203.0.113.7".into());
-    if role == Role::Source {
-        obs.etcd = Some(source_etcd());
-    }
-    for step in steps {
-        let p = converge(&spec(role, *step), &mut obs, 10);
-        assert!(p.status.step_ready, "{step:?}: {:?}", p.status);
+    driven(role, steps, "203.0.113.7", |obs| {
         if let Some(e) = obs.etcd.as_mut() {
             e.applied_by_isthmus = true;
         }
-    }
-    obs
+    })
 }
 
 /// What gardenlet v1.149.3's `Deploy` does to the `Etcd`: a new `spec.etcd` without
@@ -64,6 +54,17 @@ fn message<'a>(p: &'a Plan, t: &str) -> &'a str {
         .map_or("", |c| c.message.as_str())
 }
 
+/// The plan says `EtcdSpecOverwritten=True/Reasserted`; its message.
+fn reasserted(p: &Plan) -> &str {
+    assert_eq!(
+        condition(p, "EtcdSpecOverwritten"),
+        Some(("True", "Reasserted")),
+        "{:?}",
+        p.status
+    );
+    message(p, "EtcdSpecOverwritten")
+}
+
 #[test]
 fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
     let s = spec(Role::Source, Step::Expose);
@@ -81,11 +82,7 @@ fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
     assert_eq!(f.advertise.len(), 3);
     assert_eq!(f.skip_client_san_verification, Some(true));
     assert!(!p.status.step_ready, "not reached with the fields gone");
-    assert_eq!(
-        condition(&p, "EtcdSpecOverwritten"),
-        Some(("True", "Reasserted"))
-    );
-    let msg = message(&p, "EtcdSpecOverwritten");
+    let msg = reasserted(&p);
     assert!(
         msg.contains("spec.etcd.additionalAdvertisePeerURLs")
             && msg.contains("spec.etcd.peerUrlTls.skipClientSANVerification")
@@ -112,6 +109,69 @@ fn the_source_writes_its_fields_again_and_says_so_until_reached_again() {
         condition(&p, "EtcdSpecOverwritten"),
         Some(("False", "FieldsInPlace"))
     );
+}
+
+/// What the controller remembers of its last apply at `step` to the `Etcd` as it is now.
+fn remembered(obs: &Observed, s: &isthmus_controller::crd::EtcdMigrationSpec) -> EtcdApplied {
+    EtcdApplied {
+        step: s.step,
+        fields: fields(&plan::plan(s, obs)).clone(),
+        generation: obs.etcd.as_ref().unwrap().generation,
+        seen_without: None,
+    }
+}
+
+/// The finding rests on what the controller applied, not on the status it read: that read
+/// (the watch cache) may not show the step the previous pass reached yet, and fields isthmus
+/// had on the `Etcd` before the step was reached are lost all the same.
+#[test]
+fn a_wipe_is_said_whatever_status_the_pass_read() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    obs.etcd_applied = Some(remembered(&obs, &s));
+    // A stale read: the status of a pass before the step was reached.
+    obs.previous.step_ready = false;
+    deploy(&mut obs, 3, false);
+    let p = plan::plan(&s, &obs);
+    assert_eq!(fields(&p).advertise.len(), 3, "written again");
+    let msg = reasserted(&p);
+    assert!(
+        msg.contains("spec.etcd.additionalAdvertisePeerURLs")
+            && msg.contains("spec.etcd.peerUrlTls.skipClientSANVerification"),
+        "{msg}"
+    );
+
+    // A wiped version the pass did not read (another pass wrote over it between its read and
+    // its apply; the watch saw it): said by the next pass, though the fields are back.
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    let mut applied = remembered(&obs, &s);
+    let mut wiped = obs.clone();
+    deploy(&mut wiped, 3, false);
+    applied.seen_without = Some(wiped.etcd.unwrap().fields);
+    obs.etcd_applied = Some(applied);
+    let p = plan::plan(&s, &obs);
+    assert!(reasserted(&p).contains("additionalAdvertisePeerURLs"));
+}
+
+/// Only fields isthmus had there count: an apply at another step, or one without a field
+/// (not written yet), makes no finding of its absence — even with the last status showing
+/// this step reached.
+#[test]
+fn a_field_isthmus_never_had_there_is_no_finding() {
+    let s = spec(Role::Source, Step::Expose);
+    let mut obs = reached(Role::Source, &[Step::Expose]);
+    let mut at_other_step = remembered(&obs, &s);
+    at_other_step.step = Step::Join;
+    let mut without = remembered(&obs, &s);
+    without.fields.advertise.clear();
+    without.fields.skip_client_san_verification = None;
+    deploy(&mut obs, 3, false);
+    for applied in [at_other_step, without] {
+        obs.etcd_applied = Some(applied);
+        let p = plan::plan(&s, &obs);
+        assert_eq!(fields(&p).advertise.len(), 3, "written all the same");
+        assert_eq!(condition(&p, "EtcdSpecOverwritten"), None, "{:?}", p.status);
+    }
 }
 
 #[test]

@@ -14,20 +14,7 @@ const T1: &str = "2026-01-01T00:01:00Z";
 
 /// Drives `role` to just after `step` was ready, returning the observed world.
 fn world_after(role: Role, steps: &[Step]) -> Observed {
-    let mut obs = observed(T0);
-    obs.lb_address = Some("203.0.113.7".into());
-    if role == Role::Source {
-        obs.etcd = Some(source_etcd());
-    }
-    for step in steps {
-        let p = converge(&spec(role, *step), &mut obs, 10);
-        assert!(
-            p.status.step_ready,
-            "{role:?} {step:?} not ready: {:?}",
-            p.status
-        );
-    }
-    obs
+    driven(role, steps, "203.0.113.7", |_| {})
 }
 
 fn etcd_kind(p: &Plan) -> &'static str {
@@ -62,42 +49,31 @@ fn lb_only() -> Observed {
     o.lb_address = Some("203.0.113.7".into());
     o
 }
+/// One Expose pass of the source applied, and what `b` says of the DNS provider, the proxy
+/// and druid.
+fn src_expose_pass(b: Behaviour) -> Observed {
+    let mut o = lb_only();
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
+    apply(&mut o, &p, b, Role::Source);
+    o
+}
 /// One pass applied but the DNS provider, the proxy and druid did nothing yet.
 fn src_applied_nothing_done() -> Observed {
-    let mut o = lb_only();
-    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
-    apply(&mut o, &p, NOTHING, Role::Source);
-    o
+    src_expose_pass(NOTHING)
 }
 fn src_dns_done() -> Observed {
-    let mut o = lb_only();
-    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
-    apply(
-        &mut o,
-        &p,
-        Behaviour {
-            dns: true,
-            proxy: false,
-            druid: false,
-        },
-        Role::Source,
-    );
-    o
+    src_expose_pass(Behaviour {
+        dns: true,
+        proxy: false,
+        druid: false,
+    })
 }
 fn src_proxy_done() -> Observed {
-    let mut o = lb_only();
-    let p = plan::plan(&spec(Role::Source, Step::Expose), &o);
-    apply(
-        &mut o,
-        &p,
-        Behaviour {
-            dns: true,
-            proxy: true,
-            druid: false,
-        },
-        Role::Source,
-    );
-    o
+    src_expose_pass(Behaviour {
+        dns: true,
+        proxy: true,
+        druid: false,
+    })
 }
 fn src_exposed() -> Observed {
     world_after(Role::Source, &[Step::Expose])

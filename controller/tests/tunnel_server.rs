@@ -314,6 +314,27 @@ fn only_the_own_kube_apiserver_reaches_the_connect_front() {
     assert_eq!(spec["egress"].as_array().unwrap().len(), 1);
 }
 
+/// Issue 46: the kube-apiserver's egress policy only where the namespace denies egress (the
+/// controller's `--tunnel-kube-apiserver-egress-policy`, the chart's Gardener path): without
+/// it every other object is the same, and the policy is still among the kinds the adapter
+/// deletes (one an earlier run wrote goes).
+#[test]
+fn the_egress_policy_only_where_the_namespace_denies_egress() {
+    let egress = "isthmus-kube-apiserver-to-tunnel-server";
+    let plain = isthmus_controller::tunnel_server::TunnelServers {
+        kube_apiserver_egress: false,
+        ..settings()
+    };
+    let without = objects(&example().spec, NS, &owner(), &proxies(), &plain).unwrap();
+    let mut with = bodies();
+    assert!(with.iter().any(|d| d["metadata"]["name"] == egress));
+    with.retain(|d| d["metadata"]["name"] != egress);
+    assert_eq!(without, with);
+    assert!(kinds(false)
+        .iter()
+        .any(|(_, kind, name)| *kind == "NetworkPolicy" && *name == egress));
+}
+
 /// The CONNECT front's ingress policy selects the server's pods, so without the resource
 /// manager (the chart's plain path) nothing would admit the proxies at the agents' port: the
 /// controller writes the policy the resource manager makes from the agents' Service — the

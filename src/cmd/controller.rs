@@ -114,6 +114,14 @@ pub struct Args {
     /// prometheus-operator's CRD must exist, as in a Gardener seed).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub tunnel_service_monitor: bool,
+    /// Write the NetworkPolicy `isthmus-kube-apiserver-to-tunnel-server` with each tunnel
+    /// server: the shoot's kube-apiserver pods' egress to its CONNECT front. Set it only where
+    /// the shoot namespaces deny egress by default (a Gardener seed; the chart sets it unless
+    /// `networkPolicy.explicit`): elsewhere it would be the first egress policy selecting
+    /// those pods and cut every other way out of them. When false, one written earlier is
+    /// deleted.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub tunnel_kube_apiserver_egress_policy: bool,
     /// Make the proxies' LoadBalancer Service only while a migration needs it, from the
     /// template (key `service.yaml`) in this ConfigMap of `--proxy-namespace`; deleted once
     /// no migration needs it. Unset: the Service is always there (the chart's).
@@ -222,6 +230,7 @@ async fn serve(args: Args) -> anyhow::Result<()> {
             priority_class: args.tunnel_priority_class,
             service_monitor: args.tunnel_service_monitor,
             listen: args.listen_address,
+            kube_apiserver_egress: args.tunnel_kube_apiserver_egress_policy,
         });
     }
     if let Some(template) = args.proxy_service_template {

@@ -144,6 +144,8 @@ pub fn tunnel_servers(docs: &[Value]) -> isthmus_controller::tunnel_server::Tunn
             .unwrap_or_default(),
         priority_class: flag("tunnel-priority-class").unwrap_or_default(),
         service_monitor: flag("tunnel-service-monitor").as_deref() == Some("true"),
+        kube_apiserver_egress: flag("tunnel-kube-apiserver-egress-policy").as_deref()
+            == Some("true"),
         listen: flag("listen-address")
             .expect("the chart passes --listen-address")
             .parse()

@@ -95,6 +95,8 @@ pub struct Context {
     /// that the controller makes on demand (`--proxy-service-template`,
     /// `crate::load_balancer`); `None`: the Service is the chart's, always there.
     pub on_demand_lb: Option<String>,
+    /// What isthmus last applied to each `Etcd` (`EtcdSpecOverwritten` rests on it).
+    pub etcd_applied: super::applied::AppliedEtcds,
 }
 
 impl std::fmt::Debug for Context {
@@ -130,6 +132,7 @@ impl Context {
             failures: Mutex::new(HashMap::new()),
             tunnel_servers: None,
             on_demand_lb: None,
+            etcd_applied: Default::default(),
         }
     }
 

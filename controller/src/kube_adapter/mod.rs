@@ -6,6 +6,7 @@
 //! Our `DNSRecord`s carry a label instead of an ownerReference: garbage collection would delete
 //! them without Gardener's deletion confirmation, so the finalizer deletes them instead.
 
+mod applied;
 mod context;
 mod error;
 pub mod etcd;
@@ -24,6 +25,7 @@ mod serve;
 mod tunnel_server;
 mod write;
 
+pub use applied::AppliedEtcds;
 pub use context::{Clock, Context, Settings, FIELD_MANAGER, FINALIZER};
 pub use error::Error;
 pub use metrics::{FailureLabels, Metrics, OverwriteLabels, StepLabels};
@@ -82,6 +84,7 @@ pub async fn run(ctx: Arc<Context>) {
     let controller = Controller::new(migrations, watcher::Config::default())
         .with_config(controller::Config::default().concurrency(1));
     let store = controller.store();
+    let applied = ctx.clone();
     controller
         .watches_with(
             dns,
@@ -99,6 +102,9 @@ pub async fn run(ctx: Arc<Context>) {
             etcd_resource(),
             watcher::Config::default(),
             move |o: DynamicObject| {
+                // Every version: one another writer made and isthmus wrote over before a
+                // pass read it is still said (`applied`).
+                applied.etcd_applied.note(&o);
                 let ns = o.namespace();
                 let name = o.name_any();
                 store

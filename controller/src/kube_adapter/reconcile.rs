@@ -6,6 +6,7 @@
 //! and **without force**: a field another manager (gardenlet) owns with another value is a
 //! conflict that is reported in `status.conditions[ObjectsApplied]`, never overwritten.
 
+use super::applied::Read;
 use super::context::{Context, FIELD_MANAGER, FINALIZER};
 use super::membership::{read_cluster, run_ops};
 use super::refuse::{refuse, refuse_access};
@@ -82,7 +83,7 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     if let Err(e) = load_balancer::sync(ctx).await {
         return refuse_access(m, ns, ctx, e).await;
     }
-    let mut obs = match observe(m, ns, ctx, &dns_api, &etcd_api).await {
+    let (mut obs, remembered) = match observe(m, ns, ctx, &dns_api, &etcd_api).await {
         Ok(obs) => obs,
         Err(e) => return refuse_access(m, ns, ctx, e).await,
     };
@@ -116,7 +117,10 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     // migration's routes are in the file or not yet out of every proxy.
     let wants_service = !plan.routes.is_empty() || !synced.rolled_out;
     let failure = match write(ns, &name, spec, &obs, &plan, &dns_api, &etcd_api).await {
-        Ok(()) => etcd_service::sync(ctx, ns, m, wants_service).await.err(),
+        Ok(applied) => {
+            remember(ctx, ns, m, &plan, applied.as_ref(), &remembered);
+            etcd_service::sync(ctx, ns, m, wants_service).await.err()
+        }
         Err(e) => Some(e),
     };
     let failure = match failure {
@@ -171,22 +175,52 @@ async fn apply(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, Err
     ))
 }
 
+/// What the controller remembers of its applies to the `Etcd` after `plan` was written:
+/// `applied` (the object the apply returned) at the planned step, or nothing once released
+/// or deleted.
+fn remember(
+    ctx: &Context,
+    ns: &str,
+    m: &EtcdMigration,
+    plan: &plan::Plan,
+    applied: Option<&DynamicObject>,
+    read: &Read,
+) {
+    match (&plan.etcd, applied) {
+        (plan::EtcdAction::Apply { fields }, Some(etcd)) => {
+            let api = m.spec.druid_api;
+            ctx.etcd_applied.record(etcd, api, plan.step, fields, read);
+        }
+        (plan::EtcdAction::Release | plan::EtcdAction::Delete, _) => {
+            ctx.etcd_applied.forget(ns, &m.spec.etcd_name);
+        }
+        _ => {}
+    }
+}
+
 /// Everything the planner reads from the API: the load balancer's address, our DNS records,
-/// the `Etcd`, the last status.
+/// the `Etcd`, the last status; and what the controller remembers of its applies to the
+/// `Etcd` (`applied`).
 async fn observe(
     m: &EtcdMigration,
     ns: &str,
     ctx: &Context,
     dns_api: &Api<DynamicObject>,
     etcd_api: &Api<DynamicObject>,
-) -> Result<Observed, Error> {
+) -> Result<(Observed, Read), Error> {
     let spec = &m.spec;
     let lb_address = lb_address(ctx, &spec.load_balancer).await?;
     let mut dns_records = BTreeMap::new();
     for o in dns_api.list(&by_migration(&m.name_any())).await?.items {
         dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
     }
-    let etcd = match etcd_api.get_opt(&spec.etcd_name).await? {
+    let found = etcd_api.get_opt(&spec.etcd_name).await?;
+    let remembered = ctx.etcd_applied.read(
+        ns,
+        &spec.etcd_name,
+        found.as_ref().and_then(|o| o.uid()).as_deref(),
+    );
+    let etcd = match found {
         Some(o) => {
             let v = serde_json::to_value(&o)?;
             let mut e = etcd_observe(&v, spec.druid_api);
@@ -195,7 +229,7 @@ async fn observe(
         }
         None => None,
     };
-    Ok(Observed {
+    let obs = Observed {
         namespace: ns.to_string(),
         now: (ctx.now)(),
         generation: m.metadata.generation,
@@ -204,8 +238,10 @@ async fn observe(
         served_routes: None,
         etcd,
         etcd_cluster: None,
+        etcd_applied: remembered.applied.clone(),
         previous: m.status.clone().unwrap_or_default(),
-    })
+    };
+    Ok((obs, remembered))
 }
 
 /// Renders this migration's `routes` with every other one's into the proxy ConfigMap; whether
@@ -254,6 +290,8 @@ async fn cleanup(m: &EtcdMigration, ns: &str, ctx: &Context) -> Result<Action, E
         r => r?,
     }
     tunnel_server::cleanup(ctx, ns, m).await?;
+    // Nothing of this migration's applies is to be said any more.
+    ctx.etcd_applied.forget(ns, &m.spec.etcd_name);
     load_balancer::sync(ctx).await?;
     let previous = m.status.clone().unwrap_or_default();
     if m.spec.role == Role::Source

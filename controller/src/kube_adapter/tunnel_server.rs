@@ -1,7 +1,9 @@
 //! Runs a destination migration's tunnel server (`crate::tunnel_server`) under gardenlet's
 //! grant (get/create/patch/delete of those names): server-side applied while the VPN's route
 //! is in the proxy file (or not yet out of every proxy), deleted after — only objects this
-//! migration owns. While it is wanted, the step is not reached before the Deployment is
+//! migration owns. The kube-apiserver's egress policy only where the seed's namespaces deny
+//! egress (`TunnelServers::kube_apiserver_egress`); elsewhere one an earlier run wrote is
+//! deleted with every pass. While it is wanted, the step is not reached before the Deployment is
 //! available (`TunnelServerAvailable`): the route would lead nowhere.
 
 use super::context::Context;
@@ -10,7 +12,7 @@ use super::Error;
 use crate::crd::EtcdMigration;
 use crate::plan::conditions::{self as cond, Verdict, TUNNEL_SERVER};
 use crate::plan::{MemberRoute, Plan};
-use crate::tunnel_server::{kinds, objects, Owner, Proxies, NAME};
+use crate::tunnel_server::{kinds, objects, Owner, Proxies, CONNECT_EGRESS_POLICY, NAME};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch};
 use kube::ResourceExt;
 
@@ -92,6 +94,10 @@ async fn sync(
             deployment = Some(after);
         }
     }
+    if !servers.kube_apiserver_egress {
+        let (av, kind) = ("networking.k8s.io/v1", "NetworkPolicy");
+        delete_owned(ctx, ns, &owner.uid, av, kind, CONNECT_EGRESS_POLICY).await?;
+    }
     Ok(Some(available(deployment.as_ref())))
 }
 
@@ -124,27 +130,39 @@ pub(super) async fn cleanup(ctx: &Context, ns: &str, m: &EtcdMigration) -> Resul
 /// Deletes what `owner` owns of the server, in reverse order of creation.
 async fn remove(ctx: &Context, ns: &str, owner: &str, service_monitor: bool) -> Result<(), Error> {
     for (api_version, kind, name) in kinds(service_monitor).into_iter().rev() {
-        let api = api_for(ctx, ns, api_version, kind);
-        let Some(o) = api.get_opt(name).await? else {
-            continue;
-        };
-        if !o.owner_references().iter().any(|r| r.uid == owner) {
-            continue;
-        }
-        let dp = DeleteParams {
-            preconditions: Some(kube::api::Preconditions {
-                uid: o.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(name, &dp).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(e.into()),
-        }
+        delete_owned(ctx, ns, owner, api_version, kind, name).await?;
     }
     Ok(())
+}
+
+/// Deletes the object `name` if `owner` owns it (that very object: a uid precondition).
+async fn delete_owned(
+    ctx: &Context,
+    ns: &str,
+    owner: &str,
+    api_version: &str,
+    kind: &str,
+    name: &str,
+) -> Result<(), Error> {
+    let api = api_for(ctx, ns, api_version, kind);
+    let Some(o) = api.get_opt(name).await? else {
+        return Ok(());
+    };
+    if !o.owner_references().iter().any(|r| r.uid == owner) {
+        return Ok(());
+    }
+    let dp = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            uid: o.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &dp).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The name of another live migration of `ns` that owns the Deployment, if one does.

@@ -19,7 +19,8 @@ pub(super) fn ssa() -> PatchParams {
     PatchParams::apply(FIELD_MANAGER).validation_strict()
 }
 
-/// Applies the plan's objects in order: DNS records, record deletions, the `Etcd`.
+/// Applies the plan's objects in order: DNS records, record deletions, the `Etcd`; the `Etcd`
+/// as the apply returned it, if the plan applies one.
 pub(super) async fn write(
     ns: &str,
     name: &str,
@@ -28,7 +29,7 @@ pub(super) async fn write(
     plan: &Plan,
     dns_api: &Api<DynamicObject>,
     etcd_api: &Api<DynamicObject>,
-) -> Result<(), Error> {
+) -> Result<Option<DynamicObject>, Error> {
     for d in &plan.dns_records {
         let body = dnsrecord_body(ns, name, d);
         let after = dns_api
@@ -44,30 +45,37 @@ pub(super) async fn write(
             confirm_and_delete(dns_api, n).await?;
         }
     }
-    match &plan.etcd {
-        EtcdAction::Keep => {}
+    let applied = match &plan.etcd {
+        EtcdAction::Keep => None,
         EtcdAction::Apply { fields } => {
-            apply_etcd(etcd_api, spec, ns, fields, plan.force_etcd).await?
+            Some(apply_etcd(etcd_api, spec, ns, fields, plan.force_etcd).await?)
         }
-        EtcdAction::Release => release_etcd(etcd_api, spec, ns).await?,
-        EtcdAction::Delete => confirm_and_delete(etcd_api, &spec.etcd_name).await?,
-    }
+        EtcdAction::Release => {
+            release_etcd(etcd_api, spec, ns).await?;
+            None
+        }
+        EtcdAction::Delete => {
+            confirm_and_delete(etcd_api, &spec.etcd_name).await?;
+            None
+        }
+    };
     if !plan.members_to_remove.is_empty() && plan.etcd_ops.is_empty() {
         // At Shrink etcd-druid removes the source members (after the bootstrap is cleared).
         tracing::info!(members = ?plan.members_to_remove, "waiting for etcd member removal");
     }
-    Ok(())
+    Ok(applied)
 }
 
-/// Owns exactly `fields` on the `Etcd` and asks etcd-druid to reconcile if that changed it.
-/// `force` only for the destination's abort (`Plan::force_etcd`).
+/// Owns exactly `fields` on the `Etcd` and asks etcd-druid to reconcile if that changed it;
+/// the `Etcd` as the apply returned it. `force` only for the destination's abort
+/// (`Plan::force_etcd`).
 async fn apply_etcd(
     api: &Api<DynamicObject>,
     spec: &EtcdMigrationSpec,
     ns: &str,
     fields: &EtcdFields,
     force: bool,
-) -> Result<(), Error> {
+) -> Result<DynamicObject, Error> {
     let body = etcd_body(spec, ns, fields);
     let pp = if force { ssa().force() } else { ssa() };
     let after = api.patch(&spec.etcd_name, &pp, &Patch::Apply(body)).await?;
@@ -78,7 +86,7 @@ async fn apply_etcd(
         tracing::info!(etcd = %spec.etcd_name, "asking etcd-druid to reconcile");
         request_reconcile(api, &spec.etcd_name, DRUID_OPERATION).await?;
     }
-    Ok(())
+    Ok(after)
 }
 
 /// Gives up every field isthmus owns on the `Etcd` (the release intent is empty), with the
@@ -88,7 +96,9 @@ pub(super) async fn release_etcd(
     spec: &EtcdMigrationSpec,
     ns: &str,
 ) -> Result<(), Error> {
-    apply_etcd(api, spec, ns, &EtcdFields::default(), false).await
+    apply_etcd(api, spec, ns, &EtcdFields::default(), false)
+        .await
+        .map(drop)
 }
 
 /// Sets `<key>: reconcile` with a merge patch, outside our apply's intent: the owner's removal

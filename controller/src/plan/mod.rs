@@ -87,7 +87,7 @@ use std::collections::BTreeMap;
 pub use abort::SOURCE_ABORT_GRACE_SECS;
 pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
 pub use needs::{needs, Needs};
-pub use overwrite::{BOOTSTRAP_REMOVED, REASSERTED, REPLICAS_RAISED};
+pub use overwrite::{lacking, EtcdApplied, BOOTSTRAP_REMOVED, REASSERTED, REPLICAS_RAISED};
 pub use release::source_cleanup_started;
 pub use steps::{plan, wanted_routes};
 pub use validate::{validate, SeedRules, SpecProblem};
@@ -138,6 +138,9 @@ pub struct Observed {
     /// etcd's own member list and leader, read through the client exposure; `None` when it
     /// could not be read (or was not asked for yet).
     pub etcd_cluster: Option<EtcdCluster>,
+    /// What isthmus last applied to that `Etcd`, if the controller remembers it (not after a
+    /// restart; never in a local backend): which fields it had there, for `EtcdSpecOverwritten`.
+    pub etcd_applied: Option<EtcdApplied>,
     /// The status as last written (conditions carry their transition times forward).
     pub previous: EtcdMigrationStatus,
 }

@@ -158,24 +158,21 @@ pub fn routes(spec: &EtcdMigrationSpec, namespace: &str, with_vpn: bool) -> Vec<
             "{}.{}-peer.{namespace}.svc.cluster.local",
             m.pod, spec.etcd_name
         );
-        out.push(MemberRoute {
-            listener: format!("peer-{}", m.peer_listener),
-            port: m.peer_listener,
-            sni: m.dns_name.clone(),
-            upstream: format!("{namespace}.{}.peer", m.pod),
-            endpoint: format!("{host}:2380"),
-            allowed_sources: spec.allowed_sources.clone(),
-            proxy_protocol: ProxyProtocol::None,
-        });
-        out.push(MemberRoute {
-            listener: format!("client-{}", m.client_listener),
-            port: m.client_listener,
-            sni: m.dns_name.clone(),
-            upstream: format!("{namespace}.{}.client", m.pod),
-            endpoint: format!("{host}:2379"),
-            allowed_sources: spec.allowed_sources.clone(),
-            proxy_protocol: ProxyProtocol::None,
-        });
+        // Peer first, then client: each listener its etcd port.
+        for (kind, port, etcd_port) in [
+            ("peer", m.peer_listener, 2380),
+            ("client", m.client_listener, 2379),
+        ] {
+            out.push(MemberRoute {
+                listener: format!("{kind}-{port}"),
+                port,
+                sni: m.dns_name.clone(),
+                upstream: format!("{namespace}.{}.{kind}", m.pod),
+                endpoint: format!("{host}:{etcd_port}"),
+                allowed_sources: spec.allowed_sources.clone(),
+                proxy_protocol: ProxyProtocol::None,
+            });
+        }
     }
     if let (true, Some(vpn)) = (with_vpn, &spec.vpn) {
         out.push(MemberRoute {

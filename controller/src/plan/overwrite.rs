@@ -19,14 +19,37 @@
 //!   the step not reached) — only `Shrink` goes on, leadership first.
 //!
 //! The finding is the `EtcdSpecOverwritten` condition: `True` with reason `BootstrapRemoved`,
-//! `ReplicasRaised` or `Reasserted` (fields the reached step had on the `Etcd` are gone and
-//! are written again), `False` / `FieldsInPlace` once the step is reached again. Written only
-//! once it happened.
+//! `ReplicasRaised` or `Reasserted` (fields isthmus had on the `Etcd` at this step are gone
+//! and are written again), `False` / `FieldsInPlace` once the step is reached again. Written
+//! only once it happened.
+//!
+//! "Had on the `Etcd` at this step" is what the controller remembers it applied
+//! ([`EtcdApplied`]), not the last status it read: that read comes from the watch cache and
+//! may not show the status the previous pass wrote yet, nor was the step reached each time
+//! isthmus' fields were there. Only without that memory (after a restart, or a local
+//! backend) does a reached step in the last status stand for it.
 
 use super::conditions::{self as cond, Verdict};
 use super::ctx::{Ctx, Outcome};
 use super::{EtcdAction, EtcdFields, EtcdObs};
 use crate::crd::{DruidApi, Step};
+
+/// What isthmus' last successful apply left on the observed `Etcd` (the same object, by
+/// uid), as the controller remembers it: so a pass knows which fields it had there whatever
+/// status it read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdApplied {
+    /// The step the apply was for.
+    pub step: Step,
+    /// The fields it applied.
+    pub fields: EtcdFields,
+    /// `metadata.generation` the apply returned.
+    pub generation: i64,
+    /// Our fields as a later generation showed them (the watch saw it), when they lacked some
+    /// of `fields`: another writer's version this pass did not read (it came and was written
+    /// over between a pass's read and its apply).
+    pub seen_without: Option<EtcdFields>,
+}
 
 /// Reason: `bootstrapWithExistingCluster` was removed by another writer before isthmus
 /// cleared it at `Shrink`.
@@ -99,9 +122,9 @@ pub(super) fn replicas_raised(ctx: &Ctx<'_>, have: i32, want: i32) -> Verdict {
 }
 
 /// The `EtcdSpecOverwritten` condition of this pass, if there is one to write: what `out`
-/// found it cannot put back; else the fields the reached step had that are gone now (the
-/// previous pass reached this very step, so it had them all); else, once written, kept
-/// `True` until the step is reached again, then `False`.
+/// found it cannot put back; else the fields isthmus had on the `Etcd` at this step that are
+/// gone ([`gone`]); else, once written, kept `True` until the step is reached again, then
+/// `False`.
 pub(super) fn verdict(ctx: &Ctx<'_>, step: Step, out: &Outcome) -> Option<Verdict> {
     if let Some(v) = &out.overwritten {
         return Some(v.clone());
@@ -112,17 +135,16 @@ pub(super) fn verdict(ctx: &Ctx<'_>, step: Step, out: &Outcome) -> Option<Verdic
         .conditions
         .iter()
         .find(|c| c.type_ == cond::OVERWRITTEN);
-    let reached_before = ctx.obs.previous.step == Some(step) && ctx.obs.previous.step_ready;
     let gone = match (&out.etcd, &ctx.obs.etcd) {
-        (EtcdAction::Apply { fields }, Some(e)) => missing(&e.fields, fields, ctx.spec.druid_api),
+        (EtcdAction::Apply { fields }, Some(e)) => gone(ctx, step, &e.fields, fields),
         _ => Vec::new(),
     };
-    if reached_before && !gone.is_empty() {
+    if !gone.is_empty() {
         return Some(Verdict::done(
             cond::OVERWRITTEN,
             REASSERTED,
             format!(
-                "Etcd {}: {} removed or changed by another writer (gardenlet's Deploy replaces spec.etcd) after this step was reached; isthmus writes them again and etcd-druid reconciles once more; {DUTY}",
+                "Etcd {}: {} removed or changed by another writer (gardenlet's Deploy replaces spec.etcd) after isthmus had them there at this step; isthmus writes them again and etcd-druid reconciles once more; {DUTY}",
                 ctx.spec.etcd_name,
                 gone.join(", ")
             ),
@@ -141,8 +163,41 @@ pub(super) fn verdict(ctx: &Ctx<'_>, step: Step, out: &Outcome) -> Option<Verdic
     }
 }
 
-/// The fields of `want` that `have` lacks or holds with another value, by their path.
-fn missing(have: &EtcdFields, want: &EtcdFields, api: DruidApi) -> Vec<String> {
+/// The fields of `want` isthmus had on the `Etcd` at `step` that another writer removed or
+/// changed: lacking now (`have`) or in a version seen since, and applied with the value
+/// wanted now (a field this step adds, or whose value it changes, was not there to lose).
+/// Without a remembered apply: every wanted field `have` lacks, if the last status shows this
+/// very step reached (it had them all then).
+fn gone(ctx: &Ctx<'_>, step: Step, have: &EtcdFields, want: &EtcdFields) -> Vec<String> {
+    let api = ctx.spec.druid_api;
+    let Some(applied) = &ctx.obs.etcd_applied else {
+        let previous = &ctx.obs.previous;
+        return match previous.step == Some(step) && previous.step_ready {
+            true => lacking(have, want, api),
+            false => Vec::new(),
+        };
+    };
+    if applied.step != step {
+        return Vec::new();
+    }
+    let not_applied = lacking(&applied.fields, want, api);
+    let mut out = lacking(have, want, api);
+    for p in applied
+        .seen_without
+        .iter()
+        .flat_map(|seen| lacking(seen, want, api))
+    {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    }
+    out.retain(|p| !not_applied.contains(p));
+    out
+}
+
+/// The fields of `want` that `have` lacks or holds with another value, by their path (what
+/// another writer did to an apply of `want`).
+pub fn lacking(have: &EtcdFields, want: &EtcdFields, api: DruidApi) -> Vec<String> {
     let mut out = Vec::new();
     if want.replicas.is_some() && have.replicas != want.replicas {
         out.push("spec.replicas".to_string());

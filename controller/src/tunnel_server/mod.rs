@@ -60,6 +60,11 @@ pub struct TunnelServers {
     /// The wildcard every listener binds (the controller's `--listen-address`): `::` on a
     /// dual-stack or IPv6 seed, else `0.0.0.0`.
     pub listen: IpAddr,
+    /// Whether to write the kube-apiserver's egress policy to the CONNECT front
+    /// ([`CONNECT_EGRESS_POLICY`], `--tunnel-kube-apiserver-egress-policy`): only where the
+    /// shoot namespaces deny egress by default (a Gardener seed). Elsewhere it would be the
+    /// kube-apiserver pods' only egress policy, and so cut every other way out of them.
+    pub kube_apiserver_egress: bool,
 }
 
 /// The `EtcdMigration` that owns the objects.
@@ -88,8 +93,9 @@ pub struct Proxies<'a> {
 #[error("the tunnel server's configuration is refused: {0}")]
 pub struct ConfigError(pub String);
 
-/// `(apiVersion, kind, name)` of every object, in the order they are applied; deleted in
-/// reverse.
+/// `(apiVersion, kind, name)` of every object the controller may make, in the order they are
+/// applied (a server without one of them, the egress policy or the `ServiceMonitor`, skips
+/// it); deleted in reverse.
 pub fn kinds(service_monitor: bool) -> Vec<(&'static str, &'static str, &'static str)> {
     let mut out = vec![
         ("v1", "ConfigMap", NAME),
@@ -120,7 +126,8 @@ pub fn kinds(service_monitor: bool) -> Vec<(&'static str, &'static str, &'static
 }
 
 /// The server-side-apply bodies of `spec`'s tunnel server in `namespace`, in [`kinds`]'
-/// order; empty when the spec asks for none.
+/// order (without the egress policy unless `settings.kube_apiserver_egress`); empty when the
+/// spec asks for none.
 pub fn objects(
     spec: &EtcdMigrationSpec,
     namespace: &str,
@@ -147,7 +154,12 @@ pub fn objects(
         expose::agents_service(meta(NAME), proxies),
         expose::connect_service(meta(CONNECT_SERVICE)),
     ];
-    out.extend(policy::policies(meta, selector(), proxies));
+    out.extend(policy::policies(
+        meta,
+        selector(),
+        proxies,
+        settings.kube_apiserver_egress,
+    ));
     out.extend([
         workload::pdb(meta(NAME)),
         workload::deployment(meta(NAME), server, &config, settings),

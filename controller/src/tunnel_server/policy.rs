@@ -1,6 +1,8 @@
 //! The server's own NetworkPolicies. The CONNECT front's: this namespace's kube-apiserver
-//! (Gardener labels it `app: kubernetes, role: apiserver`) in to the front, and out to it (a
-//! seed's shoot namespaces deny both ways by default). Not gardener-resource-manager's
+//! (Gardener labels it `app: kubernetes, role: apiserver`) in to the front, and, where the
+//! namespace denies egress by default (a seed's shoot namespaces deny both ways), out to it.
+//! Only there: in a namespace without a default-deny egress policy it would be the first
+//! egress policy selecting the kube-apiserver pods, and so their only way out. Not gardener-resource-manager's
 //! `from-all-webhook-targets-allowed-ports`: its policies admit every pod labelled
 //! `to-all-webhook-targets`, any webhook caller of the namespace, not only the one client
 //! whose requests the front carries into the shoot's networks (issue 47 point 7; the chart
@@ -36,18 +38,19 @@ pub fn proxy_label(alias: &str) -> String {
     format!("networking.resources.gardener.cloud/to-{alias}-{NAME}-tcp-{AGENTS_PORT}")
 }
 
-/// The three policies; `meta(name)` gives each its metadata.
+/// The policies, the egress one only with `egress`; `meta(name)` gives each its metadata.
 pub(super) fn policies(
     meta: impl Fn(&str) -> Value,
     server: Value,
     proxies: &Proxies<'_>,
-) -> [Value; 3] {
+    egress: bool,
+) -> Vec<Value> {
     let server = json!({"matchLabels": server});
     let from_proxies = json!({
         "namespaceSelector": {"matchLabels": proxies.namespace_labels},
         "podSelector": {"matchLabels": {proxy_label(proxies.alias): "allowed"}},
     });
-    [
+    let all = [
         json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": meta(INGRESS),
@@ -73,5 +76,8 @@ pub(super) fn policies(
                 "ingress": [{"from": [from_proxies], "ports": tcp(AGENTS_PORT)}],
             },
         }),
-    ]
+    ];
+    all.into_iter()
+        .filter(|p| egress || p["metadata"]["name"] != EGRESS)
+        .collect()
 }

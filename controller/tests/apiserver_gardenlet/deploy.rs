@@ -38,10 +38,10 @@ pub struct Figure {
     pub reached: Duration,
     /// The `EtcdSpecOverwritten=True` reasons the status showed after the patch.
     pub findings: Vec<String>,
-    /// Whether the last status before the patch showed the step reached: the controller
-    /// reports an overwrite only of fields a reached step had (`plan/overwrite.rs`); a Deploy
-    /// that lands while the step is re-reached (after the other side's Deploy) is undone
-    /// without a finding.
+    /// Whether the last status before the patch showed the step reached. The finding does not
+    /// depend on it (the controller remembers what it applied, `kube_adapter::applied`); a
+    /// Deploy that lands while the step is re-reached (after the other side's Deploy) is said
+    /// too.
     pub ready_at_patch: bool,
 }
 
@@ -104,9 +104,9 @@ async fn first(rec: &Recorder, from: usize, what: &str, pred: impl Fn(&Sample) -
 }
 
 /// Runs gardenlet's `Deploy` on `side`'s `Etcd` while the migration is at `step` (already
-/// reached), then, when `reasserts`, waits until the controller wrote back what it removed and
-/// `step` is reached again: a status version not reached after the patch, then a reached one
-/// (the watch sees every version). Else the status is as it was.
+/// reached), then, when `reasserts`, waits until the controller wrote back what it removed,
+/// said so (`EtcdSpecOverwritten=True`) and `step` is reached again (the watch sees every
+/// status version). Else the status is as it was.
 pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figure {
     let p = parts(w, side);
     let (mark, status_mark) = (p.etcd.len(), p.status.len());
@@ -146,12 +146,18 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
             at.at.elapsed()
         }
         Some(_) => {
-            let left = first(p.status, status_mark, "a pass that saw the wipe", |s| {
-                s.at >= at.at && !s.ready()
+            // The pass that said the wipe, then the step reached again — that very pass when
+            // the step never left: a wipe landing between a pass' read and its apply is
+            // written over unseen by that plan (its step stays reached) and said by the next
+            // pass (`kube_adapter::applied`).
+            let said = first(p.status, status_mark, "a pass that said the wipe", |s| {
+                s.at >= at.at
+                    && s.condition("EtcdSpecOverwritten")
+                        .is_some_and(|(status, _)| status == "True")
             })
             .await;
             let again = first(p.status, status_mark, "the step reached again", |s| {
-                s.at >= left.at && s.ready()
+                s.at >= said.at && s.ready()
             })
             .await;
             again.at - at.at

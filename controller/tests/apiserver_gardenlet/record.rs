@@ -4,7 +4,7 @@
 
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use serde_json::Value;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -54,7 +54,9 @@ impl Recorder {
         let s = samples.clone();
         let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
         let task = tokio::spawn(async move {
-            let mut stream = watcher(api, cfg).boxed();
+            // With a backoff: once the API server is gone at the test's end, a watcher that
+            // retries at once never yields, and the runtime's shutdown waits for it forever.
+            let mut stream = watcher(api, cfg).default_backoff().boxed();
             while let Some(ev) = stream.next().await {
                 let obj = match ev {
                     Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) => o,

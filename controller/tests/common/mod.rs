@@ -85,6 +85,31 @@ pub fn source_members() -> Vec<MemberUrls> {
         .collect()
 }
 
+/// Drives `role` through `steps` behind the load balancer address `lb`, each step converged
+/// to ready (asserted), calling `after` with the world after each.
+pub fn driven(
+    role: Role,
+    steps: &[Step],
+    lb: &str,
+    mut after: impl FnMut(&mut Observed),
+) -> Observed {
+    let mut obs = observed("2026-01-01T00:00:00Z");
+    obs.lb_address = Some(lb.into());
+    if role == Role::Source {
+        obs.etcd = Some(source_etcd());
+    }
+    for step in steps {
+        let p = converge(&spec(role, *step), &mut obs, 10);
+        assert!(
+            p.status.step_ready,
+            "{role:?} {step:?} not ready: {:?}",
+            p.status
+        );
+        after(&mut obs);
+    }
+    obs
+}
+
 pub fn observed(now: &str) -> Observed {
     Observed {
         namespace: NS.into(),

@@ -110,6 +110,17 @@ pub async fn reach(c: &Client, step: Step, what: &str) -> Value {
     }
 }
 
+/// Sets `step` on the migration and waits until it is reached; the status then.
+pub async fn go_to(c: &Client, step: Step, what: &str) -> Value {
+    set_step(c, step).await;
+    reach(c, step, what).await
+}
+
+/// etcd's members as [`members_of`] lists them when `names` are all voters.
+pub fn voters(names: &[&str]) -> Vec<(String, bool)> {
+    names.iter().map(|n| (n.to_string(), false)).collect()
+}
+
 /// Waits until condition `t` is `want` (status, reason); returns the status.
 pub async fn wait_condition(c: &Client, t: &str, want: (&str, &str)) -> Value {
     let deadline = Instant::now() + STEP_TIMEOUT;

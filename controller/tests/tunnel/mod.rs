@@ -25,6 +25,7 @@ pub fn settings() -> TunnelServers {
         priority_class: "gardener-system-300".into(),
         service_monitor: true,
         listen: std::net::Ipv4Addr::UNSPECIFIED.into(),
+        kube_apiserver_egress: true,
     }
 }
 
