@@ -11,7 +11,7 @@ use super::checks::LONG;
 use super::node::{poll, Node, RELEASE, SYSTEM};
 use super::shoot::{NS, SNI};
 use super::traffic::{Client, POLL};
-use super::tunnel::{DST_NS, SERVER_POLICIES};
+use super::tunnel::{DST_NS, EGRESS_POLICY, SERVER_POLICIES};
 use std::time::Instant;
 
 const PROBE_IMAGE: &str = "isthmus.local/test-etcd:v3.6.16";
@@ -124,7 +124,7 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
     // The tunnel server's own policies are the controller's, not the chart's: they stay in
     // both modes while the VPN's migration exists (the resource manager's all-webhook-targets
     // would admit more than the namespace's kube-apiserver to the CONNECT front).
-    let kept = SERVER_POLICIES;
+    let kept: Vec<&str> = SERVER_POLICIES.into_iter().chain([EGRESS_POLICY]).collect();
     poll(
         node,
         "the chart's explicit policies gone",
@@ -153,15 +153,30 @@ pub fn policies_through_gardener_resource_manager(node: &Node, client: &Client) 
     );
     let vpn = node.jsonpath(DST_NS, "etcdmigration/etcd-main", "{.spec.vpn.server}");
     assert!(!vpn.is_empty(), "the VPN's migration in {DST_NS} is gone");
-    let theirs = node.kubectl(&["-n", DST_NS, "get", "networkpolicy", "-o", "name"]);
-    for p in SERVER_POLICIES {
-        assert!(
-            theirs
-                .lines()
-                .any(|l| l == format!("networkpolicy.networking.k8s.io/{p}")),
-            "the controller's {p} gone from {DST_NS} with the chart's explicit policies: {theirs}"
-        );
-    }
+    // The restarted controller (now with --tunnel-kube-apiserver-egress-policy) adds the
+    // kube-apiserver's egress on its next pass; the other two stayed.
+    poll(
+        node,
+        "the controller's tunnel-server policies on the Gardener path",
+        LONG,
+        POLL,
+        || {
+            let theirs = node.kubectl(&["-n", DST_NS, "get", "networkpolicy", "-o", "name"]);
+            let missing: Vec<&&str> = kept
+                .iter()
+                .filter(|p| {
+                    !theirs
+                        .lines()
+                        .any(|l| l == format!("networkpolicy.networking.k8s.io/{p}"))
+                })
+                .collect();
+            if missing.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("missing {missing:?} in {DST_NS}: {theirs}"))
+            }
+        },
+    );
     // What the resource manager wrote from the chart's annotations and labels.
     let made = poll(
         node,

@@ -29,11 +29,14 @@ const CONNECT_TLS: &str = "isthmus-tunnel-connect-e2e";
 const CA_BUNDLE: &str = "ca-vpn-bundle-e2e";
 /// The controller's objects of the CONNECT front and the agents' port, which exist while the
 /// migration does (`grm.rs` checks them beside the resource manager's).
-pub const SERVER_POLICIES: [&str; 3] = [
+pub const SERVER_POLICIES: [&str; 2] = [
     "isthmus-tunnel-server-connect",
-    "isthmus-kube-apiserver-to-tunnel-server",
     "isthmus-tunnel-server-agents",
 ];
+/// The kube-apiserver pods' egress to the front: written only where the shoot namespace denies
+/// egress (the chart's `networkPolicy.explicit=false`, the Gardener path `grm.rs` switches
+/// to); on the plain path it would be those pods' only egress.
+pub const EGRESS_POLICY: &str = "isthmus-kube-apiserver-to-tunnel-server";
 const LONG: Duration = Duration::from_secs(300);
 
 fn secret(node: &Node, ns: &str, name: &str, dir: &Scratch, files: &[&str]) {
@@ -236,6 +239,12 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
             "the controller's {p} in {DST_NS}: {policies}"
         );
     }
+    assert!(
+        !policies
+            .lines()
+            .any(|l| l == format!("networkpolicy.networking.k8s.io/{EGRESS_POLICY}")),
+        "{EGRESS_POLICY} written on the plain path (networkPolicy.explicit=true): {policies}"
+    );
     println!(
         "figure: EtcdMigration with spec.vpn.server applied -> the controller's tunnel server available: {made:.1?}"
     );
@@ -265,11 +274,9 @@ spec:
         "--timeout=120s",
     ]);
     let proxy = format!("https://{CONNECT}:8132");
-    // The controller's egress policy for the kube-apiserver's pods admits only the front: in
-    // a seed they also carry `to-dns` under gardenlet's allow-to-dns, which this plain
-    // namespace lacks, so the probe is handed the front's Service address (a plain cluster's
-    // kube-apiserver would lose its other egress too: see the controller's README, "Known
-    // limits").
+    // The probe is handed the front's Service address, so it needs no DNS: on the Gardener
+    // path the controller's egress policy for the kube-apiserver's pods admits only the front
+    // (in a seed they also carry `to-dns` under gardenlet's allow-to-dns).
     let ip = node.jsonpath(DST_NS, "svc/isthmus-tunnel-connect", "{.spec.clusterIP}");
     let resolve = format!("{CONNECT}:8132:{ip}");
     let target = format!("https://{ETCD}:2379/health");
