@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# A real single-node Kubernetes (v1.34.4) for isthmus, in a network namespace of its own.
+# A real single-node Kubernetes (v1.34.4) for isthmus, in a network namespace of its own: a
+# seed. `--seed NAME` (first argument; a single letter a–j, default a) picks which of up to ten
+# seeds on one machine a command is for; each has its own namespaces, cgroup, addresses, state
+# directory and host port (see "Seeds" below), so several can run side by side.
 #
 #   scripts/cluster.sh up        build what is missing, start the node, load the isthmus image,
 #                                install the chart as gardener-operator would (helm install of
@@ -35,19 +38,47 @@
 # namespace (tmpfs over /run, /var/lib and /var/log; state under target/cluster/), in the cgroup
 # /isthmus-node, whose every process `down` kills by PID before removing the cgroups, the
 # namespaces and the state; the few global sysctls kubelet sets are saved by `up` and restored.
-# Needs root. Environment: ISTHMUS_CLUSTER_DIR (state; default target/cluster),
+# Needs root. Environment: ISTHMUS_CLUSTER_DIR (the seed's state; default target/cluster),
 # ISTHMUS_CLUSTER_PORT (the host's 127.0.0.1 port forwarded to kube-apiserver; default 16443).
+#
+# Seeds: seed a is the node above. Another seed is the same with i = its letter's number
+# (b = 1, …, j = 9): namespaces `isthmus-<seed>` and `isthmus-<seed>-ext`, cgroup /isthmus-<seed>, node
+# 10.(200+i).0.2, outside 10.(200+i).0.1, LoadBalancer range 10.(200+i).1.0/24, state
+# target/cluster-<seed>, host port 16443+i, seed name `seed-<seed>` in the values gardenlet
+# injects. Pod and Service ranges are the same in every seed: they never leave its namespace.
+# The kernel settings kubelet changes are saved by the first seed up and restored by the last
+# one down (target/cluster-host/).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
 
-NODE_NAME=isthmus-node
-NODE_NS=isthmus-node
-EXT_NS=isthmus-node-ext
-CGROUP=isthmus-node
-NODE_IP=10.200.0.2
-EXT_IP=10.200.0.1
-LB_RANGE=10.200.1.0/24
+SEED=a
+if [[ "${1:-}" == "--seed" ]]; then
+  SEED="${2:-}"
+  shift 2 || true
+fi
+case "$SEED" in
+  [a-j]) ;;
+  *) echo "cluster: --seed takes one letter a-j (got '${SEED}')" >&2; exit 2 ;;
+esac
+SEED_INDEX=$(($(printf '%d' "'$SEED") - 97))
+if [[ "$SEED" == a ]]; then
+  NODE_NAME=isthmus-node
+  EXT_NS=isthmus-node-ext
+  DEFAULT_STATE="$root/target/cluster"
+else
+  NODE_NAME="isthmus-$SEED"
+  EXT_NS="isthmus-$SEED-ext"
+  DEFAULT_STATE="$root/target/cluster-$SEED"
+fi
+NODE_NS="$NODE_NAME"
+CGROUP="$NODE_NAME"
+NET_PREFIX="10.$((200 + SEED_INDEX))"
+NODE_IP="$NET_PREFIX.0.2"
+EXT_IP="$NET_PREFIX.0.1"
+NODE_CIDR="$NET_PREFIX.0.0/24"
+LB_RANGE="$NET_PREFIX.1.0/24"
+SEED_NAME="seed-$SEED"
 POD_CIDR=10.244.0.0/24
 SERVICE_CIDR=10.96.0.0/16
 API_SERVICE_IP=10.96.0.1
@@ -58,10 +89,12 @@ ETCD_BIN="$ISTHMUS_CACHE/etcd-v3.6.16/etcd"
 COREDNS_VERSION=v1.12.1
 KUBE_ROUTER_VERSION=v2.1.0
 PAUSE_IMAGE=isthmus.local/pause:3.10.1
-STATE="${ISTHMUS_CLUSTER_DIR:-$root/target/cluster}"
+STATE="${ISTHMUS_CLUSTER_DIR:-$DEFAULT_STATE}"
+# What the seeds of this machine share: the saved kernel settings and who is up.
+HOST_STATE="$root/target/cluster-host"
 RUN="$STATE/run"
 PKI="$STATE/pki"
-API_PORT="${ISTHMUS_CLUSTER_PORT:-16443}"
+API_PORT="${ISTHMUS_CLUSTER_PORT:-$((16443 + SEED_INDEX))}"
 KUBECONFIG_HOST="$STATE/kubeconfig"
 
 . "$root/scripts/cluster/pki.sh"

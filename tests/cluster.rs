@@ -22,6 +22,8 @@ mod checks;
 mod druid;
 #[path = "cluster/grm.rs"]
 mod grm;
+#[path = "cluster/host.rs"]
+mod host;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]

@@ -68,7 +68,7 @@ server:
 logLevel: info
 logFormat: json
 controllers:
-  clusterID: seed-a
+  clusterID: $SEED_NAME
   resourceClass: seed
   networkPolicy:
     enabled: true
@@ -101,6 +101,6 @@ grm_start() {
 # grm_seed_policies NAMESPACE: gardenlet's policies of a seed namespace (stand-in, above).
 grm_seed_policies() {
   local ns="$1"
-  sed -e "s/__NAMESPACE__/$ns/g" -e "s/__NODE_IP__/$NODE_IP/g" \
+  sed -e "s/__NAMESPACE__/$ns/g" -e "s/__NODE_IP__/$NODE_IP/g" -e "s#10\.200\.0\.0/24#$NODE_CIDR#g" \
     "$root/scripts/cluster/seed-policies.yaml" | kubectl_admin apply -f - >/dev/null
 }

@@ -47,8 +47,11 @@ isthmus_install() {
   kubectl_admin get namespace "$RELEASE_NS" >/dev/null 2>&1 || kubectl_admin create namespace "$RELEASE_NS" >/dev/null
   kubectl_admin label namespace "$RELEASE_NS" --overwrite \
     "controllerregistration.core.gardener.cloud/name=$RELEASE" gardener.cloud/role=extension >/dev/null
+  # This seed's facts in what gardenlet injects: its name and its node network.
+  sed -e "s/seed-a/$SEED_NAME/g" -e "s#10\.200\.0\.0/24#$NODE_CIDR#g" \
+    "$root/scripts/cluster/gardener-values.yaml" >"$STATE/gardener-values.yaml"
   helm_node install "$RELEASE" "$chart" --namespace "$RELEASE_NS" --create-namespace \
-    -f "$root/scripts/cluster/gardener-values.yaml" -f "$root/scripts/cluster/extension-values.yaml" "$@" >/dev/null
+    -f "$STATE/gardener-values.yaml" -f "$root/scripts/cluster/extension-values.yaml" "$@" >/dev/null
   wait_for "the isthmus-proxy DaemonSet" 180 kubectl_admin -n "$RELEASE_NS" rollout status ds/isthmus-proxy --timeout=1s
   echo "cluster: isthmus installed in $((SECONDS - t0)) s (helm install of $(basename "$chart") -> DaemonSet Ready: $((SECONDS - t1)) s)"
 }

@@ -126,17 +126,31 @@ holder_start() {
 GLOBAL_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes)
 
+# Shared by the seeds of the machine: the first one up saves the settings, the last one down
+# writes them back (target/cluster-host/: sysctls.saved, and per seed that is up a file with
+# the PID of its namespace holder; a seed whose holder is gone, after a crash, counts as down).
 sysctls_save() {
-  [[ -f "$STATE/sysctls.saved" ]] && return 0
+  mkdir -p "$HOST_STATE/up"
+  [[ -f "$HOST_STATE/sysctls.saved" ]] && return 0
   local s
-  for s in "${GLOBAL_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$STATE/sysctls.saved"
+  for s in "${GLOBAL_SYSCTLS[@]}"; do echo "$s=$(sysctl -n "$s")"; done > "$HOST_STATE/sysctls.saved"
 }
 
+seed_mark_up() { holder_pid > "$HOST_STATE/up/$SEED"; }
+
 sysctls_restore() {
-  [[ -f "$STATE/sysctls.saved" ]] || return 0
-  local line
-  while IFS= read -r line; do sysctl -qw "$line" || true; done < "$STATE/sysctls.saved"
-  rm -f "$STATE/sysctls.saved"
+  rm -f "$HOST_STATE/up/$SEED"
+  local f
+  for f in "$HOST_STATE"/up/*; do
+    [[ -f "$f" ]] || continue
+    kill -0 "$(cat "$f")" 2>/dev/null && return 0
+    rm -f "$f"
+  done
+  if [[ -f "$HOST_STATE/sysctls.saved" ]]; then
+    local line
+    while IFS= read -r line; do sysctl -qw "$line" || true; done < "$HOST_STATE/sysctls.saved"
+  fi
+  rm -rf "$HOST_STATE"
 }
 
 control_plane_start() {
@@ -224,6 +238,7 @@ cluster_up() {
   netns_make
   cgroups_make
   holder_start
+  seed_mark_up
   control_plane_start
   node_start
   forwarder_start

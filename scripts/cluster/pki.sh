@@ -61,7 +61,7 @@ kubeconfig_make() {
 apiVersion: v1
 kind: Config
 clusters:
-  - name: isthmus-node
+  - name: $NODE_NAME
     cluster:
       server: $server
       certificate-authority: $PKI/ca.crt
@@ -71,8 +71,8 @@ users:
     user:
       token: $(cat "$token_file")
 contexts:
-  - name: isthmus-node
-    context: {cluster: isthmus-node, user: user}
-current-context: isthmus-node
+  - name: $NODE_NAME
+    context: {cluster: $NODE_NAME, user: user}
+current-context: $NODE_NAME
 EOF2
 }

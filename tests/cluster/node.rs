@@ -2,6 +2,7 @@
 //! dropped (also after a failed step), with its kubectl, its "outside" network namespace and
 //! the diagnostics a failure prints.
 
+use super::host::host_state;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -226,46 +227,6 @@ pub fn source_ranges_value(extra: &[&str]) -> String {
         "proxy.service.loadBalancerSourceRanges={}",
         serde_json::to_string(&ranges).unwrap()
     )
-}
-
-/// The global sysctls kubelet sets (scripts/cluster/node.sh restores them).
-const SYSCTLS: [&str; 6] = [
-    "vm.overcommit_memory",
-    "vm.panic_on_oom",
-    "kernel.panic",
-    "kernel.panic_on_oops",
-    "kernel.keys.root_maxkeys",
-    "kernel.keys.root_maxbytes",
-];
-
-/// What of the host the node could change: its sysctls, namespaces, cgroups, mounts.
-pub fn host_state() -> String {
-    let mut s = String::new();
-    for k in SYSCTLS {
-        let v = std::fs::read_to_string(format!("/proc/sys/{}", k.replace('.', "/"))).unwrap();
-        s.push_str(&format!("{k}={}", v.trim()));
-        s.push('\n');
-    }
-    let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    for l in String::from_utf8_lossy(&netns.stdout).lines() {
-        if l.starts_with("isthmus-node") {
-            s.push_str(&format!("netns {l}\n"));
-        }
-    }
-    for d in std::fs::read_dir("/sys/fs/cgroup").unwrap() {
-        let p = d.unwrap().path().join("isthmus-node");
-        if p.exists() {
-            s.push_str(&format!("cgroup {}\n", p.display()));
-        }
-    }
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    for l in mounts
-        .lines()
-        .filter(|l| l.contains("isthmus-node") || l.contains("target/cluster"))
-    {
-        s.push_str(&format!("mount {l}\n"));
-    }
-    s
 }
 
 impl Node {

@@ -1,0 +1,190 @@
+//! Two seeds of `scripts/cluster.sh` on one machine (issue 45 point 2, the part without the
+//! link between them): `--seed a` and `--seed b` each a single-node cluster with its own
+//! network namespaces, cgroup, addresses, state directory and host port, up side by side
+//! (`up --no-isthmus`: the node, CoreDNS, local-path, etcd-druid). Shown: both nodes Ready
+//! under their own names and addresses; an object written through one host port is not in
+//! the other cluster; the seeds' outside networks do not reach each other (no route: joining
+//! them is the link's job); `down` of one leaves the other serving and the kernel settings
+//! kubelet changed in place; `down` of the last leaves the host as it was. Needs root and
+//! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
+//! time per machine, beside the lab).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "cluster/host.rs"]
+mod host;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster.sh")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// `scripts/cluster.sh --seed SEED ARGS…`.
+fn seed(seed: &str, args: &[&str]) -> Output {
+    Command::new(script())
+        .args(["--seed", seed])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn seed_ok(seed_name: &str, args: &[&str]) -> String {
+    let out = seed(seed_name, args);
+    assert!(
+        out.status.success(),
+        "cluster.sh --seed {seed_name} {args:?}:\n{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+/// Tears both seeds down when the test ends, also after a failed assertion.
+struct Seeds;
+
+impl Drop for Seeds {
+    fn drop(&mut self) {
+        if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_some() {
+            return;
+        }
+        for s in ["b", "a"] {
+            let _ = seed(s, &["down"]);
+        }
+    }
+}
+
+#[test]
+fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
+    isthmus_testkit::tier::needs_root("two nodes of scripts/cluster.sh");
+    for s in ["b", "a"] {
+        let _ = seed(s, &["down"]);
+    }
+    let before = host::host_state();
+    let guard = Seeds;
+
+    for s in ["a", "b"] {
+        let t0 = Instant::now();
+        seed_ok(s, &["up", "--no-isthmus"]);
+        println!(
+            "figure: scripts/cluster.sh --seed {s} up --no-isthmus: {:.1?}",
+            t0.elapsed()
+        );
+    }
+
+    // Each seed its own node, under its own name and address.
+    for (s, name, ip) in [
+        ("a", "isthmus-node", "10.200.0.2"),
+        ("b", "isthmus-b", "10.201.0.2"),
+    ] {
+        let nodes = seed_ok(
+            s,
+            &[
+                "kubectl",
+                "get",
+                "nodes",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name} {.status.addresses[?(@.type==\"InternalIP\")].address} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+            ],
+        );
+        assert_eq!(
+            nodes.trim(),
+            format!("{name} {ip} True"),
+            "seed {s}'s nodes"
+        );
+    }
+
+    // Each host port reaches its own seed's API server: an object written through seed a's
+    // is not in seed b's cluster.
+    let kubeconfigs: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|s| {
+            let env = seed_ok(s, &["status"]);
+            let line = env
+                .lines()
+                .find(|l| l.starts_with("export KUBECONFIG="))
+                .unwrap_or_else(|| panic!("seed {s}: no kubeconfig line in {env}"));
+            line["export KUBECONFIG=".len()..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let kubectl = isthmus_testkit::cache::kube_apiserver().with_file_name("kubectl");
+    let host_kubectl = |kubeconfig: &str, args: &[&str]| {
+        Command::new(&kubectl)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let made = host_kubectl(
+        &kubeconfigs[0],
+        &["create", "configmap", "only-in-a", "-n", "default"],
+    );
+    assert!(made.status.success(), "{}", text(&made.stderr));
+    let in_a = host_kubectl(
+        &kubeconfigs[0],
+        &["get", "configmap", "only-in-a", "-n", "default"],
+    );
+    assert!(in_a.status.success(), "{}", text(&in_a.stderr));
+    let in_b = host_kubectl(
+        &kubeconfigs[1],
+        &["get", "configmap", "only-in-a", "-n", "default"],
+    );
+    assert!(
+        !in_b.status.success() && text(&in_b.stderr).contains("NotFound"),
+        "seed b's port answers with seed a's object: {}{}",
+        text(&in_b.stdout),
+        text(&in_b.stderr)
+    );
+
+    // The outside of seed a has no route to seed b (nor b's to a).
+    for (ext, other) in [
+        ("isthmus-node-ext", "10.201.0.2"),
+        ("isthmus-b-ext", "10.200.0.2"),
+    ] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", ext, "ip", "route", "get", other])
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{ext} routes to {other}: {}",
+            text(&out.stdout)
+        );
+    }
+
+    // b down: a keeps serving, the host's kernel settings stay as the running node needs them.
+    let during = host::host_state();
+    seed_ok("b", &["down"]);
+    let nodes = seed_ok("a", &["kubectl", "get", "nodes", "-o", "name"]);
+    assert_eq!(nodes.trim(), "node/isthmus-node");
+    let sysctls = |s: &str| -> String {
+        s.lines()
+            .filter(|l| !l.starts_with("netns") && !l.starts_with("cgroup"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        sysctls(&host::host_state()),
+        sysctls(&during),
+        "seed b's down changed what seed a runs with"
+    );
+
+    seed_ok("a", &["down"]);
+    std::mem::forget(guard);
+    assert_eq!(
+        host::host_state(),
+        before,
+        "the host after both seeds' down"
+    );
+}
