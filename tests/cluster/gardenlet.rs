@@ -17,7 +17,8 @@ use isthmus_testkit::gardenlet::{self, GardenletInstall};
 use isthmus_testkit::tools::yaml_docs;
 use isthmus_testkit::Scratch;
 use serde_json::{json, Value};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -77,8 +78,9 @@ fn proxy_pods(node: &Node, ns: &str) -> Vec<String> {
     .collect()
 }
 
-/// The ManagedResource's condition `type_`: (status, lastTransitionTime in epoch seconds).
-fn mr_condition(node: &Node, mr: &str, type_: &str) -> (String, u64) {
+/// The ManagedResource's condition `type_`: (status, lastTransitionTime in epoch seconds,
+/// message).
+fn mr_condition(node: &Node, mr: &str, type_: &str) -> (String, u64, String) {
     let o = json_of(node, &["-n", "garden", "get", "managedresource", mr]);
     let c = o["status"]["conditions"]
         .as_array()
@@ -88,6 +90,7 @@ fn mr_condition(node: &Node, mr: &str, type_: &str) -> (String, u64) {
     (
         c["status"].as_str().unwrap().to_owned(),
         super::checks::epoch(ts),
+        c["message"].as_str().unwrap_or_default().to_owned(),
     )
 }
 
@@ -164,7 +167,7 @@ fn rollout(
     mr: &str,
 ) {
     let old = proxy_pods(node, ns);
-    let (before, _) = mr_condition(node, mr, "ResourcesProgressing");
+    let (before, _, _) = mr_condition(node, mr, "ResourcesProgressing");
     assert_eq!(before, "False", "{mr} progressing before the rollout");
     let files = values(
         scratch,
@@ -172,13 +175,20 @@ fn rollout(
     );
     let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let rolled_at: Cell<Option<Duration>> = Cell::new(None);
+    // Why the resource manager found the objects unhealthy, if it did (the readings only say
+    // whether).
+    let unhealthy: RefCell<BTreeSet<String>> = RefCell::default();
     let t0 = Instant::now();
     let (installed, samples) = rt.block_on(async {
         tokio::join!(
             h.install(chart, &files),
             gardenlet::watch_status(h, Duration::from_secs(180), || {
-                let (rolled_at, old) = (&rolled_at, &old);
+                let (rolled_at, old, unhealthy) = (&rolled_at, &old, &unhealthy);
                 async move {
+                    let (healthy, _, why) = mr_condition(node, mr, "ResourcesHealthy");
+                    if healthy != "True" {
+                        unhealthy.borrow_mut().insert(why);
+                    }
                     if rolled_at.get().is_none() && rolled(node, ns, old) {
                         rolled_at.set(Some(t0.elapsed()));
                     }
@@ -193,7 +203,7 @@ fn rollout(
     let took = rolled_at.get().unwrap();
     // The resource manager itself reported it: its condition went True and back to False
     // after the re-install (the care controller also counts an unobserved generation).
-    let (now, since) = mr_condition(node, mr, "ResourcesProgressing");
+    let (now, since, _) = mr_condition(node, mr, "ResourcesProgressing");
     assert!(
         now == "False" && since >= wall.as_secs(),
         "ResourcesProgressing {now} since {since}, the re-install at {}",
@@ -208,10 +218,11 @@ fn rollout(
     let nodes = proxy_pods(node, ns).len() as u64;
     let per_wave = window / gardenlet::surge_waves(nodes, &surge) as u32;
     println!(
-        "figure: DaemonSet rollout through gardenlet-install (proxy.preStopSleepSeconds changed), {nodes}-node seed: installation not ready (the Seed's ExtensionsReady) for {window:.1?} ({} readings: {} Progressing, {} not Healthy), the old pod gone (its preStop and drain included) {took:.1?} after the re-install; maxSurge {surge} on a {SEED_NODES}-node seed: {waves} waves ≈ {:.0?} not ready (one node at a time: {SEED_NODES} waves ≈ {:.0?})",
+        "figure: DaemonSet rollout through gardenlet-install (proxy.preStopSleepSeconds changed), {nodes}-node seed: installation not ready (the Seed's ExtensionsReady) for {window:.1?} ({} readings: {} Progressing, {} not Healthy: {:?}), the old pod gone (its preStop and drain included) {took:.1?} after the re-install; maxSurge {surge} on a {SEED_NODES}-node seed: {waves} waves ≈ {:.0?} not ready (one node at a time: {SEED_NODES} waves ≈ {:.0?})",
         samples.len(),
         samples.iter().filter(|s| s.progressing).count(),
         samples.iter().filter(|s| !s.healthy).count(),
+        unhealthy.borrow(),
         per_wave * waves as u32,
         per_wave * SEED_NODES as u32,
     );
