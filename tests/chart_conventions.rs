@@ -126,18 +126,15 @@ fn the_example_extension_pins_the_image_by_digest() {
     assert!(err.contains("image.digest: want sha256:"), "{err}");
 }
 
-/// How many waves of pod starts a DaemonSet rollout over `nodes` takes with `max_surge` (an
-/// integer or a percentage, rounded up as the DaemonSet controller rounds it).
-fn waves(nodes: u32, max_surge: &Value) -> u32 {
+/// How many waves of pod starts a DaemonSet rollout over `nodes` takes with `max_surge` as
+/// rendered (an integer or a percentage): `isthmus_testkit::gardenlet::surge_waves`, which the
+/// node test applies to its measured window.
+fn waves(nodes: u64, max_surge: &Value) -> u64 {
     let surge = match max_surge {
-        Value::Number(n) => n.as_u64().unwrap() as u32,
-        Value::String(p) => {
-            let pct: u32 = p.strip_suffix('%').unwrap().parse().unwrap();
-            (nodes * pct).div_ceil(100)
-        }
-        other => panic!("maxSurge {other}"),
+        Value::String(p) => p.clone(),
+        other => other.to_string(),
     };
-    nodes.div_ceil(surge.max(1))
+    isthmus_testkit::gardenlet::surge_waves(nodes, &surge)
 }
 
 #[test]

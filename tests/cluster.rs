@@ -8,9 +8,15 @@
 //! from both sides, the Lease hand-over, a rolling update to a new image through `helm
 //! upgrade` under load and a drain, the controller's tunnel server (from a destination migration's
 //! `spec.vpn.server`) and the agents as pods with the agent's session through the proxy's VPN
-//! route, the LoadBalancer made on demand with the first migration and gone after the last, `helm uninstall` leaving only what must stay, then
-//! `down` leaving the host as it was (sysctls, namespaces, cgroups, mounts). One test, steps
-//! in order on one node; each step prints its figures.
+//! route, the LoadBalancer made on demand with the first migration and gone after the last,
+//! `helm uninstall` leaving only what must stay; then isthmus installed again exactly as
+//! gardenlet installs an Extension (the `gardenlet-install` harness: Gardener v1.149.3's
+//! renderer, `extension-isthmus-<random>`, a ManagedResource applied by the node's real
+//! gardener-resource-manager): the proxies Ready, the Lease held, a migration's routes served,
+//! a DaemonSet rollout reported Progressing (the Seed's not-ready window, scaled to a 50-node
+//! seed by the chart's `maxSurge`), the ManagedResource's deletion keeping the CRD and the
+//! `EtcdMigration`; then `down` leaving the host as it was (sysctls, namespaces, cgroups,
+//! mounts). One test, steps in order on one node; each step prints its figures.
 //! Needs root and what `scripts/install-deps.sh` installs; `ISTHMUS_CLUSTER_KEEP=1` leaves the
 //! node up afterwards.
 
@@ -20,6 +26,8 @@
 mod checks;
 #[path = "cluster/druid.rs"]
 mod druid;
+#[path = "cluster/gardenlet.rs"]
+mod gardenlet;
 #[path = "cluster/grm.rs"]
 mod grm;
 #[path = "cluster/host.rs"]
@@ -52,7 +60,7 @@ fn isthmus_in_a_real_node() {
     let (node, up, before) = Node::up();
     println!("figure: scripts/cluster.sh up (node, image loaded, chart installed, proxy Ready): {up:.1?}");
     checks::first_pod_ready(&node, wall0);
-    checks::proxy_ready_through_probes(&node);
+    checks::proxy_ready_through_probes(&node, node::SYSTEM);
     checks::proxy_threads_run_as_batch(&node);
     druid::stock_etcd_becomes_ready(&node);
     let shoot = shoot::Shoot::deploy(&node);
@@ -66,6 +74,7 @@ fn isthmus_in_a_real_node() {
     tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
     grm::policies_through_gardener_resource_manager(&node, &client);
     release::uninstall(&node);
+    gardenlet::installed_as_gardenlet_installs_it(&node, &shoot);
     if std::env::var_os("ISTHMUS_CLUSTER_KEEP").is_none() {
         node.down_and_check(&before);
     }

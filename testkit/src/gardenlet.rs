@@ -193,6 +193,39 @@ pub fn assert_rollout_reported(samples: &[Sample]) -> Duration {
     not_ready_window(samples).expect("Progressing implies not ready")
 }
 
+/// The example `Extension`'s `spec.deployment.extension.values`
+/// (`charts/isthmus/examples/extension.yaml`): what gardener-operator puts into the
+/// ControllerDeployment, so what gardenlet renders the chart with besides its injected values.
+pub fn example_extension_values() -> Value {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/isthmus/examples/extension.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    crate::tools::yaml_docs(&text)[0]["spec"]["deployment"]["extension"]["values"].clone()
+}
+
+/// How many waves a DaemonSet rollout with `maxSurge` (an integer or a percentage, as the
+/// chart renders it) and `maxUnavailable: 0` takes on `nodes` nodes: the DaemonSet controller
+/// scales a percentage up (`util.SurgeCount`: `GetScaledValueFromIntOrPercent(…, true)`) and
+/// swaps that many nodes at once, each wave a new pod started and Ready.
+pub fn surge_waves(nodes: u64, max_surge: &str) -> u64 {
+    let surge = match max_surge.strip_suffix('%') {
+        Some(p) => {
+            let p: u64 = p
+                .parse()
+                .unwrap_or_else(|e| panic!("maxSurge {max_surge}: {e}"));
+            (nodes * p).div_ceil(100)
+        }
+        None => max_surge
+            .parse()
+            .unwrap_or_else(|e| panic!("maxSurge {max_surge}: {e}")),
+    };
+    assert!(
+        surge > 0,
+        "maxSurge {max_surge} on {nodes} nodes swaps none"
+    );
+    nodes.div_ceil(surge)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -217,6 +250,15 @@ mod tests {
         ];
         assert_eq!(assert_rollout_reported(&r), Duration::from_millis(800));
         assert_eq!(not_ready_window(&[s(0, false)]), None);
+    }
+
+    #[test]
+    fn surge_waves_scale_a_percentage_up() {
+        assert_eq!(surge_waves(50, "25%"), 4); // 13 at once
+        assert_eq!(surge_waves(50, "1"), 50);
+        assert_eq!(surge_waves(1, "25%"), 1);
+        assert_eq!(surge_waves(3, "25%"), 3);
+        assert_eq!(surge_waves(4, "25%"), 4);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const LONG: Duration = Duration::from_secs(240);
 
 /// Seconds since the epoch of an RFC 3339 UTC timestamp as the API writes them.
-fn epoch(ts: &str) -> u64 {
+pub fn epoch(ts: &str) -> u64 {
     let (d, t) = ts.trim_end_matches('Z').split_once('T').unwrap();
     let d: Vec<i64> = d.split('-').map(|x| x.parse().unwrap()).collect();
     let t: Vec<u64> = t.split(':').map(|x| x.parse().unwrap()).collect();
@@ -57,9 +57,9 @@ pub fn first_pod_ready(node: &Node, started: SystemTime) {
     );
 }
 
-/// The DaemonSet is Ready through its real probes (kubelet's HTTP GETs of /readyz).
-pub fn proxy_ready_through_probes(node: &Node) {
-    let ds = json(node, &["-n", SYSTEM, "get", "ds/isthmus-proxy"]);
+/// The DaemonSet in `ns` is Ready through its real probes (kubelet's HTTP GETs of /readyz).
+pub fn proxy_ready_through_probes(node: &Node, ns: &str) {
+    let ds = json(node, &["-n", ns, "get", "ds/isthmus-proxy"]);
     let (want, ready) = (
         &ds["status"]["desiredNumberScheduled"],
         &ds["status"]["numberReady"],
@@ -73,7 +73,7 @@ pub fn proxy_ready_through_probes(node: &Node) {
         node,
         &[
             "-n",
-            SYSTEM,
+            ns,
             "get",
             "pods",
             "-l",
@@ -146,30 +146,34 @@ pub fn proxy_threads_run_as_batch(node: &Node) {
     );
 }
 
-/// The proxy pods' metrics, read from the node (kubelet's side of the policies).
-pub fn proxy_metric(node: &Node, series: &str) -> f64 {
+/// The admin endpoint `path` of every running proxy pod in `ns`, read from the node
+/// (kubelet's side of the policies): (pod IP, body).
+pub fn proxy_admin(node: &Node, ns: &str, path: &str) -> Vec<(String, String)> {
     let ips = node.pods_jsonpath(
-        SYSTEM,
+        ns,
         "app.kubernetes.io/name=isthmus-proxy",
         "{.items[?(@.status.phase==\"Running\")].status.podIP}",
     );
-    let mut sum = 0.0;
-    for ip in ips.split_whitespace() {
-        let out = node.script(&[
-            "node",
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &format!("http://{ip}:9901/metrics"),
-        ]);
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
-            if let Some(v) = line.strip_prefix(series) {
-                sum += v.trim().parse::<f64>().unwrap_or(0.0);
-            }
-        }
-    }
-    sum
+    ips.split_whitespace()
+        .map(|ip| {
+            let url = format!("http://{ip}:9901{path}");
+            let out = node.script(&["node", "curl", "-sS", "--max-time", "5", &url]);
+            (
+                ip.to_owned(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The proxy pods' metrics: `series` summed over them.
+pub fn proxy_metric(node: &Node, series: &str) -> f64 {
+    proxy_admin(node, SYSTEM, "/metrics")
+        .iter()
+        .flat_map(|(_, body)| body.lines())
+        .filter_map(|line| line.strip_prefix(series))
+        .map(|v| v.trim().parse::<f64>().unwrap_or(0.0))
+        .sum()
 }
 
 /// The source `EtcdMigration` makes the controller write the routes ConfigMap; kubelet

@@ -120,12 +120,15 @@ impl Node {
     pub fn kubectl_command(&self, args: &[&str]) -> Command {
         let kubectl = isthmus_testkit::cache::kube_apiserver().with_file_name("kubectl");
         let mut c = Command::new(kubectl);
-        let state = std::env::var_os("ISTHMUS_CLUSTER_DIR")
-            .map_or_else(|| Path::new(ROOT).join("target/cluster"), PathBuf::from);
-        c.arg("--kubeconfig")
-            .arg(state.join("kubeconfig"))
-            .args(args);
+        c.arg("--kubeconfig").arg(self.kubeconfig()).args(args);
         c
+    }
+
+    /// The admin kubeconfig `up` wrote for the host (kube-apiserver forwarded to 127.0.0.1).
+    pub fn kubeconfig(&self) -> PathBuf {
+        std::env::var_os("ISTHMUS_CLUSTER_DIR")
+            .map_or_else(|| Path::new(ROOT).join("target/cluster"), PathBuf::from)
+            .join("kubeconfig")
     }
 
     /// `helm` against the node (`scripts/cluster.sh helm`): stdout, or panics with the output

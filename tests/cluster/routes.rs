@@ -3,7 +3,7 @@
 //! (`controller/src/kube_adapter/nudge.rs`), kubelet resyncs their volumes, the proxy reloads.
 //! Without the nudge kubelet's periodic sync delivered a change after 64–84 s on this node.
 
-use super::checks::LONG;
+use super::checks::{proxy_admin, LONG};
 use super::node::{poll, Node, EXT_IP, SYSTEM};
 use super::shoot::NS;
 use std::time::{Duration, Instant};
@@ -11,30 +11,16 @@ use std::time::{Duration, Instant};
 /// How many route changes the figure is taken over.
 const CHANGES: usize = 20;
 
-/// The `/config` of every running proxy pod, or why not.
-fn served_by_all(node: &Node, needle: &str) -> Result<(), String> {
-    let ips = node.pods_jsonpath(
-        SYSTEM,
-        "app.kubernetes.io/name=isthmus-proxy",
-        "{.items[?(@.status.phase==\"Running\")].status.podIP}",
-    );
-    if ips.trim().is_empty() {
+/// Whether the `/config` of every running proxy pod in `ns` holds `needle`, or why not.
+pub fn served_by_all(node: &Node, ns: &str, needle: &str) -> Result<(), String> {
+    let pods = proxy_admin(node, ns, "/config");
+    if pods.is_empty() {
         return Err("no running proxy pod".into());
     }
-    for ip in ips.split_whitespace() {
-        let out = node.script(&[
-            "node",
-            "curl",
-            "-sS",
-            "--max-time",
-            "2",
-            &format!("http://{ip}:9901/config"),
-        ]);
-        if !String::from_utf8_lossy(&out.stdout).contains(needle) {
-            return Err(format!("{ip} does not serve {needle} yet"));
-        }
+    match pods.iter().find(|(_, body)| !body.contains(needle)) {
+        Some((ip, _)) => Err(format!("{ip} does not serve {needle} yet")),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The `q` quantile of sorted durations (nearest rank).
@@ -64,7 +50,7 @@ pub fn delivery_figures(node: &Node) {
             &format!("route change {i} ({cidr}) served by every proxy pod"),
             LONG,
             Duration::from_millis(20),
-            || served_by_all(node, &cidr),
+            || served_by_all(node, SYSTEM, &cidr),
         );
         took.push(t0.elapsed());
     }

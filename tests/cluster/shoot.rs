@@ -2,7 +2,7 @@
 //! in-cluster name from its headless peer Service, as etcd-druid names them), gardenlet's
 //! `Etcd` object and the upstream CRDs, and the `EtcdMigration` the orchestrator creates.
 
-use super::node::{poll, Node, EXT_IP};
+use super::node::{poll, Node, EXT_IP, SYSTEM};
 use isthmus_testkit::{Scratch, TestPki};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -102,13 +102,22 @@ impl Shoot {
                 "--timeout=60s",
             ]);
         }
+        self.migrate_for(node, SYSTEM);
+    }
+
+    /// The source `EtcdMigration` for the controller released in `release_ns` (its load
+    /// balancer there), with the controller's access grant to that namespace's ServiceAccount.
+    pub fn migrate_for(&self, node: &Node, release_ns: &str) {
         // With the migration, the orchestrator grants the controller its writes in the
         // namespace (controller/README.md, "RBAC: least privilege"); granted first, so the
         // controller's first pass is not refused.
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
         let grant = std::fs::read_to_string(root.join("deploy/examples/access-source.yaml"))
             .unwrap_or_else(|e| panic!("deploy/examples/access-source.yaml: {e}"));
-        node.apply(&grant);
+        node.apply(&grant.replace(
+            &format!("namespace: {SYSTEM}"),
+            &format!("namespace: {release_ns}"),
+        ));
         let etcd = isthmus_testkit::minimal_etcd("etcd-main", NS, 1);
         node.apply(&etcd.to_string());
         node.apply(&format!(
@@ -127,7 +136,7 @@ spec:
   dns:
     type: aws-route53
     secretRef: {{name: dns-internal, namespace: {NS}}}
-  loadBalancer: {{name: isthmus-proxy, namespace: isthmus-system}}
+  loadBalancer: {{name: isthmus-proxy, namespace: {release_ns}}}
   allowedSources: ["{EXT_IP}/32"]
 "#
         ));
