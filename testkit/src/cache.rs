@@ -37,3 +37,20 @@ pub fn etcd() -> PathBuf {
 pub fn upstream_crds() -> PathBuf {
     dir().join("upstream-crds")
 }
+
+/// The given files of [`upstream_crds`]; panics naming the script when one is missing.
+pub fn upstream_crd_paths(files: &[&str]) -> Vec<PathBuf> {
+    let dir = upstream_crds();
+    files
+        .iter()
+        .map(|f| {
+            let p = dir.join(f);
+            assert!(
+                p.is_file(),
+                "{} is missing: run scripts/upstream-crds.sh",
+                p.display()
+            );
+            p
+        })
+        .collect()
+}

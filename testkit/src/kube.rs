@@ -401,22 +401,10 @@ impl KubeApiServer {
     /// The pinned upstream CRDs from `target/upstream-crds/`: etcd-druid's `Etcd` and
     /// Gardener's `DNSRecord`.
     pub fn upstream_crd_paths() -> Vec<PathBuf> {
-        let dir = crate::cache::upstream_crds();
-        let paths: Vec<PathBuf> = [
+        crate::cache::upstream_crd_paths(&[
             "druid.gardener.cloud_etcds.yaml",
             "extensions.gardener.cloud_dnsrecords.yaml",
-        ]
-        .iter()
-        .map(|f| dir.join(f))
-        .collect();
-        for p in &paths {
-            assert!(
-                p.is_file(),
-                "{} is missing: run scripts/upstream-crds.sh",
-                p.display()
-            );
-        }
-        paths
+        ])
     }
 
     /// Stops (SIGKILL) and restarts kube-apiserver on the same port and etcd data (for "API

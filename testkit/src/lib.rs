@@ -65,6 +65,8 @@ pub mod controller_manager;
 /// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
 pub mod gardener;
 pub mod gardenlet;
+/// The commands of the Gardener harness module both wrap.
+mod go_harness;
 pub mod resource_manager;
 /// The fast and the full tier: the guard of every helper that needs root or a one-time build.
 pub mod tier;
