@@ -11,12 +11,7 @@ async fn setup(world: &World, allow: &[&str]) -> (TestServer, TestAgent) {
     let server = TestServer::start(world.server_options(true), None, None).await;
     let resolver = SwitchResolver::new(vec![server.agents]);
     let agent = TestAgent::start(world.agent_options(vec![entry("vpn.test:443")], resolver, allow));
-    let s = server.server.clone();
-    wait_until("the agent session is live", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent session is live").await;
     (server, agent)
 }
 
@@ -201,12 +196,7 @@ async fn unreachable_target_and_no_agent_answer_5xx() {
         "{am}"
     );
     agent.stop().await;
-    let s = server.server.clone();
-    wait_until("the session is gone", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 0 }
-    })
-    .await;
+    live(&server.server, 0, "the session is gone").await;
     let err = connect(&addr, Some(world.apiserver_tls()), "127.0.0.1:1")
         .await
         .err();
@@ -308,12 +298,7 @@ async fn unix_socket_endpoint() {
         SwitchResolver::new(vec![agents]),
         &["127.0.0.1/32"],
     ));
-    let s = server.server.clone();
-    wait_until("the agent session is live", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent session is live").await;
     let addr = ConnectAddr::Unix(path);
     for _ in 0..20 {
         call(&world, &addr, false, webhook, "/").await.unwrap();

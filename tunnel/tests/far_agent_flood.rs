@@ -15,7 +15,6 @@ use isthmus_proxy::Proxy;
 use isthmus_proxy_protocol::{encode_v2, Addresses};
 use isthmus_testkit::link::Link;
 use isthmus_testkit::{wait_until, Scratch};
-use isthmus_tunnel::server::ConnectListener;
 use prometheus_client::registry::Registry;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -94,14 +93,6 @@ impl Flood {
     }
 }
 
-fn proxy_yaml(server: SocketAddr) -> String {
-    format!(
-        "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: vpn\n    \
-         address: \"127.0.0.1:0\"\n    routes: [ {{ sni: \"vpn.test\", upstream: vpn }} ]\n\
-         upstreams:\n  - {{ name: vpn, endpoints: [\"{server}\"], send_proxy_protocol: v2 }}\n"
-    )
-}
-
 /// Two agents 300 ms away (through the link and the proxy) rotate their sessions while the
 /// flood runs: of their first 40 handshakes under the flood, the server completes at least
 /// 38 (the closing oldest-first table completed none).
@@ -112,18 +103,14 @@ async fn a_far_agent_keeps_its_handshakes_under_a_flood_from_many_sources() {
     let mut opts = world.server_options(true);
     opts.limits.trusted_proxies = vec![Cidr::parse("127.0.0.1/32").unwrap()];
     opts.limits.max_handshakes = SLOTS;
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let agents = isthmus_proxy::bind_deferred(any, opts.limits.handshake_timeout).unwrap();
-    let agents = tokio::net::TcpListener::from_std(agents).unwrap();
-    let connect = tokio::net::TcpListener::bind(any).await.unwrap();
-    let (a, c) = (agents.local_addr().unwrap(), connect.local_addr().unwrap());
-    let server = TestServer::start_with(opts, agents, ConnectListener::Tcp(connect), a, c);
+    let server = TestServer::start_deferred(opts).await;
 
     let dir = Scratch::new("far-agent");
     let path = dir.join("proxy.yaml");
     std::fs::write(&path, proxy_yaml(server.agents)).unwrap();
     let proxy = Proxy::start(&path, Registry::default()).await.unwrap();
     let ingress = proxy.listener_addr("vpn").await.unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let far = Link::new(RTT).relay(any, ingress).await.unwrap();
 
     // The agents connect before the flood, as a shoot's agent is connected when an attack

@@ -11,7 +11,6 @@ use common::*;
 use isthmus_config::Cidr;
 use isthmus_proxy::Proxy;
 use isthmus_testkit::{wait_until, Scratch};
-use isthmus_tunnel::server::ConnectListener;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -96,25 +95,12 @@ impl Flood {
     }
 }
 
-async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64) {
-    wait_until(what, DEADLINE, || {
-        let v = metric(&agent.metrics(), series);
-        async move { v >= at_least }
-    })
-    .await;
-}
-
 /// The server, its agents listener bound as the binary binds it (`TCP_DEFER_ACCEPT`).
 #[allow(clippy::unwrap_used)]
 async fn start_server(world: &World, trusted: &[&str]) -> TestServer {
     let mut opts = world.server_options(true);
     opts.limits.trusted_proxies = trusted.iter().map(|c| Cidr::parse(c).unwrap()).collect();
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let agents = isthmus_proxy::bind_deferred(any, opts.limits.handshake_timeout).unwrap();
-    let agents = tokio::net::TcpListener::from_std(agents).unwrap();
-    let connect = tokio::net::TcpListener::bind(any).await.unwrap();
-    let (a, c) = (agents.local_addr().unwrap(), connect.local_addr().unwrap());
-    TestServer::start_with(opts, agents, ConnectListener::Tcp(connect), a, c)
+    TestServer::start_deferred(opts).await
 }
 
 /// Three times over: an agent (dialing `via`) with `max_session_age: 300ms` connects,
@@ -136,7 +122,7 @@ async fn agents_come_and_go(
         );
         opts.max_session_age = Some(AGE);
         let agent = TestAgent::start(opts);
-        wait_metric("three rotations", &agent, ROTATIONS, 3.0).await;
+        agent.wait_metric("three rotations", ROTATIONS, 3.0).await;
         let addr = ConnectAddr::Tcp(server.connect);
         call(world, &addr, true, webhook, "/").await.unwrap();
         let m = agent.metrics();
@@ -186,14 +172,6 @@ fn client_hello(world: &World) -> Vec<u8> {
     let mut hello = Vec::new();
     conn.write_tls(&mut hello).unwrap();
     hello
-}
-
-fn proxy_yaml(server: SocketAddr) -> String {
-    format!(
-        "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: vpn\n    \
-         address: \"127.0.0.1:0\"\n    routes: [ {{ sni: \"vpn.test\", upstream: vpn }} ]\n\
-         upstreams:\n  - {{ name: vpn, endpoints: [\"{server}\"], send_proxy_protocol: v2 }}\n"
-    )
 }
 
 /// The same flood through the seed's isthmus proxy: every connection reaches the server from
