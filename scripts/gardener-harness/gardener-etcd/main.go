@@ -8,7 +8,7 @@
 //	gardener-etcd check    --kubeconfig K --namespace N [--timestamp T]
 //	gardener-etcd wait     --kubeconfig K --namespace N [--timestamp T] [--timeout D] [--interval D]
 //	gardener-etcd scale    --kubeconfig K --namespace N --replicas R [--expect-timestamp T]
-//	gardener-etcd version  the pinned gardener and etcd-druid API versions it was built from
+//	gardener-etcd version  [--source HASH] the pinned gardener and etcd-druid API versions it was built from
 //
 // Each prints one JSON document on stdout (logs go to stderr) and exits 0 when done and
 // healthy, 1 when an oracle says unhealthy, 2 on any other error ({"error": ...}).
@@ -73,7 +73,7 @@ func run(args []string) (map[string]any, error) {
 	if args[0] == "version" {
 		// The pinned gardener and etcd-druid API (the build script's check that the cached
 		// binary is the pinned one).
-		return harness.Version(map[string]string{
+		return harness.Version(args[1:], map[string]string{
 			"gardener":     "github.com/gardener/gardener",
 			"etcdDruidAPI": "github.com/gardener/etcd-druid/api",
 		})

@@ -6,7 +6,7 @@
 //	gardenlet-install install   --kubeconfig K --chart C.tgz --name N --values V [--values V...]
 //	gardenlet-install uninstall --kubeconfig K --name N [--timeout D] [--interval D]
 //	gardenlet-install status    --kubeconfig K --name N
-//	gardenlet-install version
+//	gardenlet-install version [--source HASH]
 //
 // Each prints one JSON document on stdout (logs go to stderr) and exits 0 when done, 1 when
 // `status` finds the installation not ready, 2 on any other error ({"error": ...}).
@@ -54,7 +54,7 @@ func run(args []string) (map[string]any, error) {
 	}
 	if args[0] == "version" {
 		// The build script's freshness check.
-		return harness.Version(map[string]string{"gardener": "github.com/gardener/gardener"})
+		return harness.Version(args[1:], map[string]string{"gardener": "github.com/gardener/gardener"})
 	}
 	switch args[0] {
 	case "install", "uninstall", "status":

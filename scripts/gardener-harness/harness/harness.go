@@ -63,8 +63,14 @@ func Dep(path string) string {
 }
 
 // Version says what the binary was built from: Go, Source, and the version of each module of
-// deps (key: module path), under its key.
-func Version(deps map[string]string) (map[string]any, error) {
+// deps (key: module path), under its key. With --source HASH (the build script's freshness
+// check) it fails unless Source is HASH.
+func Version(args []string, deps map[string]string) (map[string]any, error) {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	want := fs.String("source", "", "fail unless the binary was built from this source hash")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return nil, errors.New("no build information in the binary")
@@ -72,6 +78,9 @@ func Version(deps map[string]string) (map[string]any, error) {
 	out := map[string]any{"go": info.GoVersion, "source": Source}
 	for key, path := range deps {
 		out[key] = Dep(path)
+	}
+	if *want != "" && *want != Source {
+		return out, fmt.Errorf("built from source %s, not %s", Source, *want)
 	}
 	return out, nil
 }
