@@ -30,7 +30,7 @@ mod parties;
 pub use parties::{encode, live, TestAgent, TestServer};
 mod peers;
 #[allow(unused_imports)] // Only the tests of misbehaving peers and floods use them.
-pub use peers::{closed, logs_of, proxy_yaml};
+pub use peers::{closed, logs_of, proxy_yaml, Flood};
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
