@@ -79,29 +79,19 @@ impl Drop for KubeApiServer {
 }
 
 fn kube_apiserver_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("ISTHMUS_KUBE_APISERVER") {
-        return PathBuf::from(p);
-    }
-    let p = crate::cache::kube_apiserver();
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/build-kubernetes.sh (or set ISTHMUS_KUBE_APISERVER)",
-        p.display()
-    );
-    p
+    crate::cache::built(
+        Some("ISTHMUS_KUBE_APISERVER"),
+        crate::cache::kube_apiserver(),
+        "scripts/build-kubernetes.sh",
+    )
 }
 
 fn etcd_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
-        return PathBuf::from(p);
-    }
-    let p = crate::cache::etcd();
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/build-etcd.sh (or set ISTHMUS_ETCD)",
-        p.display()
-    );
-    p
+    crate::cache::built(
+        Some("ISTHMUS_ETCD"),
+        crate::cache::etcd(),
+        "scripts/build-etcd.sh",
+    )
 }
 
 fn tail(path: &Path, lines: usize) -> String {

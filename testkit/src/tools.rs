@@ -12,9 +12,7 @@ pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
     crate::tier::full_only(&format!("{name} (the one-time build {script})"));
-    let p = crate::cache::dir().join(dir).join(name);
-    assert!(p.is_file(), "{} is missing: run {script}", p.display());
-    p
+    crate::cache::built(None, crate::cache::dir().join(dir).join(name), script)
 }
 
 /// `helm`, overridable with `ISTHMUS_HELM`.
