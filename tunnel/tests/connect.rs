@@ -7,6 +7,11 @@ use common::*;
 use isthmus_testkit::wait_until;
 use std::time::Instant;
 
+/// `series` of the metrics text `m` is `want`.
+fn assert_metric(m: &str, series: &str, want: f64) {
+    assert_eq!(metric(m, series), want, "{series}: {m}");
+}
+
 async fn setup(world: &World, allow: &[&str]) -> (TestServer, TestAgent) {
     let server = TestServer::start(world.server_options(true), None, None).await;
     let resolver = SwitchResolver::new(vec![server.agents]);
@@ -39,21 +44,9 @@ async fn webhook_calls_in_parallel() {
     })
     .await;
     let m = server.metrics();
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_connects_total{code=\"200\"}"),
-        200.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_sessions{state=\"active\"}"),
-        1.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_handshakes_total{outcome=\"ok\"}"),
-        1.0,
-        "{m}"
-    );
+    assert_metric(&m, "isthmus_tunnel_connects_total{code=\"200\"}", 200.0);
+    assert_metric(&m, "isthmus_tunnel_sessions{state=\"active\"}", 1.0);
+    assert_metric(&m, "isthmus_tunnel_handshakes_total{outcome=\"ok\"}", 1.0);
     assert!(
         metric(&m, "isthmus_tunnel_ping_rtt_seconds_count") >= 1.0,
         "{m}"
@@ -68,19 +61,12 @@ async fn webhook_calls_in_parallel() {
         async move { metric(&text, "isthmus_tunnel_streams_in_flight") == 0.0 }
     })
     .await;
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         200.0,
-        "{am}"
     );
-    assert_eq!(
-        metric(&am, "isthmus_tunnel_sessions{state=\"active\"}"),
-        1.0,
-        "{am}"
-    );
+    assert_metric(&am, "isthmus_tunnel_sessions{state=\"active\"}", 1.0);
     agent.stop().await;
     server.stop().await;
 }
@@ -144,21 +130,15 @@ async fn target_outside_allow_list_gets_403_without_dial() {
         tokio::time::timeout(std::time::Duration::from_millis(50), forbidden.accept()).await;
     assert!(accepted.is_err(), "the forbidden target was dialed");
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"denied\",reason=\"not_allowed\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"denied\",reason=\"not_allowed\"}",
         1.0,
-        "{am}"
     );
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         0.0,
-        "{am}"
     );
     assert_eq!(
         metric(
@@ -187,13 +167,10 @@ async fn unreachable_target_and_no_agent_answer_5xx() {
         .err();
     assert_eq!(err.as_deref(), Some("status 502"));
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"failed\",reason=\"refused\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"failed\",reason=\"refused\"}",
         1.0,
-        "{am}"
     );
     agent.stop().await;
     live(&server.server, 0, "the session is gone").await;
@@ -222,13 +199,10 @@ async fn malformed_connect_gets_400() {
         assert_eq!(code, want, "{}", String::from_utf8_lossy(request));
     }
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         0.0,
-        "{am}"
     );
     agent.stop().await;
     server.stop().await;
