@@ -7,30 +7,35 @@
 #   build-go-tool.sh kube-router v2.1.0 github.com/cloudnativelabs/kube-router/v2/cmd/kube-router --version  (~2 min cold)
 #   build-go-tool.sh etcd-druid v0.38.1 github.com/gardener/etcd-druid/cmd --version             (~? min cold)
 #   build-go-tool.sh etcd-backup-restore v0.43.0 github.com/gardener/etcd-backup-restore --version (~? min cold)
-# GO_TOOL_LDFLAGS adds linker flags (a command's -X version stamp).
+# GO_TOOL_LDFLAGS adds linker flags (a command's -X version stamp). GO_TOOL_MODULE names the
+# wrapper module when it holds several commands of its own (scripts/build-gardener-harness.sh):
+# the module is scripts/<module>/, PACKAGE its folder ./NAME, the binary
+# $ISTHMUS_CACHE/<module>-<version>/NAME.
 # Idempotent: does nothing when the binary exists and answers the version check.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
 name="$1" version="$2" pkg="$3"
 shift 3
-out="$ISTHMUS_CACHE/$name-$version/$name"
+module="${GO_TOOL_MODULE:-$name}"
+out="$ISTHMUS_CACHE/$module-$version/$name"
 
 if [[ -x "$out" ]] && "$out" "$@" >/dev/null 2>&1; then
   exit 0
 fi
 command -v go >/dev/null || { echo "build-go-tool: go is not installed" >&2; exit 1; }
 # The module: the package path up to its /cmd/… (or a trailing /cmd). A command of the
-# wrapper module itself (isthmus.invalid/NAME, a stand-in) is pinned by what it requires.
+# wrapper module itself (isthmus.invalid/NAME, a stand-in, or ./NAME) is pinned by what it
+# requires.
 mod="${pkg%%/cmd/*}"
 mod="${mod%/cmd}"
-[[ "$pkg" == "isthmus.invalid/$name" ]] && mod='\S+'
-grep -qE "^(require )?\s*$mod $version\b" "$root/scripts/$name/go.mod" ||
-  { echo "build-go-tool: scripts/$name/go.mod does not pin $mod $version" >&2; exit 1; }
+[[ "$pkg" == "isthmus.invalid/$name" || "$pkg" == "./$name" ]] && mod='\S+'
+grep -qE "^(require )?\s*$mod $version\b" "$root/scripts/$module/go.mod" ||
+  { echo "build-go-tool: scripts/$module/go.mod does not pin $mod $version" >&2; exit 1; }
 mkdir -p "$(dirname "$out")"
 echo "build-go-tool: building $name $version"
 start=$(date +%s)
-cd "$root/scripts/$name"
+cd "$root/scripts/$module"
 # -mod=readonly: go.mod/go.sum are the pin. CGO_ENABLED=0: a static binary, runnable in an
 # image without libraries.
 GO111MODULE=on GOFLAGS= CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath \

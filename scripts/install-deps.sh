@@ -78,9 +78,9 @@ done
 "$d/build-prometheus.sh"
 # Gardener's own etcd deploy, secrets manager and health checks (the gardener-etcd harness of
 # the Gardener-contract tests, testkit::gardener).
-"$d/build-gardener-etcd.sh"
+"$d/build-gardener-harness.sh" gardener-etcd
 # gardener-resource-manager and the gardenlet-install harness (Gardener v1.149.3): the chart
 # installed the way gardenlet installs an Extension (tests/gardenlet_install.rs), and the
 # node's NetworkPolicies the Gardener way.
 "$d/build-go-tool.sh" gardener-resource-manager v1.149.3 github.com/gardener/gardener/cmd/gardener-resource-manager --version
-"$d/build-gardenlet-install.sh"
+"$d/build-gardener-harness.sh" gardenlet-install

@@ -9,7 +9,7 @@
 #     Gardener installs that the chart uses: `VerticalPodAutoscaler` (with InPlaceOrRecreate),
 #     prometheus-operator's `PodMonitor` and `PrometheusRule`, fluent-operator's
 #     `ClusterParser` and `ClusterFilter` (fluentbit.fluent.io/v1alpha2)
-#   - and `ServiceMonitor`, which Gardener's etcd deploy writes too (scripts/gardener-etcd/)
+#   - and `ServiceMonitor`, which Gardener's etcd deploy writes too (scripts/gardener-harness/gardener-etcd/)
 # `go mod download` verifies each module zip against the checksum database (sum.golang.org), so
 # the files are exactly what the tags published. Idempotent: does nothing when every file exists
 # and came from the pins below ($out/PINS holds the list they came from; other pins fetch anew).

@@ -7,8 +7,8 @@
 mod common;
 
 use common::chart::{
-    annotation_json, args, controller_flag, find, lint, load_balancer, pod_templates, render,
-    render_text, tunnel_servers, SEED,
+    annotation_json, args, check_bootstrap_routes, controller_flag, find, lint, load_balancer,
+    namespace_labels, pod_templates, render, render_text, tunnel_servers, SEED,
 };
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -363,23 +363,7 @@ fn ports_agree_between_load_balancer_pods_bootstrap_and_controller() {
 fn bootstrap_routes_file_is_valid_for_the_proxy() {
     for values in [&[][..], &SEED[..]] {
         let docs = render(values, &[]);
-        let text = find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        let dir = isthmus_testkit::Scratch::new("chart-bootstrap");
-        let path = dir.join("proxy.json");
-        std::fs::write(&path, &text).unwrap();
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_isthmus"))
-            .arg("check-config")
-            .arg(&path)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        check_bootstrap_routes(&docs);
         let a = args(&find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]);
         assert_eq!(a[..3], ["proxy", "--config", "/etc/isthmus/proxy.json"]);
     }
@@ -475,13 +459,7 @@ fn gardener_resource_manager_gets_what_it_needs_for_every_flow() {
         uid: "0".into(),
         pod_labels: [("app".to_string(), "etcd-statefulset".to_string())].into(),
     };
-    let namespace_labels = flag("proxy-namespace-labels")
-        .split(',')
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap();
-            (k.to_owned(), v.to_owned())
-        })
-        .collect();
+    let namespace_labels = namespace_labels(flag("proxy-namespace-labels"));
     let trigger = isthmus_controller::network::etcd_service(
         "shoot--foo--bar",
         &[user],

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use isthmus_testkit::{
-    client_config, http_get, server_config, tls_connect, wait_until, Logged, Scratch, TestPki,
-    TlsEchoServer,
+    client_config, http_get, server_config, tls_connect, wait_draining, wait_until, Logged,
+    Scratch, TestPki, TlsEchoServer,
 };
 use std::net::SocketAddr;
 use std::process::Command;
@@ -101,6 +101,19 @@ fn subcommands_are_the_production_ones_and_help_shows_no_implementation_notes() 
     assert!(!help.contains("Boxed"), "{help}");
 }
 
+/// `isthmus controller ARGS` with no cluster to ask: asserts that it stops at start; its
+/// standard error.
+fn controller_refuses(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("controller")
+        .args(args)
+        .env("KUBECONFIG", "/nonexistent")
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "{args:?} started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 /// Issue 47 point 1: flags that would make every rendered file unloadable (the VPN listener on
 /// the admin port or on a member listener, a port below 1024) stop the controller at start,
 /// naming the flags, before it talks to any cluster.
@@ -112,14 +125,7 @@ fn controller_refuses_a_layout_no_proxy_could_bind() {
         (&["--vpn-port", "443"][..], "below 1024"),
         (&["--proxy-admin-port", "8443"][..], "admin port"),
     ] {
-        let out = Command::new(BIN)
-            .arg("controller")
-            .args(args)
-            .env("KUBECONFIG", "/nonexistent")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} started");
+        let err = controller_refuses(args);
         assert!(
             err.contains("--members, --vpn-port and --proxy-admin-port") && err.contains(want),
             "{args:?}: {err}"
@@ -147,14 +153,7 @@ fn controller_refuses_a_listen_address_and_namespace_labels_it_cannot_use() {
         ),
         (&["--proxy-namespace-labels", "=x"][..], "want KEY=VALUE"),
     ] {
-        let out = Command::new(BIN)
-            .arg("controller")
-            .args(args)
-            .env("KUBECONFIG", "/nonexistent")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{args:?} started");
+        let err = controller_refuses(args);
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
@@ -164,13 +163,7 @@ fn controller_refuses_a_listen_address_and_namespace_labels_it_cannot_use() {
 #[test]
 fn controller_refuses_to_trust_every_address_with_proxy_headers() {
     for all in ["0.0.0.0/0", "10.250.0.0/16,::/0"] {
-        let out = Command::new(BIN)
-            .args(["controller", "--trusted-proxies", all])
-            .env("KUBECONFIG", "/nonexistent")
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "{all} started");
+        let err = controller_refuses(&["--trusted-proxies", all]);
         assert!(
             err.contains("--trusted-proxies") && err.contains("trusts every address"),
             "{all}: {err}"
@@ -265,14 +258,7 @@ async fn proxy_reloads_on_sighup_and_drains_on_sigterm() {
     .await;
 
     p.signal("TERM");
-    wait_until("readyz 503", WAIT, || async {
-        http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(503)
-    })
-    .await;
-    wait_until("listener closed", WAIT, || async {
-        tokio::net::TcpStream::connect(addr).await.is_err()
-    })
-    .await;
+    wait_draining(admin, addr, WAIT).await;
     // The connection opened before the reload and the drain still works.
     tls.write_all(b"draining").await.unwrap();
     let mut buf = [0u8; 32];

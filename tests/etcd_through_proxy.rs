@@ -11,7 +11,7 @@
 
 use isthmus_testkit::{Netns, Scratch, TestPki};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const DOMAIN: &str = "seed-a.test";
@@ -147,12 +147,10 @@ fn forwarded(m: &str, i: usize) -> f64 {
 
 #[test]
 fn etcd_cluster_forms_serves_and_grows_through_the_proxy() {
-    for tool in ["etcd", "etcdctl", "ip", "curl"] {
-        assert!(
-            Command::new("sh").args(["-c", &format!("command -v {tool}")]).output().unwrap().status.success(),
-            "{tool} is missing: run .ci/run or `apt-get install etcd-server etcd-client iproute2 curl`"
-        );
-    }
+    isthmus_testkit::tier::needs_tools(
+        &["etcd", "etcdctl", "ip", "curl"],
+        "run .ci/run or `apt-get install etcd-server etcd-client iproute2 curl`",
+    );
     let ns = Netns::new("etcd")
         .unwrap_or_else(|e| panic!("network namespaces unavailable (run as root): {e}"));
     let names: Vec<String> = (0..4).map(peer_name).collect();

@@ -23,7 +23,6 @@
 use isthmus_lab::member::MemberRef;
 use isthmus_lab::side::Side;
 use isthmus_lab::{Options, Report, Scenario};
-use std::process::Command;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -38,17 +37,10 @@ fn lab(name: &str, rtt_ms: u64, scenario: Scenario) -> Report {
 fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> Report {
     isthmus_testkit::tier::needs_root("network namespaces: the lab's seeds");
     let _one = ONE_LAB_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    for tool in ["etcd", "ip"] {
-        assert!(
-            Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .unwrap()
-                .status
-                .success(),
-            "{tool} is missing: run .ci/run or `apt-get install etcd-server iproute2`"
-        );
-    }
+    isthmus_testkit::tier::needs_tools(
+        &["etcd", "ip"],
+        "run .ci/run or `apt-get install etcd-server iproute2`",
+    );
     let dir = std::env::temp_dir().join(format!("isthmus-lab-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let opts = Options {

@@ -10,11 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use isthmus_testkit::openvpn::{self, DESTINATION_HEADER as HEADER};
 use isthmus_testkit::{Netns, Scratch, TestPki};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const HEADER: &str = "X-Gardener-Destination";
 const DEST: &str = "outbound|1194||vpn-seed-server-0.shoot--foo--bar.svc.cluster.local";
 
 struct Proc(Child);
@@ -38,17 +38,10 @@ fn spawn(cmd: &mut Command, log: &std::path::Path) -> Proc {
 
 #[test]
 fn openvpn_tunnels_through_the_http_connect_listener() {
-    for tool in ["openvpn", "ip", "curl", "python3"] {
-        assert!(
-            Command::new("sh")
-                .args(["-c", &format!("command -v {tool}")])
-                .output()
-                .unwrap()
-                .status
-                .success(),
-            "{tool} is missing: run .ci/run or scripts/install-deps.sh"
-        );
-    }
+    isthmus_testkit::tier::needs_tools(
+        &["openvpn", "ip", "curl", "python3"],
+        "run .ci/run or scripts/install-deps.sh",
+    );
     let seed = Netns::new("vpnseed")
         .unwrap_or_else(|e| panic!("network namespaces unavailable (run as root): {e}"));
     let shoot = Netns::new("vpnshoot").unwrap();
@@ -83,32 +76,18 @@ upstreams:
             .arg(dir.join("proxy.yaml")),
         &dir.join("proxy.log"),
     );
-    let p = |x: &std::path::PathBuf| x.display().to_string();
+    let server_tls = openvpn::Tls {
+        ca: &ca,
+        cert: &scrt,
+        key: &skey,
+    };
     let _server = spawn(
-        seed.command("openvpn").args([
-            "--dev",
-            "tun",
-            "--proto",
-            "tcp-server",
-            "--local",
-            "127.0.0.1",
-            "--port",
-            "1194",
-            "--ifconfig",
-            "10.8.99.1",
-            "10.8.99.2",
-            "--tls-server",
-            "--dh",
-            "none",
-            "--ca",
-            &p(&ca),
-            "--cert",
-            &p(&scrt),
-            "--key",
-            &p(&skey),
-            "--verb",
-            "3",
-        ]),
+        seed.command("openvpn").args(openvpn::server_args(
+            "127.0.0.1:1194".parse().unwrap(),
+            ["10.8.99.1", "10.8.99.2"],
+            server_tls,
+            3,
+        )),
         &dir.join("server.log"),
     );
     std::fs::write(dir.join("index.html"), "through-the-tunnel\n").unwrap();
@@ -125,38 +104,20 @@ upstreams:
             .arg(dir.path()),
         &dir.join("web.log"),
     );
+    let client_tls = openvpn::Tls {
+        ca: &ca,
+        cert: &ccrt,
+        key: &ckey,
+    };
     let _client = spawn(
-        shoot.command("openvpn").args([
-            "--dev",
-            "tun",
-            "--proto",
-            "tcp-client",
-            "--remote",
-            "10.0.0.1",
-            "1194",
-            "--http-proxy",
-            "10.213.7.1",
-            "8132",
-            "--http-proxy-option",
-            "CUSTOM-HEADER",
-            HEADER,
+        shoot.command("openvpn").args(openvpn::client_args(
+            "10.0.0.1:1194".parse().unwrap(),
+            "10.213.7.1:8132".parse().unwrap(),
             DEST,
-            "--ifconfig",
-            "10.8.99.2",
-            "10.8.99.1",
-            "--tls-client",
-            "--ca",
-            &p(&ca),
-            "--cert",
-            &p(&ccrt),
-            "--key",
-            &p(&ckey),
-            "--connect-retry",
-            "1",
-            "1",
-            "--verb",
-            "3",
-        ]),
+            ["10.8.99.2", "10.8.99.1"],
+            client_tls,
+            3,
+        )),
         &dir.join("client.log"),
     );
     let deadline = Instant::now() + Duration::from_secs(60);

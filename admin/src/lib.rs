@@ -12,6 +12,7 @@
 //! - [`backoff`]: what an accept loop does after `accept` failed.
 //! - [`ratelog`]: at most one log line per key and interval under attack, with the count.
 //! - [`watch`]: when a file read at start (configuration, certificates) was replaced.
+//! - [`logging`]: the stderr subscriber of every binary (`--log-format text|json`).
 //!
 //! What it must never do: let any number of clients, however slow, keep `/readyz` from
 //! answering or hold memory beyond the documented bound.
@@ -22,6 +23,7 @@ pub mod backoff;
 pub mod bodies;
 pub mod deadline;
 pub mod http1;
+pub mod logging;
 pub mod ratelog;
 pub mod routes;
 pub mod watch;

@@ -477,14 +477,7 @@ fn children(pid: u32) -> Vec<u32> {
 }
 
 fn vm_rss(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0)
+    isthmus_testkit::rss_kib(pid).unwrap_or(0)
 }
 
 /// Each live thread of `pid` (thread ids are unique across processes) and its CPU time in

@@ -111,38 +111,8 @@ pub async fn conn_rate(
     dur: Duration,
 ) -> io::Result<(f64, u64, u64)> {
     let start = Instant::now();
-    let mut set = JoinSet::new();
-    for _ in 0..concurrency {
-        let hello = hello.clone();
-        set.spawn(async move {
-            let (mut ok, mut failed) = (0u64, 0u64);
-            let mut first = hello.to_vec();
-            first.push(ECHO);
-            first.extend_from_slice(&[7u8; 16]);
-            while start.elapsed() < dur {
-                let r = async {
-                    let mut s = TcpStream::connect(addr).await?;
-                    s.set_nodelay(true)?;
-                    s.write_all(&first).await?;
-                    let mut back = [0u8; 16];
-                    s.read_exact(&mut back).await?;
-                    io::Result::Ok(())
-                }
-                .await;
-                match r {
-                    Ok(()) => ok += 1,
-                    Err(_) => failed += 1,
-                }
-            }
-            (ok, failed)
-        });
-    }
-    let (mut ok, mut failed) = (0u64, 0u64);
-    while let Some(r) = set.join_next().await {
-        let (o, f) = r.map_err(io::Error::other)?;
-        ok += o;
-        failed += f;
-    }
+    let (ok, failed) =
+        connection_loops(addr, hello, concurrency, move || start.elapsed() < dur).await?;
     Ok((ok as f64 / start.elapsed().as_secs_f64(), ok, failed))
 }
 
@@ -156,18 +126,30 @@ pub async fn churn(
 ) -> io::Result<(u64, u64)> {
     use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     let left = Arc::new(AtomicU64::new(total));
+    connection_loops(addr, hello, concurrency, move || {
+        left.fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    })
+    .await
+}
+
+/// `concurrency` closed loops of connect, ClientHello, 16-byte echo, close, each going on
+/// while `more()` says so: the connections made and the failed attempts.
+async fn connection_loops(
+    addr: SocketAddr,
+    hello: Arc<[u8]>,
+    concurrency: usize,
+    more: impl Fn() -> bool + Clone + Send + 'static,
+) -> io::Result<(u64, u64)> {
     let mut set = JoinSet::new();
     for _ in 0..concurrency {
-        let (hello, left) = (hello.clone(), left.clone());
+        let (hello, more) = (hello.clone(), more.clone());
         set.spawn(async move {
             let (mut ok, mut failed) = (0u64, 0u64);
             let mut first = hello.to_vec();
             first.push(ECHO);
             first.extend_from_slice(&[7u8; 16]);
-            while left
-                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
-                .is_ok()
-            {
+            while more() {
                 let r = async {
                     let mut s = TcpStream::connect(addr).await?;
                     s.set_nodelay(true)?;

@@ -225,12 +225,7 @@ pub fn cpu_seconds(pids: &[u32]) -> f64 {
 /// Resident memory of `pids`, bytes.
 pub fn rss_bytes(pids: &[u32]) -> u64 {
     pids.iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-        .filter_map(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
+        .filter_map(|&p| isthmus_testkit::rss_kib(p))
         .map(|kib| kib * 1024)
         .sum()
 }

@@ -17,7 +17,7 @@
 use super::load::{Dialer, Entry};
 use super::targets::{self, SOURCE_PORT, WEBHOOK_PORT};
 use isthmus_lab::link::Link;
-use isthmus_testkit::{Netns, Scratch, TestPki};
+use isthmus_testkit::{openvpn, Netns, Scratch, TestPki};
 use std::io::BufRead;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -558,73 +558,38 @@ pub async fn openvpn(w: &World, rtt: Duration, tag: &str) -> Peer {
     let (ccrt, ckey) = pki
         .client_cert("vpn-shoot")
         .write(d, &format!("ovpn-client-{tag}"));
-    let p = |x: &PathBuf| x.display().to_string();
     let port = 1194u16;
     let server = spawn(
-        w.seed.command("openvpn").args([
-            "--dev",
-            "tun",
-            "--proto",
-            "tcp-server",
-            "--local",
-            &SEED.to_string(),
-            "--port",
-            &port.to_string(),
-            "--ifconfig",
-            "10.8.171.1",
-            "10.8.171.2",
-            "--tls-server",
-            "--dh",
-            "none",
-            "--ca",
-            &p(&ca),
-            "--cert",
-            &p(&scrt),
-            "--key",
-            &p(&skey),
-            "--verb",
-            "1",
-        ]),
+        w.seed.command("openvpn").args(openvpn::server_args(
+            SocketAddr::from((SEED, port)),
+            ["10.8.171.1", "10.8.171.2"],
+            openvpn::Tls {
+                ca: &ca,
+                cert: &scrt,
+                key: &skey,
+            },
+            1,
+        )),
         &w.dir.join(&format!("ovpn-server-{tag}.log")),
     );
     let link = Link::new(rtt);
     let proxy = connect_proxy(SocketAddr::from((SEED, port))).await;
     let front = relay(&link, HOST_SHOOT, proxy).await;
+    let mut client_args = openvpn::client_args(
+        SocketAddr::from((SEED, port)),
+        front,
+        "vpn",
+        ["10.8.171.2", "10.8.171.1"],
+        openvpn::Tls {
+            ca: &ca,
+            cert: &ccrt,
+            key: &ckey,
+        },
+        1,
+    );
+    client_args.extend(["--route", "10.213.171.0", "255.255.255.252"].map(String::from));
     let client = spawn(
-        w.shoot.command("openvpn").args([
-            "--dev",
-            "tun",
-            "--proto",
-            "tcp-client",
-            "--remote",
-            &SEED.to_string(),
-            &port.to_string(),
-            "--http-proxy",
-            &front.ip().to_string(),
-            &front.port().to_string(),
-            "--http-proxy-option",
-            "CUSTOM-HEADER",
-            "X-Gardener-Destination",
-            "vpn",
-            "--ifconfig",
-            "10.8.171.2",
-            "10.8.171.1",
-            "--route",
-            "10.213.171.0",
-            "255.255.255.252",
-            "--tls-client",
-            "--ca",
-            &p(&ca),
-            "--cert",
-            &p(&ccrt),
-            "--key",
-            &p(&ckey),
-            "--connect-retry",
-            "1",
-            "1",
-            "--verb",
-            "1",
-        ]),
+        w.shoot.command("openvpn").args(client_args),
         &w.dir.join(&format!("ovpn-client-{tag}.log")),
     );
     let dialer = Dialer {

@@ -10,7 +10,6 @@ use isthmus_lab::{Options, Scenario};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tracing_subscriber::EnvFilter;
 
 /// isthmus-lab: a real etcd live migration between two seeds on this machine, through isthmus.
 ///
@@ -131,20 +130,9 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr; `RUST_LOG` filters (default `info,kube_client=off`).
 fn init_logging(format: &str) {
-    use std::io::IsTerminal;
     // kube's client logs every refused connection and 500 of a starting kube-apiserver as an
     // error; the lab waits for those on purpose and reports what the load saw instead.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,kube_client=off"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    isthmus_admin::logging::init(format, "info,kube_client=off");
 }
 
 /// The `isthmus` binary to run: the flag, else the one next to this executable.

@@ -16,16 +16,27 @@ use tokio::net::TcpListener;
 /// pod flapped NotReady and was restarted (issue 47, point 1). Without it such a listener's
 /// bind fails, as does any other process's.
 pub fn bind_admin(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::from_std(listening(addr, 1024, |_| Ok(()))?.into())
+}
+
+/// A non-blocking listening socket with `SO_REUSEADDR` (a restarted process rebinds at once)
+/// and what `options` sets before it binds.
+fn listening(
+    addr: SocketAddr,
+    backlog: i32,
+    options: impl FnOnce(&socket2::Socket) -> io::Result<()>,
+) -> io::Result<socket2::Socket> {
     let socket = socket2::Socket::new(
         socket2::Domain::for_address(addr),
         socket2::Type::STREAM,
         Some(socket2::Protocol::TCP),
     )?;
     socket.set_reuse_address(true)?;
+    options(&socket)?;
     socket.set_nonblocking(true)?;
     socket.bind(&addr.into())?;
-    socket.listen(1024)?;
-    TcpListener::from_std(socket.into())
+    socket.listen(backlog)?;
+    Ok(socket)
 }
 
 /// [`bind_admin`], retried every 100 ms for up to `wait` while the address is in use: a
@@ -77,15 +88,7 @@ pub fn bind_group(
 /// tunnel server's agents listener), which needs `TCP_DEFER_ACCEPT` from the one module
 /// allowed `unsafe` code.
 pub fn bind_deferred(addr: SocketAddr, defer: Duration) -> io::Result<std::net::TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(1024)?;
+    let socket = listening(addr, 1024, |_| Ok(()))?;
     crate::sys::set_defer_accept(&socket, defer)?;
     Ok(socket.into())
 }
@@ -94,17 +97,10 @@ pub fn bind_deferred(addr: SocketAddr, defer: Duration) -> io::Result<std::net::
 /// handed to the runtime that will accept on it. TCP_NODELAY is set here because accepted
 /// sockets inherit it (Linux), as they inherit keepalive (see [`apply_keepalive`]).
 fn bind_std(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
-    let socket = socket2::Socket::new(
-        socket2::Domain::for_address(addr),
-        socket2::Type::STREAM,
-        Some(socket2::Protocol::TCP),
-    )?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.set_tcp_nodelay(true)?;
-    socket.bind(&addr.into())?;
-    socket.listen(4096)?;
+    let socket = listening(addr, 4096, |s| {
+        s.set_reuse_port(true)?;
+        s.set_tcp_nodelay(true)
+    })?;
     Ok(socket.into())
 }
 

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use isthmus_testkit::{
-    client_config, http_get, server_config, tls_connect, wait_until, TestPki, TlsEchoServer,
+    client_config, http_get, server_config, tls_connect, wait_draining, TestPki, TlsEchoServer,
 };
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -65,14 +65,7 @@ upstreams:
             .await
     });
     let admin = f.proxy.admin_addr();
-    wait_until("readyz 503", WAIT, || async {
-        http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(503)
-    })
-    .await;
-    wait_until("listener closed", WAIT, || async {
-        tokio::net::TcpStream::connect(addr).await.is_err()
-    })
-    .await;
+    wait_draining(admin, addr, WAIT).await;
     // The established connection still works during the drain.
     tls.write_all(b"late").await.unwrap();
     let mut buf = [0u8; 16];

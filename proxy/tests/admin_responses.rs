@@ -21,12 +21,7 @@ const ROUTES: usize = 1400;
 const CLIENTS: usize = 256;
 
 fn rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap()
+    isthmus_testkit::rss_kib(std::process::id()).unwrap()
 }
 
 /// One listener with `ROUTES` routes, each to its own upstream (as etcd members are): every

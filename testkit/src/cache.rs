@@ -21,6 +21,21 @@ pub fn dir() -> PathBuf {
     Path::new(&home).join(".cache/isthmus")
 }
 
+/// A one-time build's file: the path in the variable `env` when it is set, else `path`, which
+/// must exist (panics naming `script`, the build that makes it).
+pub fn built(env: Option<&str>, path: PathBuf, script: &str) -> PathBuf {
+    if let Some(p) = env.and_then(std::env::var_os) {
+        return PathBuf::from(p);
+    }
+    let or = env.map(|e| format!(" (or set {e})")).unwrap_or_default();
+    assert!(
+        path.is_file(),
+        "{} is missing: run {script}{or}",
+        path.display()
+    );
+    path
+}
+
 /// kube-apiserver as `scripts/build-kubernetes.sh` leaves it.
 pub fn kube_apiserver() -> PathBuf {
     dir()
@@ -36,4 +51,21 @@ pub fn etcd() -> PathBuf {
 /// The pinned upstream CRDs as `scripts/upstream-crds.sh` leaves them.
 pub fn upstream_crds() -> PathBuf {
     dir().join("upstream-crds")
+}
+
+/// The given files of [`upstream_crds`]; panics naming the script when one is missing.
+pub fn upstream_crd_paths(files: &[&str]) -> Vec<PathBuf> {
+    let dir = upstream_crds();
+    files
+        .iter()
+        .map(|f| {
+            let p = dir.join(f);
+            assert!(
+                p.is_file(),
+                "{} is missing: run scripts/upstream-crds.sh",
+                p.display()
+            );
+            p
+        })
+        .collect()
 }

@@ -15,12 +15,7 @@ fn binary() -> PathBuf {
     let p = crate::cache::dir()
         .join(format!("kubernetes-{}", crate::cache::KUBE_VERSION))
         .join("kube-controller-manager");
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/build-kubernetes.sh",
-        p.display()
-    );
-    p
+    crate::cache::built(None, p, "scripts/build-kubernetes.sh")
 }
 
 /// A running kube-controller-manager; killed on drop.

@@ -1,48 +1,34 @@
-//! gardenlet's install path for tests: runs `gardenlet-install` (`scripts/gardenlet-install/`:
-//! Gardener v1.149.3's ControllerInstallation reconciler for a seed: the chart rendered with
+//! gardenlet's install path for tests: runs `gardenlet-install`
+//! (`scripts/gardener-harness/gardenlet-install/`: Gardener v1.149.3's ControllerInstallation
+//! reconciler for a seed: the chart rendered with
 //! `pkg/chartrenderer` into `extension-<name>-<random>`, handed to gardener-resource-manager as
 //! a `ManagedResource` of class `seed` in `garden`; its deletion path; the care controller's
 //! reading of the result) against an API server, and hands back its JSON answers.
 //!
-//! The binary is built by `scripts/build-gardenlet-install.sh` into the cache
-//! (`<cache>/gardenlet-install-v1.149.3/`); [`binary`] runs that script once per process, which
+//! The binary is built by `scripts/build-gardener-harness.sh gardenlet-install` into the cache
+//! (`<cache>/gardener-harness-v1.149.3/`); [`binary`] runs that script once per process, which
 //! returns at once when the cached binary was built from the current source.
 //! `ISTHMUS_GARDENLET_INSTALL` overrides the binary (the script is then not run).
 
+use crate::go_harness::Harness;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
-use tokio::process::Command;
 
 /// The Gardener the harness (and the resource manager) is built from.
-pub const GARDENER_VERSION: &str = "v1.149.3";
+pub use crate::go_harness::GARDENER_VERSION;
 
-/// The harness binary, built or found fresh by `scripts/build-gardenlet-install.sh` (once per
-/// process); panics with the script's output when it fails.
+pub use crate::go_harness::Answer;
+
+const HARNESS: Harness = Harness {
+    name: "gardenlet-install",
+    env: "ISTHMUS_GARDENLET_INSTALL",
+};
+
+/// The harness binary, built or found fresh by `scripts/build-gardener-harness.sh
+/// gardenlet-install` (once per process); panics with the script's output when it fails.
 pub fn binary() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("ISTHMUS_GARDENLET_INSTALL") {
-            return PathBuf::from(p);
-        }
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-gardenlet-install.sh");
-        crate::tools::run_ok(&mut std::process::Command::new(&script));
-        crate::cache::dir()
-            .join(format!("gardenlet-install-{GARDENER_VERSION}"))
-            .join("gardenlet-install")
-    })
-    .clone()
-}
-
-/// One answer of the harness: its exit code (0 done, 1 `status` says not ready, 2 any other
-/// error), its JSON document and its log (stderr).
-#[derive(Debug, Clone)]
-pub struct Answer {
-    pub code: i32,
-    pub json: Value,
-    pub log: String,
+    HARNESS.binary()
 }
 
 /// The harness pointed at one seed cluster and one ControllerRegistration name.
@@ -62,27 +48,9 @@ impl GardenletInstall {
 
     /// Runs `gardenlet-install CMD --kubeconfig K --name N ARGS…`.
     pub async fn run(&self, cmd: &str, args: &[&str]) -> Answer {
-        let out = Command::new(binary())
-            .arg(cmd)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(["--name", &self.name])
-            .args(args)
-            .output()
+        HARNESS
+            .run(cmd, &self.kubeconfig, ["--name", &self.name], args)
             .await
-            .unwrap_or_else(|e| panic!("spawning gardenlet-install {cmd}: {e}"));
-        let log = String::from_utf8_lossy(&out.stderr).into_owned();
-        let json = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "gardenlet-install {cmd}: stdout is not JSON ({e}):\n{}\n{log}",
-                String::from_utf8_lossy(&out.stdout)
-            )
-        });
-        Answer {
-            code: out.status.code().unwrap_or(-1),
-            json,
-            log,
-        }
     }
 
     /// `install --chart CHART --values V…`; panics unless it exits 0.
@@ -114,13 +82,9 @@ impl GardenletInstall {
     }
 
     async fn ok(&self, cmd: &str, args: &[&str]) -> Value {
-        let a = self.run(cmd, args).await;
-        assert_eq!(
-            a.code, 0,
-            "gardenlet-install {cmd} failed: {}\n{}",
-            a.json, a.log
-        );
-        a.json
+        HARNESS
+            .ok(cmd, &self.kubeconfig, ["--name", &self.name], args)
+            .await
     }
 }
 

@@ -79,29 +79,19 @@ impl Drop for KubeApiServer {
 }
 
 fn kube_apiserver_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("ISTHMUS_KUBE_APISERVER") {
-        return PathBuf::from(p);
-    }
-    let p = crate::cache::kube_apiserver();
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/build-kubernetes.sh (or set ISTHMUS_KUBE_APISERVER)",
-        p.display()
-    );
-    p
+    crate::cache::built(
+        Some("ISTHMUS_KUBE_APISERVER"),
+        crate::cache::kube_apiserver(),
+        "scripts/build-kubernetes.sh",
+    )
 }
 
 fn etcd_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("ISTHMUS_ETCD") {
-        return PathBuf::from(p);
-    }
-    let p = crate::cache::etcd();
-    assert!(
-        p.is_file(),
-        "{} is missing: run scripts/build-etcd.sh (or set ISTHMUS_ETCD)",
-        p.display()
-    );
-    p
+    crate::cache::built(
+        Some("ISTHMUS_ETCD"),
+        crate::cache::etcd(),
+        "scripts/build-etcd.sh",
+    )
 }
 
 fn tail(path: &Path, lines: usize) -> String {
@@ -110,13 +100,46 @@ fn tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-fn log_file(path: &Path) -> (Stdio, Stdio) {
-    let f = File::options()
-        .create(true)
-        .append(true)
-        .open(path)
-        .unwrap();
-    (f.try_clone().unwrap().into(), f.into())
+/// Spawns `cmd` (killed on drop) with its output appended to `log`.
+fn spawn_logged(cmd: &mut Command, log: &Path) -> Child {
+    let f = File::options().create(true).append(true).open(log).unwrap();
+    cmd.stdin(Stdio::null())
+        .stdout(f.try_clone().unwrap())
+        .stderr(f)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning {cmd:?}: {e}"))
+}
+
+/// Polls `ready` every `every` until it says so (true) or `child` exits (false); panics with
+/// `not_ready` and the tail of `log` after [`READY_TIMEOUT`].
+async fn wait_ready<F, Fut>(
+    not_ready: &str,
+    child: &mut Child,
+    log: &Path,
+    every: Duration,
+    mut ready: F,
+) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + READY_TIMEOUT;
+    loop {
+        if ready().await {
+            return true;
+        }
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{not_ready} after {READY_TIMEOUT:?}; {}:\n{}",
+            log.display(),
+            tail(log, 40)
+        );
+        tokio::time::sleep(every).await;
+    }
 }
 
 fn bind_failed(log: &Path) -> bool {
@@ -274,36 +297,20 @@ impl KubeApiServer {
     async fn spawn_apiserver(&mut self, bin: &Path) -> Result<(), PathBuf> {
         self.spawns += 1;
         let log = self.apiserver_log();
-        let (out, err) = log_file(&log);
-        let child = Command::new(bin)
-            .args(self.apiserver_args())
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {}: {e}", bin.display()));
+        let child = spawn_logged(Command::new(bin).args(self.apiserver_args()), &log);
         self.apiserver = Some(child);
         let client = self.admin().await;
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if readyz(&client).await {
-                return Ok(());
-            }
-            if let Some(a) = self.apiserver.as_mut() {
-                if a.try_wait().unwrap().is_some() {
-                    self.apiserver = None;
-                    return Err(log);
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kube-apiserver not ready after {READY_TIMEOUT:?}; {}:\n{}",
-                log.display(),
-                tail(&log, 40)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let child = self.apiserver.as_mut().expect("spawned above");
+        let every = Duration::from_millis(50);
+        if wait_ready("kube-apiserver not ready", child, &log, every, || {
+            readyz(&client)
+        })
+        .await
+        {
+            return Ok(());
         }
+        self.apiserver = None;
+        Err(log)
     }
 
     /// `https://127.0.0.1:PORT`.
@@ -401,22 +408,10 @@ impl KubeApiServer {
     /// The pinned upstream CRDs from `target/upstream-crds/`: etcd-druid's `Etcd` and
     /// Gardener's `DNSRecord`.
     pub fn upstream_crd_paths() -> Vec<PathBuf> {
-        let dir = crate::cache::upstream_crds();
-        let paths: Vec<PathBuf> = [
+        crate::cache::upstream_crd_paths(&[
             "druid.gardener.cloud_etcds.yaml",
             "extensions.gardener.cloud_dnsrecords.yaml",
-        ]
-        .iter()
-        .map(|f| dir.join(f))
-        .collect();
-        for p in &paths {
-            assert!(
-                p.is_file(),
-                "{} is missing: run scripts/upstream-crds.sh",
-                p.display()
-            );
-        }
-        paths
+        ])
     }
 
     /// Stops (SIGKILL) and restarts kube-apiserver on the same port and etcd data (for "API
@@ -445,42 +440,24 @@ async fn start_etcd(bin: &Path, scratch: &Scratch) -> (Child, String) {
         let peer = format!("http://127.0.0.1:{peer_port}");
         let log = scratch.join(&format!("etcd.{attempt}.log"));
         let data = scratch.join(&format!("etcd.{attempt}"));
-        let (out, err) = log_file(&log);
-        let mut child = Command::new(bin)
-            .arg("--name=testkit")
-            .arg(format!("--data-dir={}", data.display()))
-            .arg(format!("--listen-client-urls={url}"))
-            .arg(format!("--advertise-client-urls={url}"))
-            .arg(format!("--listen-peer-urls={peer}"))
-            .arg(format!("--initial-advertise-peer-urls={peer}"))
-            .arg(format!("--initial-cluster=testkit={peer}"))
-            .arg("--listen-metrics-urls=")
-            .stdin(Stdio::null())
-            .stdout(out)
-            .stderr(err)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("spawning {}: {e}", bin.display()));
+        let mut child = spawn_logged(
+            Command::new(bin)
+                .arg("--name=testkit")
+                .arg(format!("--data-dir={}", data.display()))
+                .arg(format!("--listen-client-urls={url}"))
+                .arg(format!("--advertise-client-urls={url}"))
+                .arg(format!("--listen-peer-urls={peer}"))
+                .arg(format!("--initial-advertise-peer-urls={peer}"))
+                .arg(format!("--initial-cluster=testkit={peer}"))
+                .arg("--listen-metrics-urls="),
+            &log,
+        );
         let addr = format!("127.0.0.1:{client_port}").parse().unwrap();
-        let deadline = Instant::now() + READY_TIMEOUT;
-        let exited = loop {
-            if let Ok((200, body)) = crate::http_get(addr, "/health").await {
-                if body.contains("true") {
-                    break false;
-                }
-            }
-            if child.try_wait().unwrap().is_some() {
-                break true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "etcd not healthy after {READY_TIMEOUT:?}; {}:\n{}",
-                log.display(),
-                tail(&log, 40)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let healthy = || async {
+            matches!(crate::http_get(addr, "/health").await, Ok((200, body)) if body.contains("true"))
         };
-        if !exited {
+        let every = Duration::from_millis(20);
+        if wait_ready("etcd not healthy", &mut child, &log, every, healthy).await {
             return (child, url);
         }
         if attempt == ATTEMPTS || !bind_failed(&log) {

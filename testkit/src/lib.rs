@@ -29,7 +29,7 @@ pub use scratch::Scratch;
 pub use tls::{client_config, server_config, tls_connect, tls_connect_from, TlsEchoServer};
 
 mod http;
-pub use http::http_get;
+pub use http::{http_get, wait_draining};
 
 mod netns;
 pub use netns::Netns;
@@ -42,6 +42,12 @@ pub use kubelet_stop::stop_like_kubelet;
 
 /// A thread's scheduling policy (`/proc`).
 pub mod sched;
+
+mod rss;
+pub use rss::rss_kib;
+
+/// OpenVPN's arguments as Gardener's VPN runs it (the OpenVPN test and the tunnels bench).
+pub mod openvpn;
 
 /// A userspace link with a round-trip time that can be cut (the lab's and the tunnel's).
 pub mod link;
@@ -65,6 +71,8 @@ pub mod controller_manager;
 /// harness, Gardener v1.149.3), and its etcd client Secrets' shape.
 pub mod gardener;
 pub mod gardenlet;
+/// The commands of the Gardener harness module both wrap.
+mod go_harness;
 pub mod resource_manager;
 /// The fast and the full tier: the guard of every helper that needs root or a one-time build.
 pub mod tier;

@@ -6,8 +6,6 @@ use serde_json::Value;
 use std::net::{SocketAddr, TcpListener};
 use std::process::Stdio;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
 /// A running Prometheus; killed on drop.
@@ -125,19 +123,11 @@ impl Prometheus {
 
 /// HTTP/1.0 GET (so the answer is never chunked); status and body.
 async fn get(addr: SocketAddr, target: &str) -> std::io::Result<(u16, String)> {
-    let mut s = TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-        .await?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    Ok((status, body.to_owned()))
+    crate::http::exchange(
+        addr,
+        &format!("GET {target} HTTP/1.0\r\nHost: {addr}\r\n\r\n"),
+    )
+    .await
 }
 
 /// Percent-encodes everything but unreserved characters.

@@ -56,6 +56,18 @@ pub fn needs_root(what: &str) {
     }
 }
 
+/// Panics unless every command of `tools` is on `PATH`, saying `install` (how to get them)
+/// for the first one missing: for tests that run system tools (openvpn, etcd, ip, curl).
+pub fn needs_tools(tools: &[&str], install: &str) {
+    for tool in tools {
+        let found = std::process::Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        assert!(found, "{tool} is missing: {install}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::VARIABLE;

@@ -12,9 +12,7 @@ pub const PROMETHEUS_VERSION: &str = "v3.10.0";
 
 fn cached(dir: &str, name: &str, script: &str) -> PathBuf {
     crate::tier::full_only(&format!("{name} (the one-time build {script})"));
-    let p = crate::cache::dir().join(dir).join(name);
-    assert!(p.is_file(), "{} is missing: run {script}", p.display());
-    p
+    crate::cache::built(None, crate::cache::dir().join(dir).join(name), script)
 }
 
 /// `helm`, overridable with `ISTHMUS_HELM`.
@@ -67,8 +65,7 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// `VerticalPodAutoscaler`, `PodMonitor`, `PrometheusRule`, fluent-operator's `ClusterParser`
 /// and `ClusterFilter`; and the garden's `Extension`.
 pub fn seed_crd_paths() -> Vec<PathBuf> {
-    let dir = crate::cache::upstream_crds();
-    [
+    crate::cache::upstream_crd_paths(&[
         "autoscaling.k8s.io_verticalpodautoscalers.yaml",
         "monitoring.coreos.com_podmonitors.yaml",
         "monitoring.coreos.com_prometheusrules.yaml",
@@ -77,18 +74,7 @@ pub fn seed_crd_paths() -> Vec<PathBuf> {
         "fluentbit.fluent.io_clusterparsers.yaml",
         "fluentbit.fluent.io_clusterfilters.yaml",
         "operator.gardener.cloud_extensions.yaml",
-    ]
-    .iter()
-    .map(|f| {
-        let p = dir.join(f);
-        assert!(
-            p.is_file(),
-            "{} is missing: run scripts/upstream-crds.sh",
-            p.display()
-        );
-        p
-    })
-    .collect()
+    ])
 }
 
 /// The objects of a multi-document YAML text (empty documents dropped), as JSON values.

@@ -4,7 +4,8 @@
 //! keys, and that the certificates chain to the bundles), that a later reconcile finds the same
 //! secrets, and what it does to the fields isthmus sets (issue 44). Needs
 //! `scripts/build-kubernetes.sh` and `scripts/upstream-crds.sh`; the harness is built by
-//! `scripts/build-gardener-etcd.sh` on first use. `--nocapture` prints the JSON of record.
+//! `scripts/build-gardener-harness.sh gardener-etcd` on first use. `--nocapture` prints the
+//! JSON of record.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

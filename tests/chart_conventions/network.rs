@@ -1,7 +1,9 @@
 //! How the chart's objects find each other and the world: the extension namespace by its
 //! registration label, the proxy Service's IP families and the pods' listen address.
 
-use super::common::chart::{args, find, load_balancer, render, render_text, tunnel_objects, SEED};
+use super::common::chart::{
+    args, check_bootstrap_routes, find, load_balancer, render, render_text, tunnel_objects, SEED,
+};
 use super::PLAIN;
 use serde_json::{json, Value};
 
@@ -116,25 +118,7 @@ fn a_dual_stack_seed_gets_both_families_as_istio_ingressgateway_and_pods_listen_
     bootstrap.sort();
     assert_eq!(rendered, bootstrap);
     // The proxy takes that file.
-    let dir = isthmus_testkit::Scratch::new("chart-dual-stack");
-    let path = dir.join("proxy.json");
-    std::fs::write(
-        &path,
-        find(&docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
-            .as_str()
-            .unwrap(),
-    )
-    .unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_isthmus"))
-        .arg("check-config")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    check_bootstrap_routes(&docs);
     // IPv6 only: the cluster's default family, the IPv6 wildcard.
     let docs = render(&SEED, &["gardener.seed.networks.ipFamilies={IPv6}"]);
     let svc = load_balancer(&docs);

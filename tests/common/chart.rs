@@ -158,13 +158,7 @@ pub fn tunnel_servers(docs: &[Value]) -> isthmus_controller::tunnel_server::Tunn
 /// and `--shoot-alias` flags).
 pub fn tunnel_objects(docs: &[Value]) -> Vec<Value> {
     let flag = |n: &str| controller_flag(docs, n).unwrap_or_else(|| panic!("no --{n}"));
-    let namespace_labels = flag("proxy-namespace-labels")
-        .split(',')
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap();
-            (k.to_owned(), v.to_owned())
-        })
-        .collect();
+    let namespace_labels = namespace_labels(&flag("proxy-namespace-labels"));
     let alias = flag("shoot-alias");
     let proxies = isthmus_controller::tunnel_server::Proxies {
         namespace_labels: &namespace_labels,
@@ -192,4 +186,37 @@ pub fn example_destination() -> isthmus_controller::crd::EtcdMigration {
         .join("deploy/examples/etcdmigration-destination.yaml");
     let doc = isthmus_testkit::tools::yaml_docs(&std::fs::read_to_string(p).unwrap()).remove(0);
     serde_json::from_value(doc).unwrap()
+}
+
+/// The rendered bootstrap routes file (the `isthmus-proxy-routes` ConfigMap's `proxy.json`)
+/// passes `isthmus check-config`: the proxy takes it. Its text.
+pub fn check_bootstrap_routes(docs: &[Value]) -> String {
+    let text = find(docs, "ConfigMap", "isthmus-proxy-routes")["data"]["proxy.json"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dir = isthmus_testkit::Scratch::new("chart-bootstrap");
+    let path = dir.join("proxy.json");
+    std::fs::write(&path, &text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_isthmus"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The `KEY=VALUE,...` value of `--proxy-namespace-labels` as pairs.
+pub fn namespace_labels(flag: &str) -> std::collections::BTreeMap<String, String> {
+    flag.split(',')
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap();
+            (k.to_owned(), v.to_owned())
+        })
+        .collect()
 }

@@ -71,11 +71,11 @@ async fn agent_through_http_connect_proxy_with_header() {
         SwitchResolver::new(vec![ingress]),
         &["127.0.0.0/8"],
     ));
-    let s = server.server.clone();
-    wait_until("the agent is connected through the proxy", DEADLINE, || {
-        let ok = s.live_sessions() == 1;
-        async move { ok }
-    })
+    live(
+        &server.server,
+        1,
+        "the agent is connected through the proxy",
+    )
     .await;
     call(
         &world,
@@ -154,11 +154,7 @@ async fn admin_ready_only_with_a_live_session() {
 
     assert_eq!(get(admin_addr, "/healthz").await.0, 200);
     assert_eq!(get(admin_addr, "/readyz").await.0, 503);
-    let agent = TestAgent::start(world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![agents_addr]),
-        &["127.0.0.0/8"],
-    ));
+    let agent = TestAgent::start(world.loopback_agent(agents_addr));
     wait_until("ready", DEADLINE, || async move {
         get(admin_addr, "/readyz").await.0 == 200
     })
@@ -222,12 +218,7 @@ async fn target_names_are_resolved_in_the_shoot_and_checked() {
     // Bounds the lookup of the unknown name where DNS does not answer at all.
     opts.dial_timeout = std::time::Duration::from_secs(1);
     let agent = TestAgent::start(opts);
-    let s = server.server.clone();
-    wait_until("the agent is connected", DEADLINE, || {
-        let ok = s.live_sessions() == 1;
-        async move { ok }
-    })
-    .await;
+    live(&server.server, 1, "the agent is connected").await;
     let addr = ConnectAddr::Tcp(server.connect);
     // `localhost` resolves (in the shoot) to 127.0.0.1 (and maybe ::1, which is not allowed).
     let ok = connect(

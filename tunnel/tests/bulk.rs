@@ -122,12 +122,7 @@ async fn bulk_streams_arrive_whole_both_ways() {
         resolver,
         &["127.0.0.0/8"],
     ));
-    let s = server.server.clone();
-    isthmus_testkit::wait_until("the agent session is live", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent session is live").await;
     let addr = ConnectAddr::Tcp(server.connect);
     let streams: Vec<_> = (1..=STREAMS)
         .map(|seed| tokio::spawn(carry(world.clone(), addr.clone(), echo, seed)))

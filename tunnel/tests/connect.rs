@@ -7,16 +7,16 @@ use common::*;
 use isthmus_testkit::wait_until;
 use std::time::Instant;
 
+/// `series` of the metrics text `m` is `want`.
+fn assert_metric(m: &str, series: &str, want: f64) {
+    assert_eq!(metric(m, series), want, "{series}: {m}");
+}
+
 async fn setup(world: &World, allow: &[&str]) -> (TestServer, TestAgent) {
     let server = TestServer::start(world.server_options(true), None, None).await;
     let resolver = SwitchResolver::new(vec![server.agents]);
     let agent = TestAgent::start(world.agent_options(vec![entry("vpn.test:443")], resolver, allow));
-    let s = server.server.clone();
-    wait_until("the agent session is live", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent session is live").await;
     (server, agent)
 }
 
@@ -44,21 +44,9 @@ async fn webhook_calls_in_parallel() {
     })
     .await;
     let m = server.metrics();
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_connects_total{code=\"200\"}"),
-        200.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_sessions{state=\"active\"}"),
-        1.0,
-        "{m}"
-    );
-    assert_eq!(
-        metric(&m, "isthmus_tunnel_handshakes_total{outcome=\"ok\"}"),
-        1.0,
-        "{m}"
-    );
+    assert_metric(&m, "isthmus_tunnel_connects_total{code=\"200\"}", 200.0);
+    assert_metric(&m, "isthmus_tunnel_sessions{state=\"active\"}", 1.0);
+    assert_metric(&m, "isthmus_tunnel_handshakes_total{outcome=\"ok\"}", 1.0);
     assert!(
         metric(&m, "isthmus_tunnel_ping_rtt_seconds_count") >= 1.0,
         "{m}"
@@ -73,19 +61,12 @@ async fn webhook_calls_in_parallel() {
         async move { metric(&text, "isthmus_tunnel_streams_in_flight") == 0.0 }
     })
     .await;
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         200.0,
-        "{am}"
     );
-    assert_eq!(
-        metric(&am, "isthmus_tunnel_sessions{state=\"active\"}"),
-        1.0,
-        "{am}"
-    );
+    assert_metric(&am, "isthmus_tunnel_sessions{state=\"active\"}", 1.0);
     agent.stop().await;
     server.stop().await;
 }
@@ -149,21 +130,15 @@ async fn target_outside_allow_list_gets_403_without_dial() {
         tokio::time::timeout(std::time::Duration::from_millis(50), forbidden.accept()).await;
     assert!(accepted.is_err(), "the forbidden target was dialed");
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"denied\",reason=\"not_allowed\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"denied\",reason=\"not_allowed\"}",
         1.0,
-        "{am}"
     );
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         0.0,
-        "{am}"
     );
     assert_eq!(
         metric(
@@ -192,21 +167,13 @@ async fn unreachable_target_and_no_agent_answer_5xx() {
         .err();
     assert_eq!(err.as_deref(), Some("status 502"));
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"failed\",reason=\"refused\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"failed\",reason=\"refused\"}",
         1.0,
-        "{am}"
     );
     agent.stop().await;
-    let s = server.server.clone();
-    wait_until("the session is gone", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 0 }
-    })
-    .await;
+    live(&server.server, 0, "the session is gone").await;
     let err = connect(&addr, Some(world.apiserver_tls()), "127.0.0.1:1")
         .await
         .err();
@@ -232,13 +199,10 @@ async fn malformed_connect_gets_400() {
         assert_eq!(code, want, "{}", String::from_utf8_lossy(request));
     }
     let am = agent.metrics();
-    assert_eq!(
-        metric(
-            &am,
-            "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}"
-        ),
+    assert_metric(
+        &am,
+        "isthmus_tunnel_dials_total{outcome=\"ok\",reason=\"connected\"}",
         0.0,
-        "{am}"
     );
     agent.stop().await;
     server.stop().await;
@@ -308,12 +272,7 @@ async fn unix_socket_endpoint() {
         SwitchResolver::new(vec![agents]),
         &["127.0.0.1/32"],
     ));
-    let s = server.server.clone();
-    wait_until("the agent session is live", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent session is live").await;
     let addr = ConnectAddr::Unix(path);
     for _ in 0..20 {
         call(&world, &addr, false, webhook, "/").await.unwrap();

@@ -36,11 +36,7 @@ async fn a_stream_sent_after_the_agent_announced_it_leaves_is_served() {
     });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let acceptor = TlsAcceptor::from(world.pki.server_config(&world.server_cert, true, &["h2"]));
-    let agent = TestAgent::start(world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![listener.local_addr().unwrap()]),
-        &["127.0.0.0/8"],
-    ));
+    let agent = TestAgent::start(world.loopback_agent(listener.local_addr().unwrap()));
 
     // The server's side of the session, as `server/session.rs` opens it.
     let (tcp, _) = listener.accept().await.unwrap();

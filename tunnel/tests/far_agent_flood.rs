@@ -15,14 +15,10 @@ use isthmus_proxy::Proxy;
 use isthmus_proxy_protocol::{encode_v2, Addresses};
 use isthmus_testkit::link::Link;
 use isthmus_testkit::{wait_until, Scratch};
-use isthmus_tunnel::server::ConnectListener;
 use prometheus_client::registry::Registry;
 use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 const RTT: Duration = Duration::from_millis(300);
 const SOURCES: u32 = 300;
@@ -34,72 +30,26 @@ const AGENT_OK: &str = "isthmus_tunnel_handshakes_total{outcome=\"ok\"}";
 const AGENT_FAILED: &str = "isthmus_tunnel_handshakes_total{outcome=\"failed\"}";
 const EVICTED: &str = "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"evicted\"}";
 
-/// One connection per source, each reopened `pause` after the server closed it.
-struct Flood {
-    stop: CancellationToken,
-    opened: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-#[allow(clippy::unwrap_used)]
-impl Flood {
-    fn start(server: SocketAddr, pause: Duration) -> Self {
-        let stop = CancellationToken::new();
-        let opened = Arc::new(AtomicU64::new(0));
-        let tasks = (0..SOURCES)
-            .map(|i| {
-                let (stop, opened) = (stop.clone(), opened.clone());
-                let source = SocketAddr::from((Ipv4Addr::from(0x0a00_0000 + i), 40000));
-                let mut first = Vec::new();
-                encode_v2(
-                    &Addresses {
-                        source,
-                        destination: server,
-                    },
-                    &mut first,
-                );
-                // The first bytes of a TLS record, then silence.
-                first.extend_from_slice(&[0x16, 0x03, 0x01, 0x02, 0x00]);
-                tokio::spawn(async move {
-                    while !stop.is_cancelled() {
-                        if let Ok(mut s) = tokio::net::TcpStream::connect(server).await {
-                            opened.fetch_add(1, Ordering::Relaxed);
-                            let _ = s.write_all(&first).await;
-                            let mut buf = [0u8; 64];
-                            tokio::select! {
-                                _ = stop.cancelled() => return,
-                                _ = s.read(&mut buf) => {}
-                            }
-                        }
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(pause) => {}
-                        }
-                    }
-                })
-            })
-            .collect();
-        Self {
-            stop,
-            opened,
-            tasks,
-        }
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            let _ = t.await;
-        }
-    }
-}
-
-fn proxy_yaml(server: SocketAddr) -> String {
-    format!(
-        "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: vpn\n    \
-         address: \"127.0.0.1:0\"\n    routes: [ {{ sni: \"vpn.test\", upstream: vpn }} ]\n\
-         upstreams:\n  - {{ name: vpn, endpoints: [\"{server}\"], send_proxy_protocol: v2 }}\n"
-    )
+/// One connection per source, each reopened `pause` after the server closed it: all from
+/// 127.0.0.1, each source named by its PROXY v2 header.
+fn flood(server: SocketAddr, pause: Duration) -> Flood {
+    let connections = (0..SOURCES)
+        .map(|i| {
+            let source = SocketAddr::from((Ipv4Addr::from(0x0a00_0000 + i), 40000));
+            let mut first = Vec::new();
+            encode_v2(
+                &Addresses {
+                    source,
+                    destination: server,
+                },
+                &mut first,
+            );
+            // The first bytes of a TLS record, then silence.
+            first.extend_from_slice(&[0x16, 0x03, 0x01, 0x02, 0x00]);
+            (None, Arc::new(first))
+        })
+        .collect();
+    Flood::start(server, connections, pause)
 }
 
 /// Two agents 300 ms away (through the link and the proxy) rotate their sessions while the
@@ -112,18 +62,14 @@ async fn a_far_agent_keeps_its_handshakes_under_a_flood_from_many_sources() {
     let mut opts = world.server_options(true);
     opts.limits.trusted_proxies = vec![Cidr::parse("127.0.0.1/32").unwrap()];
     opts.limits.max_handshakes = SLOTS;
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let agents = isthmus_proxy::bind_deferred(any, opts.limits.handshake_timeout).unwrap();
-    let agents = tokio::net::TcpListener::from_std(agents).unwrap();
-    let connect = tokio::net::TcpListener::bind(any).await.unwrap();
-    let (a, c) = (agents.local_addr().unwrap(), connect.local_addr().unwrap());
-    let server = TestServer::start_with(opts, agents, ConnectListener::Tcp(connect), a, c);
+    let server = TestServer::start_deferred(opts).await;
 
     let dir = Scratch::new("far-agent");
     let path = dir.join("proxy.yaml");
     std::fs::write(&path, proxy_yaml(server.agents)).unwrap();
     let proxy = Proxy::start(&path, Registry::default()).await.unwrap();
     let ingress = proxy.listener_addr("vpn").await.unwrap();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let far = Link::new(RTT).relay(any, ingress).await.unwrap();
 
     // The agents connect before the flood, as a shoot's agent is connected when an attack
@@ -145,7 +91,7 @@ async fn a_far_agent_keeps_its_handshakes_under_a_flood_from_many_sources() {
     })
     .await;
 
-    let flood = Flood::start(server.agents, Duration::from_millis(200));
+    let flood = flood(server.agents, Duration::from_millis(200));
     wait_until(
         "the flood fills the table many times over",
         DEADLINE,
@@ -161,10 +107,7 @@ async fn a_far_agent_keeps_its_handshakes_under_a_flood_from_many_sources() {
             .sum()
     };
     let (tried_before, ok_before) = (attempts(&agents), metric(&server.metrics(), SERVER_OK));
-    let (evicted_before, opened_before) = (
-        metric(&server.metrics(), EVICTED),
-        flood.opened.load(Ordering::Relaxed),
-    );
+    let (evicted_before, opened_before) = (metric(&server.metrics(), EVICTED), flood.opened());
     let started = std::time::Instant::now();
     wait_until(
         "40 agent handshakes under the flood",
@@ -179,7 +122,7 @@ async fn a_far_agent_keeps_its_handshakes_under_a_flood_from_many_sources() {
     let tried = attempts(&agents) - tried_before;
     let completed = metric(&server.metrics(), SERVER_OK) - ok_before;
     let secs = started.elapsed().as_secs_f64();
-    let flooded = (flood.opened.load(Ordering::Relaxed) - opened_before) as f64 / secs;
+    let flooded = (flood.opened() - opened_before) as f64 / secs;
     let evicted = (metric(&server.metrics(), EVICTED) - evicted_before) / secs;
     println!(
         "{SOURCES} sources, {flooded:.0} stalled connections/s ({evicted:.0} evictions/s, \

@@ -8,14 +8,6 @@ use isthmus_testkit::wait_until;
 use std::sync::Arc;
 use std::time::Instant;
 
-async fn live(server: &isthmus_tunnel::server::Server, n: usize, what: &str) {
-    wait_until(what, DEADLINE, || {
-        let ok = server.live_sessions() == n;
-        async move { ok }
-    })
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn handover_without_a_failed_call() {
     let world = Arc::new(World::new());
@@ -119,11 +111,7 @@ async fn server_restart_agents_reconnect() {
     let (webhook, _) = start_webhook(&world).await;
     let server = TestServer::start(world.server_options(true), None, None).await;
     let (agents_addr, connect_addr) = (server.agents, server.connect);
-    let agent = TestAgent::start(world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![agents_addr]),
-        &["127.0.0.0/8"],
-    ));
+    let agent = TestAgent::start(world.loopback_agent(agents_addr));
     live(&server.server, 1, "the agent is connected").await;
     let load = Load::start(&world, &ConnectAddr::Tcp(connect_addr), webhook, 4, 0);
     load.wait_for_more(50).await;

@@ -11,14 +11,10 @@ use common::*;
 use isthmus_config::Cidr;
 use isthmus_proxy::Proxy;
 use isthmus_testkit::{wait_until, Scratch};
-use isthmus_tunnel::server::ConnectListener;
 use prometheus_client::registry::Registry;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio_util::sync::CancellationToken;
 
 const AGE: Duration = Duration::from_millis(300);
 const ROTATIONS: &str = "isthmus_tunnel_session_rotations_total{reason=\"max_age\"}";
@@ -28,80 +24,21 @@ const AGENT_FAILED: &str = "isthmus_tunnel_handshakes_total{outcome=\"failed\"}"
 /// The first bytes of a TLS record: past `TCP_DEFER_ACCEPT`, then silence.
 const STALL: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00];
 
-/// `sources` addresses, each holding `per_source` connections that send `first` and then
-/// wait; a closed one is opened again after `pause` (the attack's rate, not a wait for
-/// anything).
-struct Flood {
-    stop: CancellationToken,
-    opened: Arc<AtomicU64>,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-}
-
-#[allow(clippy::unwrap_used)]
-impl Flood {
-    fn start(
-        target: SocketAddr,
-        first: Arc<Vec<u8>>,
-        sources: u16,
-        per_source: usize,
-        pause: Duration,
-    ) -> Self {
-        let stop = CancellationToken::new();
-        let opened = Arc::new(AtomicU64::new(0));
-        let mut tasks = Vec::new();
-        for i in 0..sources {
+/// `sources` addresses (127.1.x.y), each holding `per_source` connections that send `first`.
+fn flood(
+    target: SocketAddr,
+    first: Arc<Vec<u8>>,
+    sources: u16,
+    per_source: usize,
+    pause: Duration,
+) -> Flood {
+    let connections = (0..sources)
+        .flat_map(|i| {
             let ip = std::net::Ipv4Addr::new(127, 1, (i / 250) as u8, (i % 250 + 1) as u8);
-            for _ in 0..per_source {
-                let (stop, opened, first) = (stop.clone(), opened.clone(), first.clone());
-                tasks.push(tokio::spawn(async move {
-                    while !stop.is_cancelled() {
-                        let socket = tokio::net::TcpSocket::new_v4().unwrap();
-                        socket.bind(SocketAddr::new(ip.into(), 0)).unwrap();
-                        if let Ok(mut s) = socket.connect(target).await {
-                            opened.fetch_add(1, Ordering::Relaxed);
-                            let _ = s.write_all(&first).await;
-                            let mut buf = [0u8; 256];
-                            // Held until the server closes it (or the flood stops).
-                            loop {
-                                tokio::select! {
-                                    _ = stop.cancelled() => return,
-                                    r = s.read(&mut buf) => if !matches!(r, Ok(n) if n > 0) { break },
-                                }
-                            }
-                        }
-                        tokio::select! {
-                            _ = stop.cancelled() => return,
-                            _ = tokio::time::sleep(pause) => {}
-                        }
-                    }
-                }));
-            }
-        }
-        Self {
-            stop,
-            opened,
-            tasks,
-        }
-    }
-
-    fn opened(&self) -> u64 {
-        self.opened.load(Ordering::Relaxed)
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        for t in self.tasks {
-            let _ = t.await;
-        }
-    }
-}
-
-async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64) {
-    wait_until(what, DEADLINE, || {
-        let v = metric(&agent.metrics(), series);
-        async move { v >= at_least }
-    })
-    .await;
+            std::iter::repeat_n((Some(ip.into()), first.clone()), per_source)
+        })
+        .collect();
+    Flood::start(target, connections, pause)
 }
 
 /// The server, its agents listener bound as the binary binds it (`TCP_DEFER_ACCEPT`).
@@ -109,12 +46,7 @@ async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64)
 async fn start_server(world: &World, trusted: &[&str]) -> TestServer {
     let mut opts = world.server_options(true);
     opts.limits.trusted_proxies = trusted.iter().map(|c| Cidr::parse(c).unwrap()).collect();
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let agents = isthmus_proxy::bind_deferred(any, opts.limits.handshake_timeout).unwrap();
-    let agents = tokio::net::TcpListener::from_std(agents).unwrap();
-    let connect = tokio::net::TcpListener::bind(any).await.unwrap();
-    let (a, c) = (agents.local_addr().unwrap(), connect.local_addr().unwrap());
-    TestServer::start_with(opts, agents, ConnectListener::Tcp(connect), a, c)
+    TestServer::start_deferred(opts).await
 }
 
 /// Three times over: an agent (dialing `via`) with `max_session_age: 300ms` connects,
@@ -136,7 +68,7 @@ async fn agents_come_and_go(
         );
         opts.max_session_age = Some(AGE);
         let agent = TestAgent::start(opts);
-        wait_metric("three rotations", &agent, ROTATIONS, 3.0).await;
+        agent.wait_metric("three rotations", ROTATIONS, 3.0).await;
         let addr = ConnectAddr::Tcp(server.connect);
         call(world, &addr, true, webhook, "/").await.unwrap();
         let m = agent.metrics();
@@ -158,7 +90,7 @@ async fn an_agent_gets_through_a_flood_of_stalled_handshakes() {
     let (webhook, _) = start_webhook(&world).await;
     let server = start_server(&world, &[]).await;
     let stall = Arc::new(STALL.to_vec());
-    let flood = Flood::start(server.agents, stall, 200, 2, Duration::from_millis(20));
+    let flood = flood(server.agents, stall, 200, 2, Duration::from_millis(20));
     wait_until("the flood is on", DEADLINE, || async {
         flood.opened() >= 400
     })
@@ -188,14 +120,6 @@ fn client_hello(world: &World) -> Vec<u8> {
     hello
 }
 
-fn proxy_yaml(server: SocketAddr) -> String {
-    format!(
-        "admin: {{ address: \"127.0.0.1:0\" }}\nwatch_interval: 0s\nlisteners:\n  - name: vpn\n    \
-         address: \"127.0.0.1:0\"\n    routes: [ {{ sni: \"vpn.test\", upstream: vpn }} ]\n\
-         upstreams:\n  - {{ name: vpn, endpoints: [\"{server}\"], send_proxy_protocol: v2 }}\n"
-    )
-}
-
 /// The same flood through the seed's isthmus proxy: every connection reaches the server from
 /// the proxy's address, the flooders' complete ClientHellos included, and the proxy's PROXY v2
 /// header (trusted from 127.0.0.1) gives each its real source, so that the per-source share
@@ -212,7 +136,7 @@ async fn behind_the_proxy_the_agent_gets_through_too() {
     let proxy = Proxy::start(&path, Registry::default()).await.unwrap();
     let ingress = proxy.listener_addr("vpn").await.unwrap();
     let hello = Arc::new(client_hello(&world));
-    let flood = Flood::start(ingress, hello, 200, 2, Duration::from_millis(20));
+    let flood = flood(ingress, hello, 200, 2, Duration::from_millis(20));
     wait_until("the flood is on", DEADLINE, || async {
         flood.opened() >= 400
     })

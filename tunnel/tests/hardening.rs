@@ -13,41 +13,35 @@ use isthmus_tunnel::tls;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Reads until the peer closes (or resets); panics if it does not within the deadline.
-async fn closed(s: &mut TcpStream) {
-    let mut buf = [0u8; 1024];
-    loop {
-        match tokio::time::timeout(DEADLINE, s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(_)) => {}
-            Err(_) => panic!("the server did not close the connection"),
-        }
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_agent_with_the_wrong_name_is_refused_at_the_handshake() {
+/// A server that takes only `agent.vpn.test`: an agent with a certificate of its CA for
+/// `refused` is refused at the handshake (counted, no session); one for `accepted` gets a
+/// session.
+#[allow(clippy::unwrap_used)]
+async fn only_the_allowed_name_gets_a_session(refused: &str, accepted: &str) {
     let world = World::new();
     let dir = world.dir.path();
     let (crt, key) = world.server_cert.write(dir, "server");
     let ca = world.pki.write_ca(dir);
     let mut opts = world.server_options(false);
-    let refused = opts.limits.refused.get_or_create_owned(&RefusedLabels {
+    let refused_total = opts.limits.refused.get_or_create_owned(&RefusedLabels {
         listener: "agents",
         reason: "client_name",
     });
     let allowed = vec!["agent.vpn.test".to_string()];
     opts.agents_tls =
-        tls::server_config_for_names(&crt, &key, &ca, &[tls::ALPN_H2], &allowed, refused).unwrap();
+        tls::server_config_for_names(&crt, &key, &ca, &[tls::ALPN_H2], &allowed, refused_total)
+            .unwrap();
     let server = TestServer::start(opts, None, None).await;
     let resolver = SwitchResolver::new(vec![server.agents]);
+    let agent_with = |name: &str| {
+        let cert = world.pki.peer_cert(&[name]);
+        let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
+        o.tls = world.pki.client_config(Some(&cert), &["h2"]);
+        TestAgent::start(o)
+    };
 
-    // Same CA, another name.
-    let intruder = world.pki.peer_cert(&["intruder.vpn.test"]);
-    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
-    o.tls = world.pki.client_config(Some(&intruder), &["h2"]);
-    let bad = TestAgent::start(o);
-    wait_until("the wrong name is refused", DEADLINE, || async {
+    let bad = agent_with(refused);
+    wait_until(&format!("{refused} is refused"), DEADLINE, || async {
         metric(
             &server.metrics(),
             "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"client_name\"}",
@@ -57,18 +51,16 @@ async fn an_agent_with_the_wrong_name_is_refused_at_the_handshake() {
     assert_eq!(server.server.live_sessions(), 0);
     bad.stop().await;
 
-    let agent = world.pki.peer_cert(&["agent.vpn.test"]);
-    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver, &[]);
-    o.tls = world.pki.client_config(Some(&agent), &["h2"]);
-    let good = TestAgent::start(o);
-    let s = server.server.clone();
-    wait_until("the right name gets a session", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    let good = agent_with(accepted);
+    live(&server.server, 1, &format!("{accepted} gets a session")).await;
     good.stop().await;
     server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_with_the_wrong_name_is_refused_at_the_handshake() {
+    // Same CA, another name.
+    only_the_allowed_name_gets_a_session("intruder.vpn.test", "agent.vpn.test").await;
 }
 
 fn server_yaml(connect: &str) -> String {
@@ -192,74 +184,11 @@ async fn slow_connect_clients_make_room_for_new_ones() {
 }
 
 /// A certificate of the right CA issued for a wildcard that covers an allowed name is not
-/// that name: `allowed_client_names` compares names exactly.
+/// that name: `allowed_client_names` compares names exactly (the exact name, in another case,
+/// is the name).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wildcard_certificate_does_not_stand_for_an_allowed_name() {
-    let world = World::new();
-    let dir = world.dir.path();
-    let (crt, key) = world.server_cert.write(dir, "server");
-    let ca = world.pki.write_ca(dir);
-    let mut opts = world.server_options(false);
-    let refused = opts.limits.refused.get_or_create_owned(&RefusedLabels {
-        listener: "agents",
-        reason: "client_name",
-    });
-    let allowed = vec!["agent.vpn.test".to_string()];
-    opts.agents_tls =
-        tls::server_config_for_names(&crt, &key, &ca, &[tls::ALPN_H2], &allowed, refused).unwrap();
-    let server = TestServer::start(opts, None, None).await;
-    let resolver = SwitchResolver::new(vec![server.agents]);
-    let wildcard = world.pki.peer_cert(&["*.vpn.test"]);
-    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
-    o.tls = world.pki.client_config(Some(&wildcard), &["h2"]);
-    let agent = TestAgent::start(o);
-    wait_until("the wildcard certificate is refused", DEADLINE, || async {
-        metric(
-            &server.metrics(),
-            "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"client_name\"}",
-        ) >= 1.0
-    })
-    .await;
-    assert_eq!(server.server.live_sessions(), 0);
-    agent.stop().await;
-    // The exact name, in another case, is the name.
-    let exact = world.pki.peer_cert(&["Agent.VPN.test"]);
-    let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver, &[]);
-    o.tls = world.pki.client_config(Some(&exact), &["h2"]);
-    let agent = TestAgent::start(o);
-    let s = server.server.clone();
-    wait_until("the exact name gets a session", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
-    agent.stop().await;
-    server.stop().await;
-}
-
-/// Log lines written while `f` runs on this thread.
-#[allow(clippy::unwrap_used)]
-fn logs_of<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    (out, text)
+    only_the_allowed_name_gets_a_session("*.vpn.test", "Agent.VPN.test").await;
 }
 
 /// Without `allowed_client_names` any certificate of the CA is an agent: the server says so
@@ -280,7 +209,7 @@ fn a_server_without_allowed_client_names_warns_at_start() {
         )
     };
     let open = parse::<TunnelServerConfig>("s.yaml", &file("")).unwrap();
-    let (opts, logs) = logs_of(|| ServerOptions::from_config(&open));
+    let (opts, logs) = logs_of(tracing::Level::INFO, || ServerOptions::from_config(&open));
     opts.unwrap();
     assert!(
         logs.contains("WARN") && logs.contains("agents.tls.allowed_client_names is empty"),
@@ -288,7 +217,7 @@ fn a_server_without_allowed_client_names_warns_at_start() {
     );
     let named = file(", allowed_client_names: [agent.vpn.test]");
     let named = parse::<TunnelServerConfig>("s.yaml", &named).unwrap();
-    let (opts, logs) = logs_of(|| ServerOptions::from_config(&named));
+    let (opts, logs) = logs_of(tracing::Level::INFO, || ServerOptions::from_config(&named));
     opts.unwrap();
     assert!(!logs.contains("allowed_client_names"), "{logs}");
 }

@@ -6,25 +6,16 @@ mod common;
 
 use common::*;
 use isthmus_proxy_protocol::{encode_v2, Addresses};
-use isthmus_testkit::wait_until;
+
 use rustls::pki_types::ServerName;
+use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 const SETUP_TIMEOUT: &str =
     "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"setup_timeout\"}";
-
-/// Reads until the peer closes (or resets); panics if it does not within the deadline.
-#[allow(clippy::expect_used)]
-async fn closed<S: tokio::io::AsyncRead + Unpin>(s: &mut S) {
-    let mut buf = [0u8; 1024];
-    let until_closed = async { while matches!(s.read(&mut buf).await, Ok(n) if n > 0) {} };
-    tokio::time::timeout(DEADLINE, until_closed)
-        .await
-        .expect("the server did not close the connection");
-}
 
 /// With room for one session, two holders of the agent certificate take it in turn and
 /// never finish: one goes silent after TLS, the other speaks HTTP/2 (PINGs are answered)
@@ -61,19 +52,35 @@ async fn a_session_that_is_never_verified_gives_its_place_back() {
     assert!(!unanswered.is_empty(), "the server sent no probe");
     assert_eq!(metric(&server.metrics(), SETUP_TIMEOUT), 2.0);
 
-    let agent = TestAgent::start(world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![server.agents]),
-        &["127.0.0.0/8"],
-    ));
-    let s = server.server.clone();
-    wait_until("the agent gets the place", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    let agent = TestAgent::start(world.loopback_agent(server.agents));
+    live(&server.server, 1, "the agent gets the place").await;
     agent.stop().await;
     server.stop().await;
+}
+
+/// Five connections from strangers, each sending `first(the agents address)` and closed by
+/// the server, to a server run on this thread under a subscriber capturing debug and up:
+/// the server's metrics and the log lines.
+#[allow(clippy::unwrap_used)]
+fn five_strangers(first: impl Fn(SocketAddr) -> Vec<u8>) -> (String, String) {
+    let world = World::new();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    logs_of(tracing::Level::DEBUG, || {
+        rt.block_on(async {
+            let server = TestServer::start(world.server_options(false), None, None).await;
+            for _ in 0..5 {
+                let mut s = TcpStream::connect(server.agents).await.unwrap();
+                s.write_all(&first(server.agents)).await.unwrap();
+                closed(&mut s).await;
+            }
+            let m = server.metrics();
+            server.stop().await;
+            m
+        })
+    })
 }
 
 /// A PROXY header from a peer not in `trusted_proxies` (a proxy sending v2 to a server that
@@ -81,31 +88,15 @@ async fn a_session_that_is_never_verified_gives_its_place_back() {
 /// `error`, once per interval however many arrive, instead of passing for broken TLS.
 #[test]
 fn a_proxy_header_from_an_untrusted_peer_is_refused_visibly() {
-    let world = World::new();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    // The server runs on this thread, under the capturing subscriber.
-    let (metrics, logs) = logs_of(|| {
-        rt.block_on(async {
-            let server = TestServer::start(world.server_options(false), None, None).await;
-            for _ in 0..5 {
-                let mut s = TcpStream::connect(server.agents).await.unwrap();
-                let mut first = Vec::new();
-                let a = Addresses {
-                    source: "192.0.2.1:40000".parse().unwrap(),
-                    destination: server.agents,
-                };
-                encode_v2(&a, &mut first);
-                first.extend_from_slice(&[0x16, 0x03, 0x01, 0x02, 0x00]);
-                s.write_all(&first).await.unwrap();
-                closed(&mut s).await;
-            }
-            let m = server.metrics();
-            server.stop().await;
-            m
-        })
+    let (metrics, logs) = five_strangers(|agents| {
+        let mut first = Vec::new();
+        let a = Addresses {
+            source: "192.0.2.1:40000".parse().unwrap(),
+            destination: agents,
+        };
+        encode_v2(&a, &mut first);
+        first.extend_from_slice(&[0x16, 0x03, 0x01, 0x02, 0x00]);
+        first
     });
     let series =
         "isthmus_tunnel_refused_total{listener=\"agents\",reason=\"untrusted_proxy_header\"}";
@@ -121,26 +112,7 @@ fn a_proxy_header_from_an_untrusted_peer_is_refused_visibly() {
 /// interval with the count; every one is counted.
 #[test]
 fn strangers_failed_handshakes_are_counted_not_logged_one_by_one() {
-    let world = World::new();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let (metrics, logs) = logs_of(|| {
-        rt.block_on(async {
-            let server = TestServer::start(world.server_options(false), None, None).await;
-            for _ in 0..5 {
-                let mut s = TcpStream::connect(server.agents).await.unwrap();
-                s.write_all(b"GET / HTTP/1.1\r\nHost: vpn.test\r\n\r\n")
-                    .await
-                    .unwrap();
-                closed(&mut s).await;
-            }
-            let m = server.metrics();
-            server.stop().await;
-            m
-        })
-    });
+    let (metrics, logs) = five_strangers(|_| b"GET / HTTP/1.1\r\nHost: vpn.test\r\n\r\n".to_vec());
     let failed = "isthmus_tunnel_handshakes_total{outcome=\"failed\"}";
     assert_eq!(metric(&metrics, failed), 5.0, "{metrics}");
     let at = |level: &str| {
@@ -150,30 +122,4 @@ fn strangers_failed_handshakes_are_counted_not_logged_one_by_one() {
     };
     assert_eq!(at("DEBUG"), 5, "{logs}");
     assert!(at("INFO") <= 1 && at("WARN") == 0, "{logs}");
-}
-
-/// Log lines (debug and up) written while `f` runs on this thread.
-#[allow(clippy::unwrap_used)]
-fn logs_of<T>(f: impl FnOnce() -> T) -> (T, String) {
-    #[derive(Clone, Default)]
-    struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-    impl std::io::Write for Capture {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let capture = Capture::default();
-    let writer = capture.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_ansi(false)
-        .with_max_level(tracing::Level::DEBUG)
-        .with_writer(move || writer.clone())
-        .finish();
-    let out = tracing::subscriber::with_default(subscriber, f);
-    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
-    (out, text)
 }

@@ -17,12 +17,14 @@ const AGE: Duration = Duration::from_millis(500);
 const ROTATIONS: &str = "isthmus_tunnel_session_rotations_total{reason=\"max_age\"}";
 const SERVER_HANDSHAKES: &str = "isthmus_tunnel_handshakes_total{outcome=\"ok\"}";
 
-async fn wait_metric(what: &str, agent: &TestAgent, series: &str, at_least: f64) {
-    wait_until(what, DEADLINE, || {
-        let v = metric(&agent.metrics(), series);
-        async move { v >= at_least }
-    })
-    .await;
+/// A server and an agent whose sessions are replaced when they are `AGE` old.
+async fn rotating(world: &World) -> (TestServer, TestAgent, ConnectAddr) {
+    let server = TestServer::start(world.server_options(true), None, None).await;
+    let mut opts = world.loopback_agent(server.agents);
+    opts.max_session_age = Some(AGE);
+    let agent = TestAgent::start(opts);
+    let addr = ConnectAddr::Tcp(server.connect);
+    (server, agent, addr)
 }
 
 /// A stream through the tunnel to a target the test holds: (kube-apiserver's end, target's end).
@@ -56,15 +58,7 @@ async fn ping_pong(held: &mut Box<dyn Io>, far: &mut TcpStream) {
 async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_old_one() {
     let world = Arc::new(World::new());
     let (webhook, _) = start_webhook(&world).await;
-    let server = TestServer::start(world.server_options(true), None, None).await;
-    let mut opts = world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![server.agents]),
-        &["127.0.0.0/8"],
-    );
-    opts.max_session_age = Some(AGE);
-    let agent = TestAgent::start(opts);
-    let addr = ConnectAddr::Tcp(server.connect);
+    let (server, agent, addr) = rotating(&world).await;
     let load = Load::start(&world, &addr, webhook, 4, 30);
     load.wait_for_more(50).await;
 
@@ -72,14 +66,16 @@ async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_ol
     // which will age and be replaced while the stream is open.
     let (mut held, mut far) = hold_stream(&world, &addr).await;
     let before = metric(&agent.metrics(), ROTATIONS);
-    wait_metric("two rotations", &agent, ROTATIONS, before + 2.0).await;
-    wait_metric(
-        "the held stream's session draining",
-        &agent,
-        "isthmus_tunnel_sessions{state=\"draining\"}",
-        1.0,
-    )
-    .await;
+    agent
+        .wait_metric("two rotations", ROTATIONS, before + 2.0)
+        .await;
+    agent
+        .wait_metric(
+            "the held stream's session draining",
+            "isthmus_tunnel_sessions{state=\"draining\"}",
+            1.0,
+        )
+        .await;
     // The old session got GOAWAY long ago; its open stream still carries bytes both ways.
     ping_pong(&mut held, &mut far).await;
     drop((held, far));
@@ -107,25 +103,19 @@ async fn sessions_rotate_without_a_failed_call_and_open_streams_finish_on_the_ol
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_waits_for_streams_on_rotated_sessions() {
     let world = Arc::new(World::new());
-    let server = TestServer::start(world.server_options(true), None, None).await;
-    let mut opts = world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![server.agents]),
-        &["127.0.0.0/8"],
-    );
-    opts.max_session_age = Some(AGE);
-    let agent = TestAgent::start(opts);
-    let addr = ConnectAddr::Tcp(server.connect);
-    wait_metric(
-        "a live session",
-        &agent,
-        "isthmus_tunnel_sessions{state=\"active\"}",
-        1.0,
-    )
-    .await;
+    let (server, agent, addr) = rotating(&world).await;
+    agent
+        .wait_metric(
+            "a live session",
+            "isthmus_tunnel_sessions{state=\"active\"}",
+            1.0,
+        )
+        .await;
     let (mut held, mut far) = hold_stream(&world, &addr).await;
     let before = metric(&agent.metrics(), ROTATIONS);
-    wait_metric("a rotation", &agent, ROTATIONS, before + 1.0).await;
+    agent
+        .wait_metric("a rotation", ROTATIONS, before + 1.0)
+        .await;
 
     let stopping = tokio::spawn(agent.stop());
     // The held stream's session is draining, the agent is shutting down: bytes still flow,

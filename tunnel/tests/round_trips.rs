@@ -90,11 +90,7 @@ async fn a_stream_costs_one_round_trip_across_rotation_and_handover() {
     let addr = ConnectAddr::Tcp(server.connect);
 
     // The regular agent, rotating its session every ~1.5 s.
-    let mut opts = world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![link]),
-        &["127.0.0.0/8"],
-    );
+    let mut opts = world.loopback_agent(link);
     opts.max_session_age = Some(Duration::from_millis(1500));
     let regular = TestAgent::start(opts);
     wait_until("the first session", DEADLINE, || {

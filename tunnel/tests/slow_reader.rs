@@ -69,17 +69,8 @@ async fn stalled_readers_do_not_delay_other_streams() {
     let (webhook, _) = start_webhook(&world).await;
     let (firehose, written) = start_firehose().await;
     let server = TestServer::start(world.server_options(true), None, None).await;
-    let _agent = TestAgent::start(world.agent_options(
-        vec![entry("vpn.test:443")],
-        SwitchResolver::new(vec![server.agents]),
-        &["127.0.0.0/8"],
-    ));
-    let s = server.server.clone();
-    wait_until("the agent is connected", DEADLINE, || {
-        let ok = s.live_sessions() == 1;
-        async move { ok }
-    })
-    .await;
+    let _agent = TestAgent::start(world.loopback_agent(server.agents));
+    live(&server.server, 1, "the agent is connected").await;
     let addr = ConnectAddr::Tcp(server.connect);
     let before = latencies(&world, &addr, webhook).await;
 

@@ -106,12 +106,7 @@ async fn certificates_rotate_without_a_restart_and_sessions_stay() {
         resolver.clone(),
         &["127.0.0.0/8"],
     ));
-    let s = server.server.clone();
-    wait_until("the agent of the old CA is connected", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 1 }
-    })
-    .await;
+    live(&server.server, 1, "the agent of the old CA is connected").await;
     let addr = ConnectAddr::Tcp(server.connect);
     let mut tunnel = open_webhook(&world, &addr, webhook).await;
     assert_eq!(get(&mut tunnel).await.as_ref(), b"ok");
@@ -130,11 +125,7 @@ async fn certificates_rotate_without_a_restart_and_sessions_stay() {
     let mut o = world.agent_options(vec![entry("vpn.test:443")], resolver.clone(), &[]);
     o.tls = rotated.client_config(Some(&agent_cert), &["h2"]);
     let new = TestAgent::start(o);
-    wait_until("the agent of the new CA is connected", DEADLINE, || {
-        let s = s.clone();
-        async move { s.live_sessions() == 2 }
-    })
-    .await;
+    live(&server.server, 2, "the agent of the new CA is connected").await;
     // What was up before the rotation is still up.
     assert_eq!(get(&mut tunnel).await.as_ref(), b"ok");
     assert_eq!(

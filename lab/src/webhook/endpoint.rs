@@ -3,13 +3,12 @@
 //! veth, where the shoot's agents dial it. A review from a real kube-apiserver carries
 //! `request.uid`, which the answer must echo; those reviews are counted ([`Served`]).
 
-use super::http::read_head;
+use super::http::{answer_json, read_request};
 use crate::error::{Error, Result};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -66,15 +65,7 @@ pub(super) async fn start(
 
 async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io::Result<()> {
     let mut io = acceptor.accept(tcp).await?;
-    let head = read_head(&mut io).await?;
-    let len: usize = head
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0u8; len.min(64 * 1024)];
-    io.read_exact(&mut body).await?;
+    let (head, body) = read_request(&mut io).await?;
     if head.starts_with("POST /slow ") {
         tokio::time::sleep(SLOW).await;
     }
@@ -90,14 +81,7 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io
         }
         None => ALLOWED.to_string(),
     };
-    let answer = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{review}",
-        review.len()
-    );
-    io.write_all(answer.as_bytes()).await?;
-    // close_notify: the caller reads to the end of a clean TLS close.
-    io.shutdown().await
+    answer_json(&mut io, &review).await
 }
 
 /// The `request.uid` of an AdmissionReview, if it has one.

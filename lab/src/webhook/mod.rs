@@ -19,6 +19,7 @@ mod caller;
 mod certs;
 mod endpoint;
 mod http;
+pub use http::{answer_json, read_request};
 mod process;
 mod servers;
 mod shoot;

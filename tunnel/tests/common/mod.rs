@@ -8,9 +8,8 @@ use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use isthmus_config::{AllowRule, Http2Config, ServerEntryConfig};
 use isthmus_testkit::{CertKey, Scratch, TestPki};
-use isthmus_tunnel::agent::{Agent, AgentOptions, Resolve};
-use isthmus_tunnel::server::{ConnectListener, Server, ServerOptions};
-use prometheus_client::registry::Registry;
+use isthmus_tunnel::agent::{AgentOptions, Resolve};
+use isthmus_tunnel::server::ServerOptions;
 use rustls::pki_types::ServerName;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -22,11 +21,16 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
-use tokio_util::sync::CancellationToken;
 
 mod load;
 #[allow(unused_imports)] // Not every test file uses the load.
 pub use load::{failures, Load, Record};
+mod parties;
+#[allow(unused_imports)] // Not every test file waits for sessions.
+pub use parties::{encode, live, TestAgent, TestServer};
+mod peers;
+#[allow(unused_imports)] // Only the tests of misbehaving peers and floods use them.
+pub use peers::{closed, logs_of, proxy_yaml, Flood};
 
 pub const DEADLINE: Duration = Duration::from_secs(20);
 
@@ -92,6 +96,15 @@ impl World {
         }
     }
 
+    /// An agent that dials `vpn.test:443` at `agents` and may reach the loopback network.
+    pub fn loopback_agent(&self, agents: SocketAddr) -> AgentOptions {
+        self.agent_options(
+            vec![entry("vpn.test:443")],
+            SwitchResolver::new(vec![agents]),
+            &["127.0.0.0/8"],
+        )
+    }
+
     /// TLS for kube-apiserver towards the CONNECT endpoint.
     pub fn apiserver_tls(&self) -> Arc<rustls::ClientConfig> {
         self.pki.client_config(Some(&self.apiserver_cert), &[])
@@ -134,99 +147,6 @@ pub fn entry(address: &str) -> ServerEntryConfig {
 pub enum ConnectAddr {
     Tcp(SocketAddr),
     Unix(PathBuf),
-}
-
-pub struct TestServer {
-    pub server: Server,
-    pub agents: SocketAddr,
-    pub connect: SocketAddr,
-    pub registry: Registry,
-    pub shutdown: CancellationToken,
-    pub task: tokio::task::JoinHandle<()>,
-}
-
-impl TestServer {
-    /// Starts a server; `agents`/`connect` may name fixed addresses (restart on same ports).
-    pub async fn start(
-        opts: ServerOptions,
-        agents: Option<SocketAddr>,
-        connect: Option<SocketAddr>,
-    ) -> Self {
-        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-        let a = TcpListener::bind(agents.unwrap_or(any)).await.unwrap();
-        let c = TcpListener::bind(connect.unwrap_or(any)).await.unwrap();
-        let (agents, connect) = (a.local_addr().unwrap(), c.local_addr().unwrap());
-        Self::start_with(opts, a, ConnectListener::Tcp(c), agents, connect)
-    }
-
-    pub fn start_with(
-        opts: ServerOptions,
-        a: TcpListener,
-        c: ConnectListener,
-        agents: SocketAddr,
-        connect: SocketAddr,
-    ) -> Self {
-        let mut registry = Registry::default();
-        let server = Server::new(opts, &mut registry);
-        let shutdown = CancellationToken::new();
-        let (s, t) = (server.clone(), shutdown.clone());
-        let task = tokio::spawn(async move { s.run(a, c, t).await });
-        Self {
-            server,
-            agents,
-            connect,
-            registry,
-            shutdown,
-            task,
-        }
-    }
-
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap();
-    }
-
-    pub fn metrics(&self) -> String {
-        encode(&self.registry)
-    }
-}
-
-pub struct TestAgent {
-    pub agent: Agent,
-    pub registry: Registry,
-    pub shutdown: CancellationToken,
-    pub task: tokio::task::JoinHandle<()>,
-}
-
-impl TestAgent {
-    pub fn start(opts: AgentOptions) -> Self {
-        let mut registry = Registry::default();
-        let agent = Agent::new(opts, &mut registry);
-        let shutdown = CancellationToken::new();
-        let (a, t) = (agent.clone(), shutdown.clone());
-        let task = tokio::spawn(async move { a.run(t).await });
-        Self {
-            agent,
-            registry,
-            shutdown,
-            task,
-        }
-    }
-
-    pub async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap();
-    }
-
-    pub fn metrics(&self) -> String {
-        encode(&self.registry)
-    }
-}
-
-pub fn encode(r: &Registry) -> String {
-    let mut s = String::new();
-    prometheus_client::encoding::text::encode(&mut s, r).unwrap();
-    s
 }
 
 #[allow(unused_imports)] // not every test binary reads metrics

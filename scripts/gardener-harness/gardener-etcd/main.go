@@ -1,14 +1,14 @@
 // Command gardener-etcd deploys a shoot's etcd-main with Gardener's own code, as gardenlet does
 // for an HA shoot, and asks Gardener's own health checks about it. It is a test harness for
 // isthmus (issue 44 point 2): Gardener v1.149.3, pinned by go.mod/go.sum here, built by
-// scripts/build-gardener-etcd.sh into $ISTHMUS_CACHE/gardener-etcd-v1.149.3/gardener-etcd.
+// scripts/build-gardener-harness.sh into $ISTHMUS_CACHE/gardener-harness-v1.149.3/gardener-etcd.
 //
 //	gardener-etcd deploy   --kubeconfig K --namespace N [shoot flags] [--wait] [--cleanup]
 //	gardener-etcd redeploy ...same; the Etcd must exist (a later shoot reconcile)
 //	gardener-etcd check    --kubeconfig K --namespace N [--timestamp T]
 //	gardener-etcd wait     --kubeconfig K --namespace N [--timestamp T] [--timeout D] [--interval D]
 //	gardener-etcd scale    --kubeconfig K --namespace N --replicas R [--expect-timestamp T]
-//	gardener-etcd version  the pinned gardener and etcd-druid API versions it was built from
+//	gardener-etcd version  [--source HASH] the pinned gardener and etcd-druid API versions it was built from
 //
 // Each prints one JSON document on stdout (logs go to stderr) and exits 0 when done and
 // healthy, 1 when an oracle says unhealthy, 2 on any other error ({"error": ...}).
@@ -44,12 +44,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"time"
 
 	druidcorev1alpha1 "github.com/gardener/etcd-druid/api/core/v1alpha1"
@@ -59,48 +56,27 @@ import (
 	vpaautoscalingv1 "k8s.io/autoscaler/vertical-pod-autoscaler/pkg/apis/autoscaling.k8s.io/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-)
 
-// source is the hash of this module's files the build script stamps in (its freshness check).
-var source = "unknown"
+	"isthmus.invalid/gardener-harness/harness"
+)
 
 // errUnhealthy marks an oracle's verdict (exit 1) as opposed to a failure to ask (exit 2).
 var errUnhealthy = errors.New("unhealthy")
 
-func main() {
-	out, err := run(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0) // the flag package printed the usage
-	}
-	code := 0
-	if err != nil {
-		code = 2
-		if errors.Is(err, errUnhealthy) {
-			code = 1
-		}
-		if out == nil {
-			out = map[string]any{"error": err.Error()}
-		}
-		fmt.Fprintln(os.Stderr, "gardener-etcd:", err)
-	}
-	if out != nil {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			code = 2
-		}
-	}
-	os.Exit(code)
-}
+func main() { harness.Main("gardener-etcd", errUnhealthy, run) }
 
 func run(args []string) (map[string]any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("usage: gardener-etcd deploy|redeploy|check|wait|scale --kubeconfig K --namespace N [flags] (-h for flags), or version")
 	}
 	if args[0] == "version" {
-		return version()
+		// The pinned gardener and etcd-druid API (the build script's check that the cached
+		// binary is the pinned one).
+		return harness.Version(args[1:], map[string]string{
+			"gardener":     "github.com/gardener/gardener",
+			"etcdDruidAPI": "github.com/gardener/etcd-druid/api",
+		})
 	}
 	f, err := parseFlags(args[0], args[1:])
 	if err != nil {
@@ -126,31 +102,8 @@ func run(args []string) (map[string]any, error) {
 	return nil, fmt.Errorf("unknown command %q", args[0])
 }
 
-// version says which Gardener and etcd-druid API this binary was built from (the build
-// script's check that the cached binary is the pinned one).
-func version() (map[string]any, error) {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return nil, errors.New("no build information in the binary")
-	}
-	out := map[string]any{"go": info.GoVersion, "source": source}
-	for _, d := range info.Deps {
-		switch d.Path {
-		case "github.com/gardener/gardener":
-			out["gardener"] = d.Version
-		case "github.com/gardener/etcd-druid/api":
-			out["etcdDruidAPI"] = d.Version
-		}
-	}
-	return out, nil
-}
-
 // connect builds the client with the types Deploy writes (gardenlet's seed client knows more).
 func connect(kubeconfig string) (*rest.Config, client.Client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
-	}
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, druidcorev1alpha1.AddToScheme,
@@ -160,6 +113,5 @@ func connect(kubeconfig string) (*rest.Config, client.Client, error) {
 			return nil, nil, err
 		}
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	return cfg, c, err
+	return harness.Connect(kubeconfig, scheme)
 }

@@ -1,12 +1,12 @@
 // Command gardenlet-install installs a seed extension's chart the way gardenlet's
 // ControllerInstallation reconciler does, and removes it the way its deletion does: a test
 // harness for isthmus (issue 46 point 1), built from Gardener v1.149.3 (go.mod/go.sum here) by
-// scripts/build-gardenlet-install.sh into $ISTHMUS_CACHE/gardenlet-install-v1.149.3/.
+// scripts/build-gardener-harness.sh into $ISTHMUS_CACHE/gardener-harness-v1.149.3/.
 //
 //	gardenlet-install install   --kubeconfig K --chart C.tgz --name N --values V [--values V...]
 //	gardenlet-install uninstall --kubeconfig K --name N [--timeout D] [--interval D]
 //	gardenlet-install status    --kubeconfig K --name N
-//	gardenlet-install version
+//	gardenlet-install version [--source HASH]
 //
 // Each prints one JSON document on stdout (logs go to stderr) and exits 0 when done, 1 when
 // `status` finds the installation not ready, 2 on any other error ({"error": ...}).
@@ -31,59 +31,30 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"os"
-	"runtime/debug"
 	"time"
 
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gardener/gardener/pkg/client/kubernetes"
-)
 
-// source is the hash of this module's files the build script stamps in (its freshness check).
-var source = "unknown"
+	"isthmus.invalid/gardener-harness/harness"
+)
 
 // errNotReady marks `status`'s verdict (exit 1) as opposed to a failure to ask (exit 2).
 var errNotReady = errors.New("not ready")
 
-func main() {
-	out, err := run(os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(0) // the flag package printed the usage
-	}
-	code := 0
-	if err != nil {
-		code = 2
-		if errors.Is(err, errNotReady) {
-			code = 1
-		}
-		if out == nil {
-			out = map[string]any{"error": err.Error()}
-		}
-		fmt.Fprintln(os.Stderr, "gardenlet-install:", err)
-	}
-	if out != nil {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
-			code = 2
-		}
-	}
-	os.Exit(code)
-}
+func main() { harness.Main("gardenlet-install", errNotReady, run) }
 
 func run(args []string) (map[string]any, error) {
 	if len(args) == 0 {
 		return nil, errors.New("usage: gardenlet-install install|uninstall|status --kubeconfig K --name N [flags] (-h for flags), or version")
 	}
 	if args[0] == "version" {
-		return version()
+		// The build script's freshness check.
+		return harness.Version(args[1:], map[string]string{"gardener": "github.com/gardener/gardener"})
 	}
 	switch args[0] {
 	case "install", "uninstall", "status":
@@ -112,36 +83,10 @@ func run(args []string) (map[string]any, error) {
 
 // gardenerVersion is the Gardener module this binary was built from: the gardenlet it stands
 // in for (gardenlet injects its own version as `gardener.version`).
-func gardenerVersion() string {
-	if info, ok := debug.ReadBuildInfo(); ok {
-		for _, d := range info.Deps {
-			if d.Path == "github.com/gardener/gardener" {
-				return d.Version
-			}
-		}
-	}
-	return "unknown"
-}
-
-// version says which Gardener this binary was built from (the build script's freshness check).
-func version() (map[string]any, error) {
-	info, ok := debug.ReadBuildInfo()
-	if !ok {
-		return nil, errors.New("no build information in the binary")
-	}
-	return map[string]any{"go": info.GoVersion, "gardener": gardenerVersion(), "source": source}, nil
-}
+func gardenerVersion() string { return harness.Dep("github.com/gardener/gardener") }
 
 // connect builds the client gardenlet's seed client set has: the seed scheme of Gardener's
 // pkg/client/kubernetes (what its chart renderer and managedresources helpers are used with).
 func connect(kubeconfig string) (*rest.Config, client.Client, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return nil, nil, fmt.Errorf("reading kubeconfig %s: %w", kubeconfig, err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: kubernetes.SeedScheme})
-	if err != nil {
-		return nil, nil, fmt.Errorf("seed client: %w", err)
-	}
-	return cfg, c, nil
+	return harness.Connect(kubeconfig, kubernetes.SeedScheme)
 }
