@@ -19,7 +19,7 @@
 //! nesting alone added 9–13 µs to every proxied round trip of a minimal C relay, and moving
 //! the splicer to its own thread took 5–10 µs off isthmus's (BENCHMARKS.md, issue 28, round 5).
 //!
-//! Fairness: a turn moves at most `flow::TURN_BUDGET` bytes per direction of a connection; a
+//! Fairness: a turn moves at most `Tuning::turn_budget` bytes per direction of a connection; a
 //! connection with more to move is driven again in the next turn, after that turn's events,
 //! and the loop does not block while one waits. Before, a busy connection was driven until
 //! `EAGAIN`, while every other connection of the worker waited.
@@ -30,14 +30,19 @@
 //! Each idle round yields to the kernel scheduler (the answer's sender often shares the CPU).
 //! By default adaptive: only for the answer to a message whose direction is usually answered
 //! that fast (`pace`), so idle workers, bulk streams and one-exchange connections never spin.
+//!
+//! Every threshold of busy polling and scheduling is in one value, [`Tuning`] (`tuning.rs`),
+//! with its default and the measurement behind it.
 
 mod flow;
 mod keepalive;
 mod limits;
 mod pace;
+mod probe;
 mod spares;
 mod table;
 mod timers;
+pub(crate) mod tuning;
 
 use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Slot;
@@ -50,8 +55,8 @@ use limits::Extra;
 pub use limits::{End, Limits};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Token};
-pub use pace::BusyPoll;
 use pace::Pacer;
+use probe::Probe;
 use prometheus_client::metrics::counter::Counter;
 use spares::Spares;
 use std::io;
@@ -62,6 +67,7 @@ use table::{Keys, Table};
 use timers::Timers;
 use tokio_util::task::task_tracker::TaskTrackerToken;
 use tracing::{debug, warn};
+pub use tuning::{BusyPoll, Tuning};
 
 /// Events taken from the kernel per poll.
 const EVENTS: usize = 256;
@@ -190,15 +196,8 @@ struct Inner {
     quit: AtomicBool,
     /// Set when the loop has ended: nothing would move a new pair's bytes.
     stopped: AtomicBool,
-    /// Open connections, for tests waiting for every connection to close.
-    #[cfg(test)]
-    open: std::sync::atomic::AtomicUsize,
-    /// Hand-overs that woke the loop, for tests of when they do.
-    #[cfg(test)]
-    wakes: std::sync::atomic::AtomicUsize,
-    /// Timer entries the loop holds after its last turn, for tests that none is left behind.
-    #[cfg(test)]
-    timers: std::sync::atomic::AtomicUsize,
+    /// What tests read of the loop (empty outside tests).
+    probe: Probe,
 }
 
 /// What handles leave for the loop: pairs under the keys their sockets are registered with.
@@ -222,6 +221,8 @@ struct State {
     /// The inbox's vector, swapped in and out to keep its allocation.
     arrived: Vec<Arrival>,
     pacer: Pacer,
+    /// [`Tuning::turn_budget`].
+    turn_budget: u64,
     /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
     policy: Demotion,
     counters: Contention,
@@ -260,9 +261,10 @@ const WAKE: Token = Token(usize::MAX);
 
 impl Splicer {
     /// Creates a splicer whose loop runs on a thread of its own, named `name`, blocked in its
-    /// own `epoll_wait` (see the module docs for why); `counters` count what a contended CPU
-    /// made it do. The loop ends, closing its connections, when the last handle is dropped.
-    pub fn start(name: String, busy_poll: BusyPoll, counters: Contention) -> io::Result<Splicer> {
+    /// own `epoll_wait` (see the module docs for why), under `tuning`; `counters` count what a
+    /// contended CPU made it do. The loop ends, closing its connections, when the last handle
+    /// is dropped.
+    pub fn start(name: String, tuning: Tuning, counters: Contention) -> io::Result<Splicer> {
         let poll = mio::Poll::new()?;
         let waker = mio::Waker::new(poll.registry(), WAKE)?;
         let inner = Arc::new(Inner {
@@ -274,19 +276,14 @@ impl Splicer {
             epoch: Instant::now(),
             quit: AtomicBool::new(false),
             stopped: AtomicBool::new(false),
-            #[cfg(test)]
-            open: Default::default(),
-            #[cfg(test)]
-            wakes: Default::default(),
-            #[cfg(test)]
-            timers: Default::default(),
+            probe: Probe::default(),
         });
         let task = inner.clone();
         std::thread::Builder::new().name(name).spawn(move || {
             // A panic here aborts the process (see `supervise`): connections nobody serves
             // must not stay open.
             crate::supervise::abort_on_panic("splicer", || {
-                let mut st = State::new(busy_poll, counters);
+                let mut st = State::new(&tuning, counters);
                 if let Err(e) = task.run(poll, &mut st) {
                     // Never seen: epoll_wait fails only on invalid arguments. Closing beats
                     // holding connections nobody serves.
@@ -335,8 +332,7 @@ impl Splicer {
             && may_wait.is_some_and(|w| self.inner.wakes_after(adopted + w))
             && self.inner.parked.swap(false, Ordering::SeqCst)
         {
-            #[cfg(test)]
-            self.inner.wakes.fetch_add(1, Ordering::SeqCst);
+            self.inner.probe.woke();
             self.inner.waker.wake()?;
         }
         Ok(())
@@ -345,13 +341,13 @@ impl Splicer {
     /// Timer entries the loop held after its last turn.
     #[cfg(test)]
     pub fn timers(&self) -> usize {
-        self.inner.timers.load(Ordering::Acquire)
+        self.inner.probe.timers_held()
     }
 
     /// Connections this splicer holds.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.inner.open.load(Ordering::Acquire) + lock(&self.inner.inbox).pairs.len()
+        self.inner.probe.opened() + lock(&self.inner.inbox).pairs.len()
     }
 }
 
@@ -436,10 +432,8 @@ impl Inner {
             if st.policy.tick(now) {
                 st.counters.demoted.inc();
             }
-            #[cfg(test)]
-            self.timers.store(st.timers.len(), Ordering::Release);
-            #[cfg(test)]
-            self.open.store(st.conns.len(), Ordering::Release);
+            self.probe.timers(st.timers.len());
+            self.probe.open(st.conns.len());
         }
     }
 
@@ -514,9 +508,7 @@ impl Inner {
     fn take_in(&self, st: &mut State) {
         {
             let mut inbox = lock(&self.inbox);
-            #[cfg(test)]
-            self.open
-                .store(st.conns.len() + inbox.pairs.len(), Ordering::Release);
+            self.probe.open(st.conns.len() + inbox.pairs.len());
             std::mem::swap(&mut inbox.pairs, &mut st.arrived);
             st.conns.give_back(&mut inbox.keys);
         }
@@ -529,20 +521,20 @@ impl Inner {
         }
         arrived.shrink_to(INBOX_KEEP);
         st.arrived = arrived;
-        #[cfg(test)]
-        self.open.store(st.conns.len(), Ordering::Release);
+        self.probe.open(st.conns.len());
     }
 }
 
 impl State {
-    fn new(busy_poll: BusyPoll, counters: Contention) -> State {
+    fn new(tuning: &Tuning, counters: Contention) -> State {
         State {
             conns: Table::default(),
             timers: Timers::default(),
             spares: Spares::default(),
             arrived: Vec::new(),
-            pacer: Pacer::new(busy_poll),
-            policy: Demotion::of_this_thread(),
+            pacer: Pacer::new(tuning),
+            turn_budget: tuning.turn_budget,
+            policy: Demotion::of_this_thread(tuning),
             counters,
             keepalive: Deferred::new(Instant::now()),
             again: Vec::new(),
@@ -600,6 +592,7 @@ impl State {
             pacer,
             policy,
             again,
+            turn_budget,
             ..
         } = self;
         for ev in events.iter() {
@@ -620,7 +613,9 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let Some(end) = conn.turn(key, registry, spares, pacer, policy.traffic(), again) else {
+            let traffic = policy.traffic();
+            let Some(end) = conn.turn(key, registry, spares, pacer, traffic, again, *turn_budget)
+            else {
                 continue;
             };
             if let Some(c) = conns.remove(key) {
@@ -640,7 +635,8 @@ impl State {
             };
             let traffic = self.policy.traffic();
             let (spares, pacer, again) = (&mut self.spares, &mut self.pacer, &mut self.again);
-            let Some(end) = conn.turn(key, registry, spares, pacer, traffic, again) else {
+            let budget = self.turn_budget;
+            let Some(end) = conn.turn(key, registry, spares, pacer, traffic, again, budget) else {
                 continue;
             };
             if let Some(c) = self.conns.remove(key) {
@@ -706,7 +702,8 @@ impl State {
 impl Conn {
     /// One turn of the connection at `key`: drives both directions and watches for room
     /// where a destination pushed back; what ended it, if it ended. Queued in `again` when a
-    /// direction stopped at its budget with bytes to move.
+    /// direction stopped at its `budget` with bytes to move.
+    #[allow(clippy::too_many_arguments)]
     fn turn(
         &mut self,
         key: usize,
@@ -715,8 +712,9 @@ impl Conn {
         pacer: &mut Pacer,
         traffic: Option<&mut Traffic>,
         again: &mut Vec<usize>,
+        budget: u64,
     ) -> Option<End> {
-        let driven = self.drive(spares, pacer, traffic).and_then(|done| {
+        let driven = self.drive(spares, pacer, traffic, budget).and_then(|done| {
             if !done {
                 self.watch(key, registry)?;
             }
@@ -743,9 +741,9 @@ impl Conn {
         spares: &mut Spares,
         pacer: &mut Pacer,
         traffic: Option<&mut Traffic>,
+        budget: u64,
     ) -> io::Result<bool> {
         let up_done = self.u2d.finished();
-        let budget = flow::TURN_BUDGET;
         let to_up = self
             .d2u
             .drive(&self.down, &self.up, spares, up_done, budget)?;

@@ -10,7 +10,7 @@ use crate::listen::Shared;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::socket;
-use crate::splice::{BusyPoll, Contention, Splicer};
+use crate::splice::{BusyPoll, Contention, Splicer, Tuning};
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
@@ -154,7 +154,7 @@ impl Proxy {
             .map(|(i, runtime)| {
                 let splicer = Splicer::start(
                     format!("isthmus-splice-{i}"),
-                    workers.busy_poll,
+                    Tuning::with_busy_poll(workers.busy_poll),
                     Contention {
                         busy_poll: metrics.busy_poll_contended.clone(),
                         demoted: metrics.sched_demoted.clone(),

@@ -42,7 +42,12 @@ impl Rig {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let pool = Arc::new(Pool::new("u", Vec::new(), None, &metrics));
         Rig {
-            splicer: Splicer::start("splice-test".into(), busy_poll, Default::default()).unwrap(),
+            splicer: Splicer::start(
+                "splice-test".into(),
+                Tuning::with_busy_poll(busy_poll),
+                Default::default(),
+            )
+            .unwrap(),
             metrics,
             pool,
             active: Gauge::default(),
@@ -107,7 +112,7 @@ impl Rig {
 
     /// Hand-overs that woke the splicer.
     fn wakes(&self) -> usize {
-        self.splicer.inner.wakes.load(Ordering::SeqCst)
+        self.splicer.inner.probe.wakes()
     }
 
     fn limit_closes(&self, limit: &'static str) -> u64 {
