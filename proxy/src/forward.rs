@@ -7,7 +7,7 @@ use crate::intake::{Down, Intake};
 use crate::metrics::Metrics;
 use crate::proxy_protocol::{self, Addresses};
 use crate::snapshot::ListenerSpec;
-use crate::splice::{self, Keep, Pair, Splicer};
+use crate::splice::{self, OpenGuards, Pair, Splicer};
 use crate::upstream::{self, Failure};
 use isthmus_config::{ListenerKind, SendProxyProtocol};
 use std::net::SocketAddr;
@@ -119,7 +119,7 @@ pub async fn forward(
             idle_timeout: policy.idle_timeout.map(|d| d.get()),
             max_duration: policy.max_connection_duration.map(|d| d.get()),
         },
-        keep: Keep::new(active, up.slot, tracker.token()),
+        guards: OpenGuards::new(active, up.slot, tracker.token()),
         metrics: metrics.clone(),
         upstream: up_spec.name.as_str().into(),
         span: tracing::Span::current(),

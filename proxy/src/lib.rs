@@ -24,7 +24,10 @@
 //! 4. `forward.rs`: the upstream's first flight, the connection under its policy
 //!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
 //! 5. `splice.rs` (`splice/`): the worker's splicer, on a thread of its own, moves the bytes
-//!    both ways until both directions are over.
+//!    both ways until both directions are over: the handle and hand-over (`splice.rs`,
+//!    `splice/pair.rs`), the loop (`splice/thread.rs`, `splice/state.rs`), one connection's
+//!    state (`splice/conn.rs`) and its I/O (`splice/turn.rs`, `splice/flow.rs`), and every
+//!    scheduling and busy-poll threshold in one value (`splice/tuning.rs`).
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration of the listening sockets,

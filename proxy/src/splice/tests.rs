@@ -1,7 +1,14 @@
+use super::conn::Conn;
+use super::flow::Flow;
+use super::spares::{self, Spares};
 use super::*;
+use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Pool;
+use crate::sources::ActiveGuard;
+use isthmus_config::KeepaliveConfig;
 use prometheus_client::metrics::gauge::Gauge;
 use std::net::Shutdown;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream as TokioStream};
 use tokio_util::task::TaskTracker;
@@ -78,7 +85,7 @@ impl Rig {
             to_up_counter: self.to_up.clone(),
             to_down_counter: self.to_down.clone(),
             limits,
-            keep: Keep::new(
+            guards: OpenGuards::new(
                 ActiveGuard::new(self.active.clone()),
                 self.pool.reserve(None).unwrap(),
                 self.tracker.token(),
