@@ -6,7 +6,7 @@ use super::{Inner, Proxy, Worker};
 use crate::admin;
 use crate::dns::{Dns, DnsError};
 use crate::http1::Gate;
-use crate::listen::Shared;
+use crate::listen::ProxyState;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::socket;
@@ -166,7 +166,7 @@ impl Proxy {
             .map_err(StartError::Splicer)?;
         let inner = Arc::new(Inner {
             path: path.to_owned(),
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProxyState {
                 snapshot: RwLock::new(Arc::new(snapshot)),
                 metrics,
                 connections: TaskTracker::new(),
