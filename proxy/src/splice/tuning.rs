@@ -8,6 +8,10 @@
 //! them could be repeated on a machine of another kind (no such machine here): each default
 //! below says what it was measured against, and a user on other hardware can change the two
 //! exposed as flags (`--busy-poll`, `--scheduling`).
+//!
+//! Not here: the upstream keepalive's 1 s deferral (`keepalive::DEFER`, commit `d50fe21`,
+//! BENCHMARKS.md round 11), a constant because it sizes the cohort arrays at compile time, and
+//! the copy buffer's 64 KiB (`spares::BUF_SIZE`), which is also what counts as a bulk burst.
 
 use std::time::Duration;
 
