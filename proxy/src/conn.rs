@@ -2,77 +2,54 @@
 //! `listen` accepts it, `intake` admits it and reads its PROXY header and ClientHello (or
 //! CONNECT request) under one deadline into one buffer and routes it (`routes`), `forward`
 //! connects to the route's upstream (`upstream`, `pool`, `dns`) and hands the pair to the
-//! worker's splicer (`splice`), which holds it until it closes.
+//! worker's splicer (`splice`), which holds it until it closes. The connection's task is its
+//! [`Handler`], made by the accept loop's `Listener` (`listen`).
 
-use crate::forward;
-use crate::intake::{self, Down};
-use crate::metrics::Metrics;
-use crate::snapshot::ListenerSpec;
-use crate::sources::{ActiveGuard, Sources};
-use crate::splice::Splicer;
-pub use intake::Reject;
-use std::net::SocketAddr;
-use std::sync::Arc;
-use tokio_util::task::TaskTracker;
+use crate::intake::{Down, Handler, Reject};
+use crate::sources::ActiveGuard;
 use tracing::{debug_span, field, Instrument};
 
-/// What every connection of one accept loop shares.
-#[derive(Debug, Clone)]
-pub struct Ctx {
-    pub metrics: Arc<Metrics>,
-    /// Per-source counts and the pending slots of the listener (all its accept loops).
-    pub sources: Arc<Sources>,
-    /// The splicer of the runtime this accept loop runs on.
-    pub splicer: Splicer,
-    /// Counts intake tasks and spliced connections, for the drain and the global cap.
-    pub tracker: TaskTracker,
-}
-
-/// Handles one accepted connection to completion, counted open by `active` from its accept
-/// on; `refuse`: a cap was reached, the connection is closed at once and counted. Never
-/// panics, never returns an error: every outcome is counted and logged here.
-///
-/// Not an `async fn`: that would hold the instrumented future *and* the block it wraps in its
-/// own state, doubling what every open connection's task holds.
-pub fn handle(
-    down: std::net::TcpStream,
-    peer: SocketAddr,
-    spec: Arc<ListenerSpec>,
-    ctx: Ctx,
-    active: ActiveGuard,
-    refuse: Option<Reject>,
-) -> impl std::future::Future<Output = ()> + Send {
-    // A debug span, not info: with the default `info` filter an enabled span costs every
-    // connection its formatted fields and a registry slot (~0.45 KiB held while it lives,
-    // and the formatting on the accept path). Events at info and above carry their context
-    // as fields instead.
-    let span = debug_span!("conn", listener = %spec.name, %peer, client = field::Empty, sni = field::Empty, upstream = field::Empty);
-    async move {
-        let down = Down::new(down);
-        if let Some(reason) = refuse {
-            intake::reject(down, &spec, &ctx.metrics, reason).await;
-            return;
+impl Handler {
+    /// Handles the accepted connection `down` to completion, counted open by `active` from
+    /// its accept on; `refuse`: a cap was reached, the connection is closed at once and
+    /// counted. Never panics, never returns an error: every outcome is counted and logged.
+    ///
+    /// Not an `async fn`: that would hold the instrumented future *and* the block it wraps in
+    /// its own state, doubling what every open connection's task holds.
+    pub fn run(
+        self,
+        down: std::net::TcpStream,
+        active: ActiveGuard,
+        refuse: Option<Reject>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        // A debug span, not info: with the default `info` filter an enabled span costs every
+        // connection its formatted fields and a registry slot (~0.45 KiB held while it lives,
+        // and the formatting on the accept path). Events at info and above carry their
+        // context as fields instead.
+        let (listener, peer) = (&self.spec.name, self.peer);
+        let span = debug_span!("conn", %listener, %peer, client = field::Empty, sni = field::Empty, upstream = field::Empty);
+        async move {
+            let down = Down::new(down);
+            if let Some(reason) = refuse {
+                self.reject(down, reason).await;
+                return;
+            }
+            let Some((down, intake)) = self.admit(down, active).await else {
+                return;
+            };
+            self.forward(down, intake).await;
         }
-        let Some((down, intake)) =
-            intake::read(down, peer, &spec, &ctx.metrics, &ctx.sources, active).await
-        else {
-            return;
-        };
-        let Ctx {
-            metrics,
-            splicer,
-            tracker,
-            ..
-        } = &ctx;
-        forward::forward(down, peer, &spec, intake, metrics, splicer, tracker).await;
+        .instrument(span)
     }
-    .instrument(span)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::metrics::Metrics;
+    use crate::splice::Splicer;
+    use std::sync::Arc;
+    use tokio_util::task::TaskTracker;
 
     /// The intake task lives only until the pair is handed to the splicer; its size is what
     /// each connection costs while its ClientHello is read and its upstream connected. The
@@ -89,15 +66,17 @@ mod tests {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let stream = std::net::TcpStream::connect(addr).unwrap();
-        let ctx = Ctx {
+        let active = ActiveGuard::new(spec.active.clone());
+        let handler = Handler {
+            spec,
+            peer: addr,
             metrics,
             sources: Arc::default(),
             splicer: Splicer::start("splice-test".into(), Default::default(), Default::default())
                 .unwrap(),
             tracker: TaskTracker::new(),
         };
-        let active = ActiveGuard::new(spec.active.clone());
-        let task = handle(stream, addr, spec, ctx, active, None);
+        let task = handler.run(stream, active, None);
         let size = std::mem::size_of_val(&task);
         eprintln!("intake task future: {size} bytes");
         assert!(

@@ -3,23 +3,49 @@
 //! pending slot), then the ClientHello (or the CONNECT request) read into the buffer that is
 //! later replayed, its route looked up, and the route's own allow-list checked.
 
+//!
+//! One accepted connection is one [`Handler`] (as mini-redis's per-connection object): what
+//! its task needs, owned, with the steps as methods: [`Handler::admit`] here,
+//! `Handler::forward` in `forward.rs`, `Handler::run` (the steps in order) in `conn.rs`.
+//! `intake/hello.rs` only parses, `intake/down.rs` reads, `intake/reject.rs` says why a
+//! connection was refused and what its client is told.
+
 mod down;
 mod hello;
+mod reject;
 
 pub use down::Down;
-pub use hello::Reject;
+pub use reject::Reject;
 
 use crate::http_connect;
 use crate::metrics::Metrics;
 use crate::proxy_protocol::{self, Addresses, Header};
 use crate::snapshot::{ListenerSpec, Route};
 use crate::sources::{ActiveGuard, Sources};
+use crate::splice::Splicer;
 use isthmus_config::{Cidr, ListenerKind, ProxyProtocolMode};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::AsyncWriteExt;
 use tokio::time::Instant;
+use tokio_util::task::TaskTracker;
 use tracing::{debug, field};
+
+/// One accepted connection's task: the listener's spec from the snapshot current at accept
+/// time, the client's address, and what every connection of its accept loop shares.
+#[derive(Debug)]
+pub struct Handler {
+    pub spec: Arc<ListenerSpec>,
+    /// The client's address as the socket has it (a PROXY header may name another).
+    pub peer: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    /// Per-source counts and the pending slots of the listener (all its accept loops).
+    pub sources: Arc<Sources>,
+    /// The splicer of the runtime this connection's accept loop runs on.
+    pub splicer: Splicer,
+    /// Counts intake tasks and spliced connections, for the drain and the global cap.
+    pub tracker: TaskTracker,
+}
 
 struct PendingGauge<'a>(&'a ListenerSpec);
 
@@ -49,88 +75,100 @@ pub struct Intake {
 // connection of the source, or of the listener, is evicted to make room).
 //
 // Returns the connection with what was learnt, or `None` once a rejected one is answered.
-pub async fn read(
-    mut down: Down,
-    peer: SocketAddr,
-    spec: &ListenerSpec,
-    metrics: &Metrics,
-    sources: &Arc<Sources>,
-    mut active: ActiveGuard,
-) -> Option<(Down, Intake)> {
-    let deadline = Instant::now() + spec.hello_timeout;
-    let mut buf = Vec::new();
-    let mut client = None;
-    let trusted = spec.proxy_protocol != ProxyProtocolMode::None
-        && Cidr::any_contains(&spec.trusted_proxies, peer.ip());
-    if trusted {
-        let cap = intake_cap(spec);
-        let header = read_proxy_header(&mut down, &mut buf, spec.proxy_protocol, cap);
-        match tokio::time::timeout_at(deadline, header).await {
-            Ok(Ok(Some(Header::Proxied(a)))) => {
-                tracing::Span::current().record("client", field::display(a.source));
-                client = Some(a);
-            }
-            Ok(Ok(_)) => {}
-            Ok(Err(r)) => return refuse(down, spec, metrics, r).await,
-            Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
-        }
-    } else if spec.proxy_protocol == ProxyProtocolMode::Require {
-        return refuse(down, spec, metrics, Reject::UntrustedProxy).await;
-    }
-    let source = client.map_or(peer.ip(), |a| a.source.ip());
-    if !spec.allowed_sources.is_empty() && !Cidr::any_contains(&spec.allowed_sources, source) {
-        return refuse(down, spec, metrics, Reject::SourceNotAllowed).await;
-    }
-    match sources.open(source, spec.max_connections_per_source) {
-        Some(g) => active.set_source(g),
-        None => return refuse(down, spec, metrics, Reject::TooManyConnectionsPerSource).await,
-    }
-    let (route, replay) = {
-        let (_slot, evicted) = sources.wait(source, spec.max_pending_per_source, spec.max_pending);
-        spec.pending.inc();
-        let _gauge = PendingGauge(spec);
-        // An untrusted peer's PROXY header is looked for only to refuse it.
-        let untrusted_header = !trusted && spec.proxy_protocol == ProxyProtocolMode::Accept;
-        let reading =
-            tokio::time::timeout_at(deadline, intake(&mut down, spec, buf, untrusted_header));
-        let result = tokio::select! {
-            r = reading => r,
-            Ok(()) = evicted => Ok(Err(IntakeError::Reject(Reject::Evicted))),
-        };
-        match result {
-            Ok(Ok(i)) => i,
-            Ok(Err(IntakeError::Reject(r))) => return refuse(down, spec, metrics, r).await,
-            Ok(Err(IntakeError::Http(status, reason))) => {
-                metrics.reject(&spec.name, reason);
-                if let Ok(s) = down.registered() {
-                    let _ = s.write_all(&http_connect::response(status)).await;
+impl Handler {
+    pub async fn admit(&self, mut down: Down, mut active: ActiveGuard) -> Option<(Down, Intake)> {
+        let spec = &*self.spec;
+        let deadline = Instant::now() + spec.hello_timeout;
+        let mut buf = Vec::new();
+        let mut client = None;
+        let trusted = spec.proxy_protocol != ProxyProtocolMode::None
+            && Cidr::any_contains(&spec.trusted_proxies, self.peer.ip());
+        if trusted {
+            let cap = intake_cap(spec);
+            let header = read_proxy_header(&mut down, &mut buf, spec.proxy_protocol, cap);
+            match tokio::time::timeout_at(deadline, header).await {
+                Ok(Ok(Some(Header::Proxied(a)))) => {
+                    tracing::Span::current().record("client", field::display(a.source));
+                    client = Some(a);
                 }
-                return None;
+                Ok(Ok(_)) => {}
+                Ok(Err(r)) => return self.refuse(down, r).await,
+                Err(_) => return self.refuse(down, Reject::Timeout).await,
             }
-            Err(_) => return refuse(down, spec, metrics, Reject::Timeout).await,
+        } else if spec.proxy_protocol == ProxyProtocolMode::Require {
+            return self.refuse(down, Reject::UntrustedProxy).await;
         }
-    };
-    if !route.sources.admits(source) {
-        return refuse(down, spec, metrics, Reject::RouteSourceNotAllowed).await;
+        let source = client.map_or(self.peer.ip(), |a| a.source.ip());
+        if !spec.allowed_sources.is_empty() && !Cidr::any_contains(&spec.allowed_sources, source) {
+            return self.refuse(down, Reject::SourceNotAllowed).await;
+        }
+        match self.sources.open(source, spec.max_connections_per_source) {
+            Some(g) => active.set_source(g),
+            None => return self.refuse(down, Reject::TooManyConnectionsPerSource).await,
+        }
+        let (route, replay) = {
+            let (_slot, evicted) =
+                self.sources
+                    .wait(source, spec.max_pending_per_source, spec.max_pending);
+            spec.pending.inc();
+            let _gauge = PendingGauge(spec);
+            // An untrusted peer's PROXY header is looked for only to refuse it.
+            let untrusted_header = !trusted && spec.proxy_protocol == ProxyProtocolMode::Accept;
+            let reading =
+                tokio::time::timeout_at(deadline, route(&mut down, spec, buf, untrusted_header));
+            let result = tokio::select! {
+                r = reading => r,
+                Ok(()) = evicted => Ok(Err(IntakeError::Reject(Reject::Evicted))),
+            };
+            match result {
+                Ok(Ok(i)) => i,
+                Ok(Err(IntakeError::Reject(r))) => return self.refuse(down, r).await,
+                Ok(Err(IntakeError::Http(status, reason))) => {
+                    self.metrics.reject(&spec.name, reason);
+                    if let Ok(s) = down.registered() {
+                        let _ = s.write_all(&http_connect::response(status)).await;
+                    }
+                    return None;
+                }
+                Err(_) => return self.refuse(down, Reject::Timeout).await,
+            }
+        };
+        if !route.sources.admits(source) {
+            return self.refuse(down, Reject::RouteSourceNotAllowed).await;
+        }
+        let intake = Intake {
+            route,
+            client,
+            replay,
+            active,
+        };
+        Some((down, intake))
     }
-    let intake = Intake {
-        route,
-        client,
-        replay,
-        active,
-    };
-    Some((down, intake))
-}
 
-/// Answers and closes a rejected connection; `None` for [`read`] to return.
-async fn refuse<T>(
-    down: Down,
-    spec: &ListenerSpec,
-    metrics: &Metrics,
-    reason: Reject,
-) -> Option<T> {
-    reject(down, spec, metrics, reason).await;
-    None
+    /// Answers and closes a rejected connection; `None` for [`Handler::admit`] to return.
+    async fn refuse<T>(&self, down: Down, reason: Reject) -> Option<T> {
+        self.reject(down, reason).await;
+        None
+    }
+
+    /// Counts a refused connection, tells its client why if it should learn it, and closes it.
+    pub async fn reject(&self, mut down: Down, reason: Reject) {
+        let spec = &*self.spec;
+        self.metrics.reject(&spec.name, reason.as_str());
+        debug!(reason = reason.as_str(), "rejected");
+        let answer = match spec.kind {
+            // An HTTP client gets an HTTP status, never a TLS alert.
+            ListenerKind::HttpConnect => reject::http_status(reason).map(http_connect::response),
+            ListenerKind::TlsPassthrough if spec.reject_with_alert => {
+                reason.alert().map(|a| reject::alert_record(a).to_vec())
+            }
+            ListenerKind::TlsPassthrough => None,
+        };
+        if let (Some(bytes), Ok(down)) = (answer, down.registered()) {
+            let _ = down.write_all(&bytes).await;
+            let _ = down.shutdown().await;
+        }
+    }
 }
 
 enum IntakeError {
@@ -152,7 +190,9 @@ fn intake_cap(spec: &ListenerSpec) -> usize {
     }
 }
 
-async fn intake(
+/// Reads the ClientHello or CONNECT request (after refusing an untrusted PROXY header) and
+/// looks its route up; the route and the bytes to replay.
+async fn route(
     down: &mut Down,
     spec: &ListenerSpec,
     mut buf: Vec<u8>,
@@ -165,7 +205,7 @@ async fn intake(
     }
     let route = match spec.kind {
         ListenerKind::TlsPassthrough => {
-            let sni = hello::read_client_hello(down, &mut buf, cap).await?;
+            let sni = read_client_hello(down, &mut buf, cap).await?;
             if let Some(name) = &sni {
                 span.record("sni", name.as_str());
             }
@@ -223,7 +263,8 @@ async fn read_proxy_header(
             }
         }
         // A v2 header may carry TLVs beyond a small hello cap's room (512 bytes).
-        hello::read_more(down, buf, cap.max(proxy_protocol::V2_MAX_LEN)).await?;
+        down.read_more(buf, cap.max(proxy_protocol::V2_MAX_LEN))
+            .await?;
     }
 }
 
@@ -235,7 +276,7 @@ async fn refuse_proxy_header(down: &mut Down, buf: &mut Vec<u8>, cap: usize) -> 
             proxy_protocol::Detected::Absent => return Ok(()),
             proxy_protocol::Detected::Header => return Err(Reject::UntrustedProxy),
             proxy_protocol::Detected::NeedMore => {
-                hello::read_more(down, buf, cap).await?;
+                down.read_more(buf, cap).await?;
             }
         }
     }
@@ -262,7 +303,7 @@ async fn read_connect_request(
                 }
             }
         }
-        match hello::read_more(down, buf, spec.max_request_bytes).await {
+        match down.read_more(buf, spec.max_request_bytes).await {
             Ok(_) => {}
             Err(Reject::TooLarge) => return Err(IntakeError::Http(431, "too_large")),
             Err(r) => return Err(r.into()),
@@ -270,33 +311,17 @@ async fn read_connect_request(
     }
 }
 
-pub async fn reject(mut down: Down, spec: &ListenerSpec, metrics: &Metrics, reason: Reject) {
-    metrics.reject(&spec.name, reason.as_str());
-    debug!(reason = reason.as_str(), "rejected");
-    let answer = match spec.kind {
-        // An HTTP client gets an HTTP status, never a TLS alert.
-        ListenerKind::HttpConnect => http_status(reason).map(http_connect::response),
-        ListenerKind::TlsPassthrough if spec.reject_with_alert => {
-            reason.alert().map(|a| hello::alert_record(a).to_vec())
+/// The SNI a client asked for, if any. `buf` may already hold bytes (after a PROXY
+/// header); on return it holds every byte of the hello, for replay. The caller bounds the time.
+async fn read_client_hello(
+    down: &mut Down,
+    buf: &mut Vec<u8>,
+    max_bytes: usize,
+) -> Result<Option<String>, Reject> {
+    loop {
+        if let Some(parsed) = hello::sni(buf) {
+            return parsed;
         }
-        ListenerKind::TlsPassthrough => None,
-    };
-    if let (Some(bytes), Ok(down)) = (answer, down.registered()) {
-        let _ = down.write_all(&bytes).await;
-        let _ = down.shutdown().await;
-    }
-}
-
-fn http_status(reason: Reject) -> Option<u16> {
-    match reason {
-        Reject::Timeout => Some(408),
-        Reject::TooManyConnections
-        | Reject::TooManyListenerConnections
-        | Reject::TooManyConnectionsPerSource => Some(503),
-        Reject::ProxyProtocol => Some(400),
-        Reject::TooLarge => Some(431),
-        // As for a header value that is not routed.
-        Reject::RouteSourceNotAllowed => Some(404),
-        _ => None,
+        down.read_more(buf, max_bytes).await?;
     }
 }

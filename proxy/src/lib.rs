@@ -12,19 +12,25 @@
 //! the configuration changed.
 //!
 //! # The path of a connection, file by file
-//! 1. `listen.rs`: accept loops, one per listening socket and worker; the global cap. The
-//!    accepted socket stays out of the runtime's epoll unless the intake must wait for its
-//!    bytes (`intake/down.rs`).
-//! 2. `conn.rs`: one connection's task, the steps below in order.
-//! 3. `intake.rs` (`intake/hello.rs`): admission (`sources.rs`: per-source caps and pending
+//! 1. `listen.rs`: one `Listener` per listening socket and worker, its accept loop; the
+//!    global cap. The accepted socket stays out of the runtime's epoll unless the intake must
+//!    wait for its bytes (`intake/down.rs`).
+//! 2. `conn.rs`: one connection's task, a `Handler` (defined in `intake.rs`), the steps below
+//!    in order (`Handler::run`).
+//! 3. `intake.rs` (`Handler::admit`): admission (`sources.rs`: per-source caps and pending
 //!    slots), then the PROXY header (crate `isthmus-proxy-protocol`) and the ClientHello
-//!    (`client_hello.rs`, a pure parser) or CONNECT request (`http_connect.rs`), read under one
-//!    deadline into one buffer; the route looked up (`routes.rs`) in the current snapshot and
-//!    its allow-list checked (`admits.rs`).
-//! 4. `forward.rs`: the upstream's first flight, the connection under its policy
-//!    (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in `dns.rs`).
+//!    (`intake/hello.rs` over `client_hello.rs`, pure parsers) or CONNECT request
+//!    (`http_connect.rs`), read (`intake/down.rs`) under one deadline into one buffer; the
+//!    route looked up (`routes.rs`) in the current snapshot and its allow-list checked
+//!    (`admits.rs`); a refusal and what its client is told in `intake/reject.rs`.
+//! 4. `forward.rs` (`Handler::forward`): the upstream's first flight, the connection under its
+//!    policy (`upstream.rs`; endpoints, balancing and ejection in `pool.rs`, names in
+//!    `dns.rs`).
 //! 5. `splice.rs` (`splice/`): the worker's splicer, on a thread of its own, moves the bytes
-//!    both ways until both directions are over.
+//!    both ways until both directions are over: the handle and hand-over (`splice.rs`,
+//!    `splice/pair.rs`), the loop (`splice/thread.rs`, `splice/state.rs`), one connection's
+//!    state (`splice/conn.rs`) and its I/O (`splice/turn.rs`, `splice/flow.rs`), and every
+//!    scheduling and busy-poll threshold in one value (`splice/tuning.rs`).
 //!
 //! Beside the path: `socket.rs` (every bind and socket option), `sys.rs` (the only `unsafe`:
 //! pipes, splice(2), epoll registration of the listening sockets,

@@ -12,39 +12,22 @@
 //!
 //! The price is paid when other busy threads share the CPU: a batch thread woken by a packet
 //! then waits for the running thread's time slice to end (milliseconds). So a splicer thread
-//! watches how long its wake-ups wait ([`Demotion`]): every [`CHECK`] it reads its own
+//! watches how long its wake-ups wait ([`Demotion`]): every `Tuning::check` it reads its own
 //! run-queue figures (`/proc/thread-self/schedstat`: nanoseconds spent runnable but waiting,
-//! and slices run), and when its slices waited more than [`CONTENDED_WAIT`] on average while it
+//! and slices run), and when its slices waited more than `Tuning::contended_wait` on average while it
 //! moved mostly messages ([`Traffic`]) it goes back to `SCHED_OTHER` for a pause. Busy polling
 //! that finds the CPU contended (`splice::pace`) does the same. Under `SCHED_OTHER` its
 //! wake-ups preempt again, so its waits no longer show whether the contention lasts: it
 //! returns to batch after the pause and looks again, and a contention found right after a
-//! return doubles the next pause (up to [`MAX_PAUSE`]), so a CPU that stays busy costs one
-//! [`CHECK`] of batch waits per pause.
-//!
-//! Figures from the 2-vCPU VM are in BENCHMARKS.md, issue 28, rounds 6 to 8.
+//! return doubles the next pause (up to `Tuning::max_demotion`), so a CPU that stays busy costs
+//! one `Tuning::check` of batch waits per pause. Every threshold, its default and the
+//! measurement behind it are in `splice/tuning.rs` (BENCHMARKS.md, issue 28, rounds 6 to 8).
 
+use crate::splice::tuning::Tuning;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
-
-/// How often a batch thread looks at its run-queue waits: short, since until it looks a busy
-/// CPU costs its wake-ups milliseconds each; one `pread` of a /proc file per look.
-const CHECK: Duration = Duration::from_millis(20);
-/// Slices that waited this long on average mean other threads' time slices ran first: the
-/// threads of an exchange (client, server, another worker) give the CPU up within a few
-/// microseconds. An average, so low: a few waits of a whole time slice (milliseconds) among
-/// many short ones are the tail this is for. A false alarm only costs batch's gain for a
-/// pause; a missed contention costs milliseconds per wake-up.
-const CONTENDED_WAIT: Duration = Duration::from_micros(30);
-/// Slices a check needs for its average to count.
-const MIN_SLICES: u64 = 8;
-/// The first pause out of batch: each return costs up to a [`CHECK`] of batch waits on a CPU
-/// that is still busy.
-const PAUSE: Duration = Duration::from_secs(4);
-/// The longest pause out of batch.
-const MAX_PAUSE: Duration = Duration::from_secs(64);
 
 /// The policy of the proxy's threads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -79,6 +62,8 @@ pub(crate) struct Demotion {
     waits: Option<RunQueue>,
     next_check: Option<Instant>,
     traffic: Traffic,
+    /// The thresholds (`check`, `contended_wait`, `min_slices`, `demotion`, `max_demotion`).
+    tuning: Tuning,
 }
 
 /// What one direction of a connection moved in one turn of the splicer.
@@ -129,17 +114,18 @@ impl Traffic {
 impl Demotion {
     /// For the calling thread, which keeps the policy it inherited until
     /// [`Demotion::contended`] or [`Demotion::tick`] finds the CPU contended.
-    pub(crate) fn of_this_thread() -> Demotion {
+    pub(crate) fn of_this_thread(tuning: &Tuning) -> Demotion {
         let batch = crate::sys::scheduling_policy().is_ok_and(|p| p == libc::SCHED_BATCH);
         Demotion {
             batch,
             until: None,
-            pause: PAUSE,
+            pause: tuning.demotion,
             just_back: false,
             // Unreadable (no /proc): only busy polling's yields can find contention.
             waits: batch.then(RunQueue::of_this_thread).flatten(),
             next_check: None,
             traffic: Traffic::default(),
+            tuning: *tuning,
         }
     }
 
@@ -162,7 +148,7 @@ impl Demotion {
             return false;
         }
         if self.just_back {
-            self.pause = (self.pause * 2).min(MAX_PAUSE);
+            self.pause = (self.pause * 2).min(self.tuning.max_demotion);
         }
         // A refusal leaves the thread as it was, which still works.
         if apply(Scheduling::Normal).is_err() {
@@ -176,7 +162,7 @@ impl Demotion {
     }
 
     /// Once per turn of the thread's loop: back to batch when the pause is over, and every
-    /// [`CHECK`] a look at how long the thread's wake-ups waited. Returns whether this demoted
+    /// `check` a look at how long the thread's wake-ups waited. Returns whether this demoted
     /// the thread.
     pub(crate) fn tick(&mut self, now: Instant) -> bool {
         if !self.batch {
@@ -186,7 +172,7 @@ impl Demotion {
             if now >= until && apply(Scheduling::Batch).is_ok() {
                 self.until = None;
                 self.just_back = true;
-                self.next_check = Some(now + CHECK);
+                self.next_check = Some(now + self.tuning.check);
                 // Waits under `SCHED_OTHER` say nothing about batch's.
                 if let Some(w) = self.waits.as_mut() {
                     w.sample(0);
@@ -197,8 +183,12 @@ impl Demotion {
         if self.next_check.is_some_and(|at| now < at) {
             return false;
         }
-        self.next_check = Some(now + CHECK);
-        match self.waits.as_mut().and_then(|w| w.sample(MIN_SLICES)) {
+        self.next_check = Some(now + self.tuning.check);
+        match self
+            .waits
+            .as_mut()
+            .and_then(|w| w.sample(self.tuning.min_slices))
+        {
             Some(waits) => self.look(now, waits),
             None => false,
         }
@@ -208,13 +198,16 @@ impl Demotion {
     /// meanwhile. Returns whether this demoted the thread.
     fn look(&mut self, now: Instant, waits: (u64, u64)) -> bool {
         let traffic = std::mem::take(&mut self.traffic);
-        match (contended(waits), traffic.latency_bound()) {
+        match (
+            contended(waits, self.tuning.contended_wait),
+            traffic.latency_bound(),
+        ) {
             (true, true) => self.contended(now),
             // Busy, but with bulk bursts: no sign either way.
             (true, false) => false,
             (false, _) => {
                 self.just_back = false;
-                self.pause = PAUSE;
+                self.pause = self.tuning.demotion;
                 false
             }
         }
@@ -227,9 +220,10 @@ impl Demotion {
     }
 }
 
-/// Whether `(waited ns, slices)` show a contended CPU.
-fn contended((waited_ns, slices): (u64, u64)) -> bool {
-    waited_ns / slices.max(1) > CONTENDED_WAIT.as_nanos() as u64
+/// Whether `(waited ns, slices)` show a contended CPU: slices waited over `threshold` on
+/// average.
+fn contended((waited_ns, slices): (u64, u64), threshold: Duration) -> bool {
+    waited_ns / slices.max(1) > threshold.as_nanos() as u64
 }
 
 /// The calling thread's run-queue figures, from `/proc/thread-self/schedstat` (time on the CPU,
@@ -292,7 +286,7 @@ mod tests {
     fn on_a_batch_thread(f: impl FnOnce(&mut Demotion) + Send + 'static) {
         std::thread::spawn(|| {
             apply(Scheduling::Batch).unwrap();
-            f(&mut Demotion::of_this_thread());
+            f(&mut Demotion::of_this_thread(&Tuning::default()));
         })
         .join()
         .unwrap();
@@ -316,19 +310,20 @@ mod tests {
     #[test]
     fn a_batch_thread_leaves_batch_while_contended_and_others_are_left_alone() {
         on_a_batch_thread(|d| {
+            let pause = Tuning::default().demotion;
             let t0 = Instant::now();
             assert!(d.contended(t0));
             assert!(d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_OTHER);
             // Not before the pause is over.
-            d.tick(t0 + PAUSE / 2);
+            d.tick(t0 + pause / 2);
             assert!(d.demoted());
-            d.tick(t0 + PAUSE);
+            d.tick(t0 + pause);
             assert!(!d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_BATCH);
             // Started under the default policy (`--scheduling normal`): never touched.
             apply(Scheduling::Normal).unwrap();
-            let mut d = Demotion::of_this_thread();
+            let mut d = Demotion::of_this_thread(&Tuning::default());
             assert!(!d.contended(t0));
             assert!(!d.demoted());
             assert_eq!(policy_of_this_thread(), libc::SCHED_OTHER);
@@ -352,6 +347,31 @@ mod tests {
             }
             assert_eq!(pauses, [4, 8, 16, 32, 64, 64, 64, 64, 64]);
         });
+    }
+
+    #[test]
+    fn the_pauses_are_the_tunings() {
+        std::thread::spawn(|| {
+            apply(Scheduling::Batch).unwrap();
+            let tuning = Tuning {
+                demotion: Duration::from_secs(1),
+                max_demotion: Duration::from_secs(3),
+                ..Tuning::default()
+            };
+            let mut d = Demotion::of_this_thread(&tuning);
+            let mut now = Instant::now();
+            let mut pauses = vec![];
+            for _ in 0..4 {
+                assert!(d.contended(now));
+                let until = d.until().unwrap();
+                pauses.push((until - now).as_secs());
+                now = until;
+                d.tick(now);
+            }
+            assert_eq!(pauses, [1, 2, 3, 3]);
+        })
+        .join()
+        .unwrap();
     }
 
     /// A look's waits: `avg_us` per slice over 10 slices.
@@ -385,13 +405,14 @@ mod tests {
             }
             assert!(!d.demoted());
             // A look takes the tally with it; messages outnumbering bursts do count.
-            let just_over = waits(CONTENDED_WAIT.as_micros() as u64 + 1);
+            let threshold = Tuning::default().contended_wait.as_micros() as u64;
+            let just_over = waits(threshold + 1);
             assert!(
                 !d.look(t0, just_over),
                 "an empty tally is not latency-bound"
             );
             *d.traffic().unwrap() = messages(41);
-            assert!(!d.look(t0, waits(CONTENDED_WAIT.as_micros() as u64)));
+            assert!(!d.look(t0, waits(threshold)));
             *d.traffic().unwrap() = messages(41);
             assert!(d.look(t0, just_over));
             assert!(d.demoted());
@@ -403,9 +424,10 @@ mod tests {
     #[test]
     fn waits_of_a_time_slice_are_contention_waits_of_an_exchange_are_not() {
         // One wait of a 2 ms time slice among 9 of 5 µs.
-        assert!(contended((2_045_000, 10)));
-        assert!(!contended((100_000, 10)));
-        assert!(!contended((0, 0)));
+        let threshold = Tuning::default().contended_wait;
+        assert!(contended((2_045_000, 10), threshold));
+        assert!(!contended((100_000, 10), threshold));
+        assert!(!contended((0, 0), threshold));
         assert_eq!(parse(b"39310054 14537580 28\n"), Some((14537580, 28)));
         assert_eq!(parse(b"39310054\n"), None);
     }

@@ -9,8 +9,7 @@ pub use reload::{ReloadError, Reloaded};
 pub use start::{StartError, Workers};
 
 use crate::admin::AdminState;
-use crate::conn::Ctx;
-use crate::listen::{self, Shared};
+use crate::listen::{Listener, ProxyState};
 use crate::sources::Sources;
 use crate::splice::Splicer;
 use std::collections::HashMap;
@@ -41,7 +40,7 @@ pub struct Proxy {
 #[derive(Debug)]
 struct Inner {
     path: PathBuf,
-    shared: Arc<Shared>,
+    shared: Arc<ProxyState>,
     ready: AtomicBool,
     /// Parent of every accept loop's token: cancelling it stops all accepting.
     accepting: CancellationToken,
@@ -77,17 +76,21 @@ impl Proxy {
         // bind_group made one socket per worker.
         for (socket, worker) in sockets.into_iter().zip(&self.inner.workers) {
             let (name, shared) = (name.clone(), self.inner.shared.clone());
-            let ctx = Ctx {
-                metrics: shared.metrics.clone(),
-                sources: sources.clone(),
-                splicer: worker.splicer.clone(),
-                tracker: shared.connections.clone(),
-            };
-            let stop = stop.clone();
+            let (sources, splicer, stop) = (sources.clone(), worker.splicer.clone(), stop.clone());
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
             crate::supervise::spawn_critical(&worker.runtime, "accept loop", async move {
                 match crate::sys::Acceptor::register(socket) {
-                    Ok(l) => listen::accept_loop(l, name, shared, ctx, stop).await,
+                    Ok(acceptor) => {
+                        let listener = Listener {
+                            acceptor,
+                            name,
+                            proxy: shared,
+                            sources,
+                            splicer,
+                            stop,
+                        };
+                        listener.run().await;
+                    }
                     Err(e) => warn!(listener = %name, error = %e, "cannot register listener"),
                 }
             });

@@ -7,6 +7,7 @@
 //! about twenty system calls per connection). A read that would block registers the socket
 //! and waits through the runtime as before, so a slow client costs what it always did.
 
+use super::reject::Reject;
 use std::io::{self, Read};
 use std::net::SocketAddr;
 use tokio::io::AsyncReadExt;
@@ -40,9 +41,35 @@ impl Down {
             .ok_or_else(|| io::Error::other("the client socket is gone"))
     }
 
+    /// Reads what is available into `buf`, never past `max_bytes` in total: the intake's one
+    /// reader (PROXY header, ClientHello, CONNECT request).
+    pub async fn read_more(
+        &mut self,
+        buf: &mut Vec<u8>,
+        max_bytes: usize,
+    ) -> Result<usize, Reject> {
+        if buf.len() >= max_bytes {
+            return Err(Reject::TooLarge);
+        }
+        if buf.capacity() == buf.len() {
+            // Most hellos fit in the first 2 KiB; larger ones double the buffer up to the cap.
+            let grow = buf.len().max(2048).min(max_bytes - buf.len());
+            buf.reserve_exact(grow);
+        }
+        let room = buf.capacity().min(max_bytes) - buf.len();
+        let n = self
+            .read_into(buf, room)
+            .await
+            .map_err(|_| Reject::ClientClosed)?;
+        if n == 0 {
+            return Err(Reject::ClientClosed);
+        }
+        Ok(n)
+    }
+
     /// Reads what is available, at most `room` bytes, appended to `buf`; waits for bytes only
     /// when none are there. `Ok(0)` is the client's end of stream.
-    pub async fn read_into(&mut self, buf: &mut Vec<u8>, room: usize) -> io::Result<usize> {
+    async fn read_into(&mut self, buf: &mut Vec<u8>, room: usize) -> io::Result<usize> {
         if let Some(s) = &mut self.unregistered {
             let start = buf.len();
             buf.resize(start + room, 0);

@@ -34,7 +34,7 @@ const CONNECT_ERRORS: [&str; 6] = [
     "other",
     "local",
 ];
-/// `isthmus_proxy_closed_by_limit_total{limit}` (see `splice::Conn::close`).
+/// `isthmus_proxy_closed_by_limit_total{limit}` (see `splice/conn.rs`, `Conn::close`).
 const LIMITS: [&str; 2] = ["idle_timeout", "max_connection_duration"];
 /// `isthmus_proxy_dns_resolutions_total{result}`.
 const RESULTS: [&str; 2] = ["success", "failure"];

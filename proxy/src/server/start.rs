@@ -6,11 +6,11 @@ use super::{Inner, Proxy, Worker};
 use crate::admin;
 use crate::dns::{Dns, DnsError};
 use crate::http1::Gate;
-use crate::listen::Shared;
+use crate::listen::ProxyState;
 use crate::metrics::Metrics;
 use crate::snapshot::Snapshot;
 use crate::socket;
-use crate::splice::{BusyPoll, Contention, Splicer};
+use crate::splice::{BusyPoll, Contention, Splicer, Tuning};
 use isthmus_config::{load_proxy_file, LoadError};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
@@ -154,7 +154,7 @@ impl Proxy {
             .map(|(i, runtime)| {
                 let splicer = Splicer::start(
                     format!("isthmus-splice-{i}"),
-                    workers.busy_poll,
+                    Tuning::with_busy_poll(workers.busy_poll),
                     Contention {
                         busy_poll: metrics.busy_poll_contended.clone(),
                         demoted: metrics.sched_demoted.clone(),
@@ -166,7 +166,7 @@ impl Proxy {
             .map_err(StartError::Splicer)?;
         let inner = Arc::new(Inner {
             path: path.to_owned(),
-            shared: Arc::new(Shared {
+            shared: Arc::new(ProxyState {
                 snapshot: RwLock::new(Arc::new(snapshot)),
                 metrics,
                 connections: TaskTracker::new(),

@@ -11,7 +11,7 @@
 //! the peer's FIN or an error (`CLOSING`): then nothing new will come and reading goes on to
 //! the end.
 //!
-//! A turn of the splicer moves at most a budget of bytes per direction ([`TURN_BUDGET`]): a
+//! A turn of the splicer moves at most a budget of bytes per direction (`Tuning::turn_budget`): a
 //! direction that still could move more says so ([`Flow::more`]) and the splicer drives it
 //! again after the other connections' events, instead of reading it until `EAGAIN` while
 //! they wait.
@@ -25,10 +25,6 @@ use mio::net::TcpStream;
 use prometheus_client::metrics::counter::Counter;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
-
-/// Bytes one direction moves in one turn of the splicer before it lets the others go first
-/// (checked before each read, so a turn may end up to one pipe fill, 1 MiB, past it).
-pub const TURN_BUDGET: u64 = 1 << 20;
 
 const CAN_READ: u8 = 1;
 const CLOSING: u8 = 1 << 1;

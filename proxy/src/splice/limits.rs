@@ -1,6 +1,6 @@
 //! The optional limits of a spliced connection (`idle_timeout`, `max_connection_duration`) and
 //! when they pass (the splicer's timers, one per connection with a limit, are `timers.rs`).
-//! Only connections with a limit (or an enabled span) carry the boxed `Extra`; the rest cost
+//! Only connections with a limit (or an enabled span) carry the boxed [`LimitsAndSpan`]; the rest cost
 //! nothing here.
 
 use crate::metrics::Metrics;
@@ -32,16 +32,19 @@ pub enum End {
 
 /// What a connection with a limit or an enabled span carries besides its sockets.
 #[derive(Debug)]
-pub struct Extra {
+pub struct LimitsAndSpan {
     pub limits: Limits,
+    /// When the pair was handed over.
     pub started: Instant,
+    /// When a byte last moved.
     pub last: Instant,
+    /// Where a close by a limit is counted, under `upstream`.
     pub metrics: Arc<Metrics>,
     pub upstream: Arc<str>,
     pub span: tracing::Span,
 }
 
-impl Extra {
+impl LimitsAndSpan {
     /// When the next limit could pass, if any limit is set.
     pub fn deadline(&self) -> Option<Instant> {
         let max = self.limits.max_duration.map(|d| self.started + d);

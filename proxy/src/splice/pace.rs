@@ -6,64 +6,39 @@
 //! has just forwarded a request whose answer usually comes back at once can keep polling for
 //! it and save the second wake-up. Spinning costs CPU, so the adaptive mode spins only after
 //! forwarding a message in a direction whose recent messages were answered within
-//! [`JUDGE_FACTOR`] × the window, and only until that answer arrives or the window passes:
+//! `Tuning::judge_factor` × the window, and only until that answer arrives or the window passes:
 //! nothing when idle, nothing for bulk streams (their bursts fill the buffer, and a stream's
 //! messages go unanswered, so its score falls to zero), nothing for connections that carry
-//! one exchange (the score needs [`SPIN_SCORE`] answered messages first).
+//! one exchange (the score needs `Tuning::spin_score` answered messages first).
 //!
 //! Spinning pays only while the CPU is otherwise free or shared with the answer's sender.
 //! When other busy threads share it, each yield of the spin hands one of them a whole time
 //! slice (milliseconds), and the CPU time the spin burns leaves the splicer behind in the
 //! kernel's fair share when its next event comes: under two CPU-bound processes on the VM
 //! measured, `auto` had a p99 three times `off`'s. So a yield that kept the splicer off the CPU
-//! for longer than [`CONTENDED_YIELD`] pauses busy polling for [`CONTENDED_PAUSE`].
+//! for longer than `Tuning::contended_yield` pauses busy polling for
+//! `Tuning::contended_pause`.
 
+use super::tuning::{BusyPoll, Tuning};
 use std::time::{Duration, Instant};
 
-/// The adaptive mode's window: a few wake-ups of a parked thread on the virtual machines
-/// measured (BENCHMARKS.md, issue 28: 100 µs gave a lower p50 than 50 µs under load, at the
-/// same CPU per round trip); an answer slower than that is not worth spinning for.
-pub const ADAPTIVE_WINDOW: Duration = Duration::from_micros(100);
-/// A message answered within this many windows counts as answered quickly. Larger than one:
-/// without spinning the measured delay includes this worker's own wake-up.
-const JUDGE_FACTOR: u32 = 2;
-/// Quickly answered messages (net of slow ones) a direction needs before its messages are
-/// waited for.
-const SPIN_SCORE: u8 = 2;
+/// The score's maximum (four bits; [`Tuning::spin_score`] is at most this).
 const SCORE_MAX: u8 = 15;
 const SCORE: u8 = 0x0f;
 /// This direction's last message was waited for by spinning.
 const SPUN: u8 = 1 << 6;
 /// This direction's last message awaits an answer from the other side.
 const AWAIT: u8 = 1 << 7;
-/// A yield that kept the splicer off the CPU this long means another thread ran for a time
-/// slice (0.75 ms and up): the threads a request/response exchange hands the CPU to (its
-/// client or server, another worker) give it back within tens of microseconds.
-pub const CONTENDED_YIELD: Duration = Duration::from_micros(500);
-/// How long busy polling pauses after a yield that showed the CPU contended: long enough that
-/// the slow yields that detect it are rare (one per second and worker), short enough to spin
-/// again soon after the contention ends.
-pub const CONTENDED_PAUSE: Duration = Duration::from_secs(1);
 /// The clock's unit, in microseconds: 16-bit stamps in 4 µs units wrap after 262 ms, far
 /// beyond any judge threshold (a wrapped stamp at worst scores one slow answer as quick).
 const TICK_US: u128 = 4;
 
-/// Busy polling after traffic (`isthmus proxy --busy-poll`).
+/// How a direction's answers are judged: quick within `within` clock ticks, and waited for
+/// once `spin_score` quick answers (net of slow ones) came.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BusyPoll {
-    /// Park as soon as no event is waiting.
-    Off,
-    /// Keep polling for this long after every event.
-    Fixed(Duration),
-    /// Keep polling up to this long only for answers that usually come that fast (see the
-    /// module docs).
-    Adaptive(Duration),
-}
-
-impl Default for BusyPoll {
-    fn default() -> Self {
-        BusyPoll::Adaptive(ADAPTIVE_WINDOW)
-    }
+pub struct Judge {
+    pub within: u16,
+    pub spin_score: u8,
 }
 
 /// One direction's memory: 3 bytes, which fit in the padding of its `Flow`.
@@ -76,16 +51,16 @@ pub struct Pace {
 impl Pace {
     /// This direction forwarded a message (not a bulk burst) at `now`. Returns whether it is
     /// worth waiting for its answer.
-    pub fn sent(&mut self, now: u16, judge: u16) -> bool {
+    pub fn sent(&mut self, now: u16, judge: Judge) -> bool {
         if self.bits & AWAIT != 0 {
-            if now.wrapping_sub(self.sent) <= judge {
+            if now.wrapping_sub(self.sent) <= judge.within {
                 // Pipelined: the earlier message still awaits its answer.
                 return false;
             }
             // Went unanswered: a stream, or a client that thinks between requests.
             self.score_down();
         }
-        let spin = self.bits & SCORE >= SPIN_SCORE;
+        let spin = self.bits & SCORE >= judge.spin_score;
         self.bits |= AWAIT;
         self.bits = if spin {
             self.bits | SPUN
@@ -98,11 +73,11 @@ impl Pace {
 
     /// The other direction moved bytes at `now`: the answer, if this one awaited one.
     /// Returns whether a spin was waiting for it.
-    pub fn answered(&mut self, now: u16, judge: u16) -> bool {
+    pub fn answered(&mut self, now: u16, judge: Judge) -> bool {
         if self.bits & AWAIT == 0 {
             return false;
         }
-        if now.wrapping_sub(self.sent) <= judge {
+        if now.wrapping_sub(self.sent) <= judge.within {
             if self.bits & SCORE < SCORE_MAX {
                 self.bits += 1;
             }
@@ -126,7 +101,9 @@ impl Pace {
 pub struct Pacer {
     mode: BusyPoll,
     epoch: Instant,
-    judge: u16,
+    judge: Judge,
+    contended_yield: Duration,
+    contended_pause: Duration,
     /// Answers waited for by spinning; may overcount (a connection closed meanwhile), which
     /// `until` bounds.
     awaiting: u32,
@@ -136,10 +113,11 @@ pub struct Pacer {
 }
 
 impl Pacer {
-    pub fn new(mode: BusyPoll) -> Pacer {
-        let judge = match mode {
+    pub fn new(tuning: &Tuning) -> Pacer {
+        let mode = tuning.busy_poll;
+        let within = match mode {
             BusyPoll::Adaptive(w) => {
-                let ticks = w.as_micros() * u128::from(JUDGE_FACTOR) / TICK_US;
+                let ticks = w.as_micros() * u128::from(tuning.judge_factor) / TICK_US;
                 u16::try_from(ticks)
                     .unwrap_or(u16::MAX / 2)
                     .min(u16::MAX / 2)
@@ -149,7 +127,12 @@ impl Pacer {
         Pacer {
             mode,
             epoch: Instant::now(),
-            judge,
+            judge: Judge {
+                within,
+                spin_score: tuning.spin_score.min(SCORE_MAX),
+            },
+            contended_yield: tuning.contended_yield,
+            contended_pause: tuning.contended_pause,
             awaiting: 0,
             until: None,
             paused_until: None,
@@ -165,7 +148,7 @@ impl Pacer {
         matches!(self.mode, BusyPoll::Adaptive(_))
     }
 
-    pub fn judge(&self) -> u16 {
+    pub fn judge(&self) -> Judge {
         self.judge
     }
 
@@ -188,14 +171,15 @@ impl Pacer {
     }
 
     /// A spin's yield kept this thread off the CPU from `before` to `after`. Longer than
-    /// [`CONTENDED_YIELD`] means another thread ran for a time slice: busy polling pauses for
-    /// [`CONTENDED_PAUSE`] (see the module docs). Returns whether it paused.
+    /// `contended_yield` means another thread ran for a time slice: busy polling pauses for
+    /// `contended_pause` (see the module docs). Returns whether it paused.
     pub fn yielded(&mut self, before: Instant, after: Instant) -> bool {
-        if self.mode == BusyPoll::Off || after.saturating_duration_since(before) <= CONTENDED_YIELD
+        if self.mode == BusyPoll::Off
+            || after.saturating_duration_since(before) <= self.contended_yield
         {
             return false;
         }
-        self.paused_until = Some(after + CONTENDED_PAUSE);
+        self.paused_until = Some(after + self.contended_pause);
         true
     }
 
@@ -222,10 +206,19 @@ impl Pacer {
 mod tests {
     use super::*;
 
+    const JUDGE: Judge = Judge {
+        within: 25,
+        spin_score: 2,
+    };
+
+    fn adaptive(window: Duration) -> Pacer {
+        Pacer::new(&Tuning::with_busy_poll(BusyPoll::Adaptive(window)))
+    }
+
     #[test]
     fn a_direction_is_waited_for_after_quick_answers_only() {
         let mut p = Pace::default();
-        let judge = 25;
+        let judge = JUDGE;
         // Two quick answers are needed first.
         for t in [0u16, 100] {
             assert!(!p.sent(t, judge));
@@ -245,14 +238,14 @@ mod tests {
     fn a_stream_is_never_waited_for() {
         let mut p = Pace::default();
         for i in 0..100u16 {
-            assert!(!p.sent(i * 50, 25), "message {i}");
+            assert!(!p.sent(i * 50, JUDGE), "message {i}");
         }
         assert_eq!(p.bits & SCORE, 0);
     }
 
     #[test]
     fn a_spin_ends_with_its_answers_or_its_window() {
-        let mut pacer = Pacer::new(BusyPoll::Adaptive(Duration::from_millis(50)));
+        let mut pacer = adaptive(Duration::from_millis(50));
         assert!(!pacer.spinning(Instant::now()));
         pacer.expect();
         assert!(pacer.spinning(Instant::now()));
@@ -265,20 +258,25 @@ mod tests {
 
     #[test]
     fn a_slow_yield_pauses_spinning() {
-        let mut pacer = Pacer::new(BusyPoll::Adaptive(Duration::from_millis(50)));
+        let mut pacer = adaptive(Duration::from_millis(50));
+        let Tuning {
+            contended_yield,
+            contended_pause,
+            ..
+        } = Tuning::default();
         let t0 = Instant::now();
         // A short yield: the CPU was shared, not taken.
-        assert!(!pacer.yielded(t0, t0 + CONTENDED_YIELD));
+        assert!(!pacer.yielded(t0, t0 + contended_yield));
         pacer.expect();
         assert!(pacer.spinning(Instant::now()));
         // One that took longer: another thread ran a whole slice.
         let back = Instant::now();
-        assert!(pacer.yielded(back - CONTENDED_YIELD * 2, back));
+        assert!(pacer.yielded(back - contended_yield * 2, back));
         assert!(!pacer.spinning(Instant::now()));
         pacer.expect();
         assert!(!pacer.spinning(Instant::now()));
-        assert!(pacer.paused(back + CONTENDED_PAUSE - Duration::from_millis(1)));
+        assert!(pacer.paused(back + contended_pause - Duration::from_millis(1)));
         // Then spinning may resume.
-        assert!(!pacer.paused(back + CONTENDED_PAUSE));
+        assert!(!pacer.paused(back + contended_pause));
     }
 }

@@ -1,7 +1,14 @@
+use super::conn::Conn;
+use super::flow::Flow;
+use super::spares::{self, Spares};
 use super::*;
+use crate::metrics::{LimitLabels, Metrics};
 use crate::pool::Pool;
+use crate::sources::ActiveGuard;
+use isthmus_config::KeepaliveConfig;
 use prometheus_client::metrics::gauge::Gauge;
 use std::net::Shutdown;
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream as TokioStream};
 use tokio_util::task::TaskTracker;
@@ -42,7 +49,12 @@ impl Rig {
         let metrics = Arc::new(Metrics::register(&mut Default::default()));
         let pool = Arc::new(Pool::new("u", Vec::new(), None, &metrics));
         Rig {
-            splicer: Splicer::start("splice-test".into(), busy_poll, Default::default()).unwrap(),
+            splicer: Splicer::start(
+                "splice-test".into(),
+                Tuning::with_busy_poll(busy_poll),
+                Default::default(),
+            )
+            .unwrap(),
             metrics,
             pool,
             active: Gauge::default(),
@@ -73,7 +85,7 @@ impl Rig {
             to_up_counter: self.to_up.clone(),
             to_down_counter: self.to_down.clone(),
             limits,
-            keep: Keep::new(
+            guards: OpenGuards::new(
                 ActiveGuard::new(self.active.clone()),
                 self.pool.reserve(None).unwrap(),
                 self.tracker.token(),
@@ -107,7 +119,7 @@ impl Rig {
 
     /// Hand-overs that woke the splicer.
     fn wakes(&self) -> usize {
-        self.splicer.inner.wakes.load(Ordering::SeqCst)
+        self.splicer.inner.probe.wakes()
     }
 
     fn limit_closes(&self, limit: &'static str) -> u64 {

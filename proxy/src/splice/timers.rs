@@ -32,7 +32,6 @@ struct Entry {
 
 impl Timers {
     /// Entries held: connections with a limit still open.
-    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.heap.len()
     }
