@@ -75,6 +75,6 @@ mod sys;
 mod upstream;
 
 pub use admin::AdminState;
-pub use server::{Proxy, ReloadError, Reloaded, StartError, Workers};
+pub use server::{ConnectionThreads, Proxy, ReloadError, Reloaded, StartError};
 pub use socket::bind_deferred;
 pub use splice::BusyPoll;

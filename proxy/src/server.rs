@@ -6,7 +6,7 @@ mod reload;
 mod start;
 
 pub use reload::{ReloadError, Reloaded};
-pub use start::{StartError, Workers};
+pub use start::{ConnectionThreads, StartError};
 
 use crate::admin::AdminState;
 use crate::listen::{Listener, ProxyState};
@@ -49,13 +49,13 @@ struct Inner {
     admin_addr: SocketAddr,
     admin_stop: CancellationToken,
     /// Where connections are accepted and served: one listening socket per listener and
-    /// worker; without worker runtimes, one worker on the runtime that started the proxy.
-    workers: Vec<Worker>,
+    /// runtime; without runtimes of their own, the runtime that started the proxy.
+    serving: Vec<ServingRuntime>,
 }
 
 /// A runtime that accepts and serves connections, and the splicer its connections go to.
 #[derive(Debug)]
-struct Worker {
+struct ServingRuntime {
     runtime: Handle,
     splicer: Splicer,
 }
@@ -73,12 +73,12 @@ impl Proxy {
             .unwrap_or(configured);
         let stop = self.inner.accepting.child_token();
         let sources = Arc::new(Sources::default());
-        // bind_group made one socket per worker.
-        for (socket, worker) in sockets.into_iter().zip(&self.inner.workers) {
+        // bind_group made one socket per serving runtime.
+        for (socket, serving) in sockets.into_iter().zip(&self.inner.serving) {
             let (name, shared) = (name.clone(), self.inner.shared.clone());
-            let (sources, splicer, stop) = (sources.clone(), worker.splicer.clone(), stop.clone());
+            let (sources, splicer, stop) = (sources.clone(), serving.splicer.clone(), stop.clone());
             // Registered inside the task, so with the I/O driver of the runtime that accepts.
-            crate::supervise::spawn_critical(&worker.runtime, "accept loop", async move {
+            crate::supervise::spawn_critical(&serving.runtime, "accept loop", async move {
                 match crate::sys::Acceptor::register(socket) {
                     Ok(acceptor) => {
                         let listener = Listener {

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use isthmus_proxy::Proxy;
+use isthmus_proxy::{ConnectionThreads, Proxy};
 use isthmus_testkit::{
     client_config, server_config, tls_connect, wait_until, Scratch, TestPki, TlsEchoServer,
 };
@@ -54,7 +54,11 @@ async fn per_core_workers_route_reload_and_drain() {
     let dir = Scratch::new("per-core");
     let path = dir.join("proxy.yaml");
     std::fs::write(&path, yaml("{ sni: a.example.com, upstream: u }")).unwrap();
-    let proxy = Proxy::start_on(&path, Registry::default(), workers(2))
+    let threads = ConnectionThreads {
+        runtimes: workers(2),
+        ..ConnectionThreads::default()
+    };
+    let proxy = Proxy::start_on(&path, Registry::default(), threads)
         .await
         .unwrap();
     let addr = proxy.listener_addr("l").await.unwrap();

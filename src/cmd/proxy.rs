@@ -2,7 +2,7 @@
 
 use anyhow::Context;
 use isthmus_proxy::sched::{self, Scheduling};
-use isthmus_proxy::{BusyPoll, Proxy, Workers};
+use isthmus_proxy::{BusyPoll, ConnectionThreads, Proxy};
 use prometheus_client::registry::Registry;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +22,7 @@ pub struct Args {
     /// The proxy configuration file (YAML). See the README's configuration reference.
     #[arg(long, short = 'c', value_name = "FILE")]
     pub config: PathBuf,
-    /// Workers serving connections (default: one per CPU). Each is two threads: one accepts
+    /// ConnectionThreads serving connections (default: one per CPU). Each is two threads: one accepts
     /// and routes connections (`isthmus-worker-N`), one moves the bytes of the connections it
     /// routed (`isthmus-splice-N`).
     #[arg(long, value_name = "N")]
@@ -145,11 +145,11 @@ async fn serve(args: Args, workers: Vec<Handle>) -> anyhow::Result<ExitCode> {
     let mut hup = signal(SignalKind::hangup()).context("SIGHUP handler")?;
     let mut term = signal(SignalKind::terminate()).context("SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("SIGINT handler")?;
-    let workers = Workers {
+    let threads = ConnectionThreads {
         runtimes: workers,
         busy_poll: args.busy_poll,
     };
-    let proxy = Proxy::start_with(&args.config, Registry::default(), workers).await?;
+    let proxy = Proxy::start_on(&args.config, Registry::default(), threads).await?;
     let (delay, timeout) = loop {
         tokio::select! {
             _ = hup.recv() => {

@@ -126,7 +126,7 @@ impl Proxy {
             }
             match socket::bind_group(
                 l.address,
-                self.inner.workers.len(),
+                self.inner.serving.len(),
                 l.client_hello_timeout.get(),
             ) {
                 Ok(listener) => fresh.push((l.name.clone(), l.address, listener)),

@@ -2,7 +2,7 @@
 //! and draining it on shutdown.
 
 use super::reload::watch;
-use super::{Inner, Proxy, Worker};
+use super::{Inner, Proxy, ServingRuntime};
 use crate::admin;
 use crate::dns::{Dns, DnsError};
 use crate::http1::Gate;
@@ -43,9 +43,9 @@ pub enum StartError {
     Splicer(std::io::Error),
 }
 
-/// How the proxy runs its connections.
+/// The threads the proxy's connections run on, and how their splicers wait for events.
 #[derive(Debug, Clone, Default)]
-pub struct Workers {
+pub struct ConnectionThreads {
     /// Runtimes that accept and serve connections, one listening socket and one splicer
     /// each per listener; empty means the runtime that starts the proxy.
     pub runtimes: Vec<Handle>,
@@ -55,33 +55,21 @@ pub struct Workers {
 }
 
 impl Proxy {
-    /// Loads `path`, binds every listener and the admin endpoint, and starts serving.
-    /// The proxy's series are registered into `registry`, which the admin endpoint serves.
+    /// Loads `path`, binds every listener and the admin endpoint, and starts serving on the
+    /// calling runtime. The proxy's series are registered into `registry`, which the admin
+    /// endpoint serves.
     pub async fn start(path: &Path, registry: Registry) -> Result<Self, StartError> {
-        Self::start_with(path, registry, Workers::default()).await
+        Self::start_on(path, registry, ConnectionThreads::default()).await
     }
 
-    /// Like [`Proxy::start`], but every listener gets one `SO_REUSEPORT` socket per runtime
-    /// in `workers`, accepted on and served by that runtime (thread-per-core: with
-    /// current-thread runtimes a connection never changes threads). The admin endpoint, the
-    /// file watcher, reloads and DNS stay on the calling runtime.
+    /// Like [`Proxy::start`], on `threads`: every listener gets one `SO_REUSEPORT` socket per
+    /// runtime, accepted on and served by that runtime (thread-per-core: with current-thread
+    /// runtimes a connection never changes threads). The admin endpoint, the file watcher,
+    /// reloads and DNS stay on the calling runtime.
     pub async fn start_on(
         path: &Path,
-        registry: Registry,
-        workers: Vec<Handle>,
-    ) -> Result<Self, StartError> {
-        let workers = Workers {
-            runtimes: workers,
-            ..Workers::default()
-        };
-        Self::start_with(path, registry, workers).await
-    }
-
-    /// Like [`Proxy::start_on`], with every setting of [`Workers`].
-    pub async fn start_with(
-        path: &Path,
         mut registry: Registry,
-        workers: Workers,
+        threads: ConnectionThreads,
     ) -> Result<Self, StartError> {
         let loaded = load_proxy_file(path)?;
         let metrics = Arc::new(Metrics::register(&mut registry));
@@ -134,7 +122,7 @@ impl Proxy {
         };
         let mut bound = Vec::new();
         for l in &snapshot.config.listeners {
-            let sockets = workers.runtimes.len().max(1);
+            let sockets = threads.runtimes.len().max(1);
             let listener = socket::bind_group(l.address, sockets, l.client_hello_timeout.get())
                 .map_err(|source| StartError::Bind {
                     what: format!("listener {:?}", l.name),
@@ -144,23 +132,23 @@ impl Proxy {
             bound.push((l.name.clone(), l.address, listener));
         }
         // Started once nothing above can fail, so that a bad file leaves no splicer behind.
-        let mut runtimes = workers.runtimes;
+        let mut runtimes = threads.runtimes;
         if runtimes.is_empty() {
             runtimes.push(Handle::current());
         }
-        let workers = runtimes
+        let serving = runtimes
             .into_iter()
             .enumerate()
             .map(|(i, runtime)| {
                 let splicer = Splicer::start(
                     format!("isthmus-splice-{i}"),
-                    Tuning::with_busy_poll(workers.busy_poll),
+                    Tuning::with_busy_poll(threads.busy_poll),
                     Contention {
                         busy_poll: metrics.busy_poll_contended.clone(),
                         demoted: metrics.sched_demoted.clone(),
                     },
                 )?;
-                Ok(Worker { runtime, splicer })
+                Ok(ServingRuntime { runtime, splicer })
             })
             .collect::<Result<Vec<_>, std::io::Error>>()
             .map_err(StartError::Splicer)?;
@@ -177,7 +165,7 @@ impl Proxy {
             running: Mutex::new(HashMap::new()),
             admin_addr,
             admin_stop: CancellationToken::new(),
-            workers,
+            serving,
         });
         let proxy = Proxy { inner };
         {
