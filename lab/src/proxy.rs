@@ -79,15 +79,7 @@ pub fn render(side: Side, seed: &Seed, routes: &[MemberRoute]) -> Result<ProxyFi
     // The shoot's tunnel ingress rides on the layout's VPN listener, whatever the migration
     // routes are (the lab's specs have no `vpn`, so the planner adds no VPN route itself).
     let mut local = local;
-    local.push(MemberRoute {
-        listener: format!("vpn-{TUNNEL_PORT}"),
-        port: TUNNEL_PORT,
-        sni: TUNNEL_SNI.into(),
-        upstream: "tunnel-server".into(),
-        endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
-        proxy_protocol: ProxyProtocol::V2,
-    });
+    local.push(tunnel_route(format!("vpn-{TUNNEL_PORT}")));
     let admin = SocketAddr::from(([0, 0, 0, 0], ADMIN_PORT));
     let layout = Layout::standard(PortScheme::default(), 3, TUNNEL_PORT, admin);
     file(proxy_config::render_with(&layout, &local, lab_settings))
@@ -113,15 +105,7 @@ pub fn render_tunnel_ingress() -> Result<ProxyFile> {
         trusted_proxies: Vec::new(),
         default_allowed_sources: Vec::new(),
     };
-    let route = MemberRoute {
-        listener,
-        port: TUNNEL_PORT,
-        sni: TUNNEL_SNI.into(),
-        upstream: "tunnel-server".into(),
-        endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
-        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
-        proxy_protocol: ProxyProtocol::V2,
-    };
+    let route = tunnel_route(listener);
     file(proxy_config::render_with(&layout, &[route], lab_settings))
 }
 
@@ -322,4 +306,18 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<String> {
     let mut body = String::new();
     tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut body)).await??;
     Ok(body)
+}
+
+/// The seed's tunnel route on `listener`: TLS passthrough on [`TUNNEL_SNI`] to the seed's
+/// tunnel server, from any source, with a PROXY v2 header.
+fn tunnel_route(listener: String) -> MemberRoute {
+    MemberRoute {
+        listener,
+        port: TUNNEL_PORT,
+        sni: TUNNEL_SNI.into(),
+        upstream: "tunnel-server".into(),
+        endpoint: format!("127.0.0.1:{TUNNEL_UPSTREAM_PORT}"),
+        allowed_sources: crate::specs::ANY_SOURCE.map(String::from).to_vec(),
+        proxy_protocol: ProxyProtocol::V2,
+    }
 }

@@ -24,22 +24,44 @@ pub struct State {
     pub conns: Table<Conn>,
     /// When to look at the limits of each open connection that has one.
     pub timers: Timers,
-    pub spares: Spares,
     /// The inbox's vector, swapped in and out to keep its allocation.
     pub arrived: Vec<Arrival>,
-    pub pacer: Pacer,
-    /// [`Tuning::turn_budget`].
-    pub turn_budget: u64,
-    /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
-    pub policy: Demotion,
+    /// What every connection's turn draws on.
+    pub turns: Turns,
     pub counters: Contention,
     /// Young connections whose upstream socket waits for its keepalive.
     pub keepalive: Deferred,
+    /// The previous turn's `turns.again`, being driven (kept for its allocation).
+    pub again_now: Vec<usize>,
+}
+
+/// What the connections' turns share: spare buffers, pacing, scheduling, the budget and the
+/// list of connections to drive again.
+#[derive(Debug)]
+pub struct Turns {
+    pub spares: Spares,
+    pub pacer: Pacer,
+    /// [`Tuning::turn_budget`].
+    pub budget: u64,
+    /// Out of `SCHED_BATCH` while the CPU is contended (see `sched`).
+    pub policy: Demotion,
     /// Connections that stopped at their turn's budget with bytes to move: driven again in
     /// the next turn, after its events.
     pub again: Vec<usize>,
-    /// The previous turn's `again`, being driven (kept for its allocation).
-    pub again_now: Vec<usize>,
+}
+
+impl Turns {
+    /// One turn's view of them, for [`Conn::turn`].
+    pub fn io<'a>(&'a mut self, registry: &'a mio::Registry) -> Io<'a> {
+        Io {
+            registry,
+            spares: &mut self.spares,
+            pacer: &mut self.pacer,
+            traffic: self.policy.traffic(),
+            again: &mut self.again,
+            budget: self.budget,
+        }
+    }
 }
 
 impl State {
@@ -47,14 +69,16 @@ impl State {
         State {
             conns: Table::default(),
             timers: Timers::default(),
-            spares: Spares::default(),
             arrived: Vec::new(),
-            pacer: Pacer::new(tuning),
-            turn_budget: tuning.turn_budget,
-            policy: Demotion::of_this_thread(tuning),
+            turns: Turns {
+                spares: Spares::default(),
+                pacer: Pacer::new(tuning),
+                budget: tuning.turn_budget,
+                policy: Demotion::of_this_thread(tuning),
+                again: Vec::new(),
+            },
             counters,
             keepalive: Deferred::new(Instant::now()),
-            again: Vec::new(),
             again_now: Vec::new(),
         }
     }
@@ -121,15 +145,7 @@ impl State {
             if ev.is_writable() || ev.is_write_closed() || ev.is_error() {
                 sink.writable();
             }
-            let mut io = Io {
-                registry,
-                spares: &mut self.spares,
-                pacer: &mut self.pacer,
-                traffic: self.policy.traffic(),
-                again: &mut self.again,
-                budget: self.turn_budget,
-            };
-            if let Some(end) = conn.turn(key, &mut io) {
+            if let Some(end) = conn.turn(key, &mut self.turns.io(registry)) {
                 self.close(key, end);
             }
         }
@@ -143,15 +159,7 @@ impl State {
             let Some(conn) = self.conns.get_mut(key) else {
                 continue;
             };
-            let mut io = Io {
-                registry,
-                spares: &mut self.spares,
-                pacer: &mut self.pacer,
-                traffic: self.policy.traffic(),
-                again: &mut self.again,
-                budget: self.turn_budget,
-            };
-            if let Some(end) = conn.turn(key, &mut io) {
+            if let Some(end) = conn.turn(key, &mut self.turns.io(registry)) {
                 self.close(key, end);
             }
         }

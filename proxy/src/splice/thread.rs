@@ -39,7 +39,7 @@ impl Inner {
             self.parks_until(deadline);
             self.parked.store(true, Ordering::SeqCst);
             let timeout = if self.quit.load(Ordering::SeqCst)
-                || !st.again.is_empty()
+                || !st.turns.again.is_empty()
                 || !lock(&self.inbox).pairs.is_empty()
             {
                 Some(Duration::ZERO)
@@ -58,9 +58,9 @@ impl Inner {
             let mut now = Instant::now();
             deadline = st.due(now);
             if !full {
-                let spun = match st.pacer.mode() {
+                let spun = match st.turns.pacer.mode() {
                     BusyPoll::Off => false,
-                    BusyPoll::Fixed(window) if !st.pacer.paused(now) => {
+                    BusyPoll::Fixed(window) if !st.turns.pacer.paused(now) => {
                         self.spin(&mut poll, &mut events, window, st)?;
                         true
                     }
@@ -74,7 +74,7 @@ impl Inner {
                     deadline = st.due(now);
                 }
             }
-            if st.policy.tick(now) {
+            if st.turns.policy.tick(now) {
                 st.counters.demoted.inc();
             }
             self.probe.timers(st.timers.len());
@@ -118,7 +118,7 @@ impl Inner {
         st: &mut State,
         now: Instant,
     ) -> io::Result<bool> {
-        if !st.pacer.spinning(now) {
+        if !st.turns.pacer.spinning(now) {
             return Ok(false);
         }
         loop {
@@ -128,7 +128,7 @@ impl Inner {
                 yield_cpu(st);
             }
             let now = Instant::now();
-            if !st.pacer.spinning(now) || self.quit.load(Ordering::SeqCst) {
+            if !st.turns.pacer.spinning(now) || self.quit.load(Ordering::SeqCst) {
                 st.expire(now);
                 return Ok(true);
             }
@@ -139,7 +139,7 @@ impl Inner {
     /// an event can only be of a pair registered before the poll, so the table then holds it.
     fn handle(&self, st: &mut State, events: &Events) {
         self.take_in(st);
-        std::mem::swap(&mut st.again, &mut st.again_now);
+        std::mem::swap(&mut st.turns.again, &mut st.again_now);
         if !events.is_empty() {
             st.dispatch(events, &self.registry);
         }
@@ -177,10 +177,10 @@ fn yield_cpu(st: &mut State) -> bool {
     let before = Instant::now();
     std::thread::yield_now();
     let after = Instant::now();
-    let contended = st.pacer.yielded(before, after);
+    let contended = st.turns.pacer.yielded(before, after);
     if contended {
         st.counters.busy_poll.inc();
-        if st.policy.contended(after) {
+        if st.turns.policy.contended(after) {
             st.counters.demoted.inc();
         }
     }
