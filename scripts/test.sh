@@ -31,7 +31,9 @@ slowest() {
   echo "test.sh: the 10 slowest tests of the $tier tier:"
   grep -o '<testcase [^>]*' "$junit" |
     sed -E 's/.* name="([^"]*)".* classname="([^"]*)".* time="([^"]*)".*/\3 \2 \1/' |
-    sort -rn | head -10 | awk '{ printf "  %8.1f s  %s %s\n", $1, $2, $3 }'
+    sort -rn | awk 'NR <= 10 { printf "  %8.1f s  %s %s\n", $1, $2, $3 }'
+  # awk reads to the end: `head` would close the pipe early and `sort` die of SIGPIPE, which
+  # pipefail turned into the script's exit status (141) once the report outgrew a pipe buffer.
 }
 phase() { echo "test.sh: $1 took $(($SECONDS - $2)) s"; }
 
