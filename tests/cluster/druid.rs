@@ -3,8 +3,9 @@
 //! module, which names no backup store), applied unedited to a namespace of its own, becomes
 //! Ready — three real etcd v3.5.27 members with etcd-backup-restore v0.43.0 beside each, in a
 //! StatefulSet druid owns, on volumes the default StorageClass provisions on demand — and
-//! serves as one cluster. Deleting the namespace gives the volumes back. Prints the time to
-//! Ready and the memory of druid, the etcd pods and the node.
+//! serves as one cluster; a destination `Etcd` then joins that cluster (`join.rs`). Deleting the
+//! namespace gives the volumes back. Prints the time to Ready and the memory of druid, the etcd
+//! pods and the node.
 
 use super::checks::LONG;
 use super::node::{poll, Node, ROOT};
