@@ -18,6 +18,12 @@
 //   - internal/signal/signal.go: SIGTERM/SIGINT write the signal's name to the exit-code file,
 //     removed again once etcd has started.
 //
+// What backup-restore serves at /config reaches etcd unchanged: for a member that joins an
+// existing cluster (a scale-up, or a destination `Etcd` with bootstrapWithExistingCluster,
+// which backup-restore v0.43.0 adds as a learner itself: pkg/initializer/initializer.go) that is
+// `initial-cluster-state: existing` and an `initial-cluster` of the cluster's members and itself
+// (pkg/server/httpAPI.go serveConfig). tests/cluster/join.rs shows a destination joining so.
+//
 // Left out: the wrapper's one-off chmod of files an older release wrote without umask (its own
 // TODO says it goes in v0.8.0) and its zap logger configuration (logs are plain lines here).
 package main
