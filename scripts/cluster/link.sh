@@ -71,7 +71,9 @@ table ip isthmus-link {
   }
 }
 EOF
-  setsid bash -c 'echo $$ > "$1"; shift; exec ip netns exec "$@"' _ "$LINK_STATE/pid" \
+  # Inherited descriptors closed first: a `flock` the caller holds must not outlive it here.
+  setsid bash -c 'for fd in $(ls /proc/$$/fd); do ((fd > 2)) && eval "exec $fd>&-"; done
+    echo $$ > "$1"; shift; exec ip netns exec "$@"' _ "$LINK_STATE/pid" \
     "$LINK_NS" "$bin" link --rtt "$rtt" --listen "0.0.0.0:$LINK_PORT" \
     >"$LINK_STATE/link.log" 2>&1 </dev/null &
   local deadline=$((SECONDS + 20))
