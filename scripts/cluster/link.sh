@@ -8,7 +8,9 @@
 # address it was dialled with at the set RTT. So TCP between seeds crosses the emulated link
 # and nothing else crosses at all. The outsides forward between their node and the link and
 # masquerade what leaves for the link (the pod range is the same in every seed). Nothing of
-# this is in the host's namespace: `link down` (and the last seed's `down`) removes it all.
+# this is in the host's namespace: `link down` (and the last seed's `down`) removes it all. A
+# seed that goes down leaves the link (its veth goes with its outside); `link down` and `link
+# up` join it again once it is back.
 
 LINK_NS=isthmus-link
 LINK_STATE="$root/target/cluster-link"
