@@ -23,6 +23,11 @@
 #                                allow-to-dns, …; a stand-in: gardenlet cannot run here)
 #   scripts/cluster.sh load FILE import an OCI image archive into the node's containerd
 #   scripts/cluster.sh node CMD… run a command in the node's network and mount namespace
+#   scripts/cluster.sh link up --seeds a,b[,…] [--rtt 50ms]  join the seeds' outsides through
+#                                the lab's link emulator (`isthmus-lab link`) at that RTT, as
+#                                in the demo: every TCP connection between seeds crosses it
+#   scripts/cluster.sh link down|cut|restore|status  remove it (the last seed's `down` does
+#                                too), cut it (connections reset), restore it, show it
 #
 # What runs: etcd v3.6 (the tests' build), kube-apiserver, kube-controller-manager,
 # kube-scheduler, kubelet and kube-proxy (one pinned build of k8s.io/kubernetes), containerd +
@@ -48,6 +53,13 @@
 # injects. Pod and Service ranges are the same in every seed: they never leave its namespace.
 # The kernel settings kubelet changes are saved by the first seed up and restored by the last
 # one down (target/cluster-host/).
+#
+# The link: without it no route joins two seeds. `link up` adds the namespace `isthmus-link`
+# with a veth to each named seed's outside (10.(200+i).2.1, link side .2.2); each outside
+# routes the other seeds' 10.(200+j).0.0/16 (node, LoadBalancer range) into it, where every TCP
+# connection is redirected to `isthmus-lab link` (ISTHMUS_LAB_BIN, else target/release or
+# target/debug, else built) and relayed with half the RTT added each way; nothing else crosses
+# (no forwarding there: no ping, no UDP). Details in scripts/cluster/link.sh.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
@@ -104,6 +116,7 @@ KUBECONFIG_HOST="$STATE/kubeconfig"
 . "$root/scripts/cluster/druid.sh"
 . "$root/scripts/cluster/isthmus.sh"
 . "$root/scripts/cluster/grm.sh"
+. "$root/scripts/cluster/link.sh"
 
 usage() { sed -n '2,/^set -euo/p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
@@ -111,7 +124,7 @@ cmd="${1:-}"
 shift || true
 case "$cmd" in
   up) cluster_up "$@" ;;
-  down) cluster_down ;;
+  down) cluster_down; link_down_if_last ;;
   status) cluster_status ;;
   kubectl) node_exec "$K8S/kubectl" --kubeconfig "$STATE/etc/admin.kubeconfig" "$@" ;;
   helm) helm_node "$@" ;;
@@ -121,6 +134,7 @@ case "$cmd" in
   grm) grm_start ;;
   seed-policies) for ns in "$@"; do grm_seed_policies "$ns"; done ;;
   node) node_exec "$@" ;;
+  link) link_cmd "$@" ;;
   -h | --help | help) usage ;;
   *) usage >&2; exit 2 ;;
 esac

@@ -1,11 +1,12 @@
-//! Two seeds of `scripts/cluster.sh` on one machine (issue 45 point 2, the part without the
-//! link between them): `--seed a` and `--seed b` each a single-node cluster with its own
-//! network namespaces, cgroup, addresses, state directory and host port, up side by side
-//! (`up --no-isthmus`: the node, CoreDNS, local-path, etcd-druid). Shown: both nodes Ready
-//! under their own names and addresses; an object written through one host port is not in
-//! the other cluster; the seeds' outside networks do not reach each other (no route: joining
-//! them is the link's job); `down` of one leaves the other serving and the kernel settings
-//! kubelet changed in place; `down` of the last leaves the host as it was. Needs root and
+//! Two seeds of `scripts/cluster.sh` on one machine (issue 45 point 2): `--seed a` and
+//! `--seed b` each a single-node cluster with its own network namespaces, cgroup, addresses,
+//! state directory and host port, up side by side (`up --no-isthmus`: the node, CoreDNS,
+//! local-path, etcd-druid). Shown: both nodes Ready under their own names and addresses; an
+//! object written through one host port is not in the other cluster; the seeds' outside
+//! networks do not reach each other (no route) until `link up` joins them through the lab's
+//! link emulator at the demo's RTT (`seeds/link.rs`); `down` of one leaves the other serving
+//! and the kernel settings kubelet changed in place; `down` of the last leaves the host as it
+//! was. Needs root and
 //! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
 //! time per machine, beside the lab).
 
@@ -13,6 +14,8 @@
 
 #[path = "cluster/host.rs"]
 mod host;
+#[path = "seeds/link.rs"]
+mod link;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -147,7 +150,7 @@ fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
         text(&in_b.stderr)
     );
 
-    // The outside of seed a has no route to seed b (nor b's to a).
+    // Without the link, the outside of seed a has no route to seed b (nor b's to a).
     for (ext, other) in [
         ("isthmus-node-ext", "10.201.0.2"),
         ("isthmus-b-ext", "10.200.0.2"),
@@ -162,6 +165,8 @@ fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
             text(&out.stdout)
         );
     }
+
+    link::joins_seeds_a_and_b();
 
     // b down: a keeps serving, the host's kernel settings stay as the running node needs them.
     let during = host::host_state();

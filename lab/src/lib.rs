@@ -9,7 +9,8 @@
 //! the world (`world`: processes, links) and notes what happened in the record (`record`),
 //! which is all the report (`report`, `svg`) reads.
 //!
-//! What it is for: `isthmus-lab demo` (`src/main.rs`) and the end-to-end tests in `tests/lab.rs`.
+//! What it is for: `isthmus-lab demo` (`src/main.rs`) and the end-to-end tests in `tests/lab.rs`;
+//! `isthmus-lab link` (`seed_link`) joins the real seeds of `scripts/cluster.sh` the same way.
 //! What it must never do: touch anything outside the namespaces, veth pairs, `/etc/netns/`
 //! entries, nftables tables inside its namespaces and scratch directory it creates (all removed
 //! on drop), or hide a failed invariant.
@@ -36,6 +37,7 @@ pub mod planner;
 pub mod proxy;
 pub mod record;
 pub mod report;
+pub mod seed_link;
 pub mod seeds;
 pub mod side;
 pub mod specs;

@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// isthmus-lab: a real etcd live migration between two seeds on this machine, through isthmus.
+/// isthmus-lab: a real etcd live migration between two seeds on this machine, through isthmus;
+/// and the link between the real seeds of `scripts/cluster.sh`.
 ///
 /// Needs root (network namespaces, veth pairs), iproute2, Debian's etcd-server and the `isthmus`
 /// binary (`scripts/demo.sh` installs and builds everything, then runs `isthmus-lab demo`).
@@ -35,6 +36,24 @@ enum Command {
     /// (SVG); exits non-zero if an invariant failed (a failed request, a lost write, wrong final
     /// members, a failed webhook call).
     Demo(Demo),
+    /// The link between the real seeds of `scripts/cluster.sh` (`scripts/cluster.sh link up`
+    /// starts it in the namespace joining the seeds and redirects their TCP to it).
+    ///
+    /// Relays every TCP connection nftables redirects to `--listen` to the address it was
+    /// dialled with, adding half of `--rtt` to each direction's data. SIGUSR1 cuts the link,
+    /// SIGUSR2 restores it, SIGTERM ends it.
+    Link(LinkArgs),
+}
+
+/// Flags of `link`.
+#[derive(Debug, clap::Args)]
+struct LinkArgs {
+    /// Round-trip time between the seeds (as `demo --rtt`).
+    #[arg(long, value_name = "DURATION", default_value = "50ms", value_parser = isthmus_config::parse_duration_flag)]
+    rtt: Duration,
+    /// Where the relay listens (the port nftables redirects the seeds' connections to).
+    #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:15001")]
+    listen: std::net::SocketAddr,
 }
 
 /// Flags of `demo`.
@@ -118,6 +137,7 @@ fn main() -> ExitCode {
     init_logging(&cli.log_format);
     let result = match cli.command {
         Command::Demo(args) => demo(args),
+        Command::Link(args) => link(args),
     };
     match result {
         Ok(code) => code,
@@ -154,6 +174,12 @@ fn isthmus_binary(flag: Option<PathBuf>) -> anyhow::Result<PathBuf> {
         path.display()
     );
     Ok(std::path::absolute(&path)?)
+}
+
+fn link(args: LinkArgs) -> anyhow::Result<ExitCode> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(isthmus_lab::seed_link::run(args.listen, args.rtt))?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn demo(args: Demo) -> anyhow::Result<ExitCode> {

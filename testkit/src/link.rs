@@ -1,6 +1,7 @@
-//! A userspace network link (the lab's inter-seed and shoot links, the tunnel benches' and
-//! tests' long path): TCP relays adding a one-way delay, able to cut and restore the link.
-//! `tc netem` does not run on the project's machines; this does, in any namespace.
+//! A userspace network link (the lab's inter-seed and shoot links, the real seeds' link of
+//! `isthmus-lab link`, the tunnel benches' and tests' long path): TCP relays adding a one-way
+//! delay, able to cut and restore the link. `tc netem` does not run on the project's machines;
+//! this does, in any namespace.
 //!
 //! The delay is applied per chunk with a timestamp (a reader stamps each chunk with "deliver at
 //! now + delay", a writer waits for that instant), so a stream's throughput is not serialised
@@ -60,6 +61,31 @@ impl Link {
     /// Starts a relay listening on `listen` (port 0: any), forwarding to `target` over this
     /// link; returns the address it listens on.
     pub async fn relay(&self, listen: SocketAddr, target: SocketAddr) -> io::Result<SocketAddr> {
+        self.accept(listen, move |_| Some(target)).await
+    }
+
+    /// Starts a transparent relay on `listen` (`isthmus-lab link`): each connection nftables
+    /// redirected to it is forwarded over this link to the address its client dialled
+    /// (`SO_ORIGINAL_DST`), so one listener carries every TCP connection between networks
+    /// whose packets meet in its namespace. A connection dialled to the relay itself is reset:
+    /// relaying it would loop.
+    pub async fn relay_redirected(&self, listen: SocketAddr) -> io::Result<SocketAddr> {
+        self.accept(listen, |inbound| {
+            let dialled = socket2::SockRef::from(inbound)
+                .original_dst_v4()
+                .ok()?
+                .as_socket()?;
+            (Some(dialled) != inbound.local_addr().ok()).then_some(dialled)
+        })
+        .await
+    }
+
+    /// Accepts on `listen`; `target` says where each connection goes (`None`: reset it).
+    async fn accept(
+        &self,
+        listen: SocketAddr,
+        target: impl Fn(&TcpStream) -> Option<SocketAddr> + Send + 'static,
+    ) -> io::Result<SocketAddr> {
         let listener = TcpListener::bind(listen)
             .await
             .map_err(|e| io::Error::new(e.kind(), format!("relay listen {listen}: {e}")))?;
@@ -75,6 +101,10 @@ impl Link {
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
+                };
+                let Some(target) = target(&inbound) else {
+                    reset(inbound);
+                    continue;
                 };
                 let link = link.clone();
                 tokio::spawn(async move { link.serve(inbound, target).await });

@@ -1,6 +1,7 @@
 //! What of the host a node of `scripts/cluster.sh` could change, for the checks that `down`
 //! leaves the host as it was: the global sysctls kubelet sets, the seeds' network namespaces,
-//! cgroups and mounts, and the seeds' shared state directory (`target/cluster-host`).
+//! cgroups and mounts, the seeds' shared state directory (`target/cluster-host`), and the link
+//! between seeds (`scripts/cluster.sh link`: its namespace, state directory and process).
 
 use std::path::Path;
 use std::process::Command;
@@ -38,7 +39,7 @@ pub fn host_state() -> String {
     let netns = Command::new("ip").args(["netns", "list"]).output().unwrap();
     for l in String::from_utf8_lossy(&netns.stdout).lines() {
         let name = l.split_whitespace().next().unwrap_or("");
-        if is_seed_name(name) {
+        if is_seed_name(name) || name == "isthmus-link" {
             s.push_str(&format!("netns {l}\n"));
         }
     }
@@ -60,9 +61,19 @@ pub fn host_state() -> String {
     {
         s.push_str(&format!("mount {l}\n"));
     }
-    let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/cluster-host");
-    if shared.exists() {
-        s.push_str(&format!("dir {}\n", shared.display()));
+    for dir in ["target/cluster-host", "target/cluster-link"] {
+        let shared = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
+        if shared.exists() {
+            s.push_str(&format!("dir {}\n", shared.display()));
+        }
+    }
+    // The link's emulator outlives its namespace if nobody kills it.
+    for p in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<_> = cmdline.split(|b| *b == 0).collect();
+        if args.len() > 1 && args[0].ends_with(b"isthmus-lab") && args[1] == b"link" {
+            s.push_str(&format!("process {}\n", String::from_utf8_lossy(&cmdline)));
+        }
     }
     s
 }
