@@ -61,6 +61,14 @@
 # target/debug, else built) and relayed with half the RTT added each way; nothing else crosses
 # (no forwarding there: no ping, no UDP). Details in scripts/cluster/link.sh.
 set -euo pipefail
+# A caller's `flock LOCK scripts/cluster.sh up` hands the lock down as an open descriptor; the
+# node's daemons would inherit it and hold the lock long after the caller is gone (a later
+# `flock LOCK scripts/cluster.sh down` then waits forever). Nothing above 2 is ours yet; 255 is
+# bash reading this script.
+for fd in /proc/$$/fd/*; do
+  fd=${fd##*/}
+  if [ "$fd" -gt 2 ] && [ "$fd" -lt 255 ]; then eval "exec $fd>&-"; fi
+done
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 . "$root/scripts/cache.sh"
 
