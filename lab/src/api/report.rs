@@ -26,6 +26,8 @@ pub struct ApiReport {
     pub webhook: ApiWebhook,
     pub watch: WatchReport,
     pub phases: Vec<crate::stats::PhaseStats>,
+    /// Each request of at least 1 s (or the slowest) and where its time went (`audit.rs`).
+    pub slow: Vec<String>,
     /// Every request, for the picture (`api_samples.json` has them).
     #[serde(skip)]
     pub samples: Vec<ApiSample>,
@@ -149,6 +151,7 @@ impl ApiReport {
                 .iter()
                 .map(|(name, start, end)| phase(name, *start, *end, &rec.samples))
                 .collect(),
+            slow: super::audit::slow(&rec.samples, phases),
             samples: rec.samples.clone(),
         }
     }
