@@ -1,14 +1,15 @@
 //! kube-apiserver's own view of each shoot API request, from its audit log (`files.rs`'s
-//! policy): when the server received it, when it answered, with which code and, for a request
-//! over 500 ms, where the time went inside (`apiserver.latency.k8s.io/*`: etcd,
-//! validating-webhook, apf-queue-wait...; upstream's `endpoints/filters/audit.go`,
-//! `writeLatencyToAnnotation`). Set beside what the client measured, it says whether a slow
-//! request was slow in kube-apiserver (and in which layer) or before it. Never used to decide
-//! an invariant: a missing or unreadable log only leaves the samples without it.
+//! policy): when the server received it, when it answered and with which code. Set beside what
+//! the client measured, it says whether a slow request was slow in kube-apiserver or before it,
+//! and which attempt was. (Where the time went inside is not in the log: kube-apiserver 1.34
+//! adds its `apiserver.latency.k8s.io/*` annotations only when a request's stage timestamp is
+//! 500 ms past its receipt, and for an ordinary request it reads that timestamp before the
+//! last stage sets it: `endpoints/filters/audit.go`, `writeLatencyToAnnotation`. Its handler
+//! traces log only under a parent trace, which nothing starts.) Never used to decide an
+//! invariant: a missing or unreadable log only leaves the samples without it.
 
 use super::load::{ApiSample, Op};
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::path::Path;
 
 /// One attempt of a request as kube-apiserver saw it.
@@ -19,9 +20,6 @@ pub struct Served {
     /// From receiving it to the end of the answer.
     pub ms: f64,
     pub code: u16,
-    /// Above 500 ms: time per layer, as kube-apiserver writes it (`etcd` → `"1.2s"`).
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    pub layers: BTreeMap<String, String>,
 }
 
 /// An audit event of the load's namespace.
@@ -47,6 +45,10 @@ fn read(paths: &[&Path], epoch_unix_ms: f64) -> Vec<Event> {
 
 fn event(line: &str, epoch_unix_ms: f64) -> Option<Event> {
     let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    // A watch also logs the start of its answer; a request is done once.
+    if v["stage"] != "ResponseComplete" {
+        return None;
+    }
     let ms = |key: &str| -> Option<f64> {
         let t: k8s_openapi::jiff::Timestamp = v[key].as_str()?.parse().ok()?;
         // Microseconds since the Unix epoch fit an f64 exactly for the next few centuries.
@@ -54,15 +56,6 @@ fn event(line: &str, epoch_unix_ms: f64) -> Option<Event> {
         Some(t.as_microsecond() as f64 / 1000.0 - epoch_unix_ms)
     };
     let received_ms = ms("requestReceivedTimestamp")?;
-    let layers = v["annotations"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, val)| {
-            let layer = k.strip_prefix("apiserver.latency.k8s.io/")?;
-            Some((layer.to_string(), val.as_str()?.to_string()))
-        })
-        .collect();
     Some(Event {
         verb: v["verb"].as_str()?.to_string(),
         name: v["objectRef"]["name"]
@@ -73,7 +66,6 @@ fn event(line: &str, epoch_unix_ms: f64) -> Option<Event> {
             received_ms,
             ms: ms("stageTimestamp")? - received_ms,
             code: u16::try_from(v["responseStatus"]["code"].as_u64()?).ok()?,
-            layers,
         },
     })
 }
@@ -99,26 +91,14 @@ pub fn attach(samples: &mut [ApiSample], paths: &[&Path], epoch_unix_ms: f64) {
     }
 }
 
-/// `kube-apiserver 2501 ms (504), 268 ms (201; etcd 110ms, validating-webhook 150ms)`, or
-/// what the log did not say.
+/// `kube-apiserver 2501 ms (504), 268 ms (201)`, or what the log did not say.
 pub fn describe(server: &[Served]) -> String {
     if server.is_empty() {
         return "not in kube-apiserver's audit log (never reached it)".into();
     }
     let attempts: Vec<String> = server
         .iter()
-        .map(|a| {
-            let layers: Vec<String> = a
-                .layers
-                .iter()
-                .filter(|(k, _)| k.as_str() != "total")
-                .map(|(k, v)| format!("{k} {v}"))
-                .collect();
-            match layers.is_empty() {
-                true => format!("{:.0} ms ({})", a.ms, a.code),
-                false => format!("{:.0} ms ({}; {})", a.ms, a.code, layers.join(", ")),
-            }
-        })
+        .map(|a| format!("{:.0} ms ({})", a.ms, a.code))
         .collect();
     format!("kube-apiserver {}", attempts.join(", "))
 }
@@ -171,22 +151,18 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    const SLOW: &str = r#"{"kind":"Event","stage":"ResponseComplete","verb":"patch","objectRef":{"resource":"configmaps","namespace":"lab-load","name":"counter"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-29T10:17:16.154316Z","stageTimestamp":"2026-11-29T10:17:16.754316Z","annotations":{"authorization.k8s.io/decision":"allow","apiserver.latency.k8s.io/etcd":"412.1ms","apiserver.latency.k8s.io/total":"600ms"}}"#;
+    const EVENT: &str = r#"{"kind":"Event","stage":"ResponseComplete","verb":"patch","objectRef":{"resource":"configmaps","namespace":"lab-load","name":"counter"},"responseStatus":{"code":200},"requestReceivedTimestamp":"2026-11-29T10:17:16.154316Z","stageTimestamp":"2026-11-29T10:17:16.754316Z","annotations":{"authorization.k8s.io/decision":"allow"}}"#;
 
     #[test]
-    fn an_audit_event_gives_the_servers_time_and_its_layers() {
+    fn an_audit_event_gives_the_servers_time() {
         // 10:17:16.000 UTC as the run's start.
         let epoch = 1_795_947_436_000.0;
-        let e = event(SLOW, epoch).unwrap();
+        let e = event(EVENT, epoch).unwrap();
         assert_eq!((e.verb.as_str(), e.name.as_str()), ("patch", "counter"));
         assert!((e.served.received_ms - 154.316).abs() < 1e-3);
         assert!((e.served.ms - 600.0).abs() < 1e-3);
         assert_eq!(e.served.code, 200);
-        assert_eq!(e.served.layers["etcd"], "412.1ms");
-        assert_eq!(
-            describe(&[e.served]),
-            "kube-apiserver 600 ms (200; etcd 412.1ms)"
-        );
+        assert_eq!(describe(&[e.served]), "kube-apiserver 600 ms (200)");
         assert!(event("not json", epoch).is_none());
         assert!(describe(&[]).contains("never reached it"));
     }

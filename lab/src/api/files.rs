@@ -117,9 +117,8 @@ impl Files {
 
 /// What kube-apiserver audits: the load's and the watch's requests (ConfigMaps in the load's
 /// namespace) at `Metadata`, nothing else. Each event carries the server's own view of the
-/// request (received, completed) and, above 500 ms, where the time went
-/// (`apiserver.latency.k8s.io/*`: etcd, validating-webhook, apf-queue-wait...), which the
-/// report sets beside what the client measured (`api::audit`).
+/// request (received, answered, code), which the report sets beside what the client measured
+/// (`api::audit`).
 const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
 rules:\n- level: Metadata\n  namespaces: [lab-load]\n  resources: [{group: \"\", resources: [configmaps]}]\n\
 - level: None\n";
