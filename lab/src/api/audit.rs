@@ -104,9 +104,14 @@ pub fn describe(server: &[Served]) -> String {
 }
 
 /// The requests the report explains: every one of at least [`SLOW_MS`], or the slowest if none
-/// is: phase, verb, kube-apiserver, latency, attempts (and the first error), and what
-/// kube-apiserver's log says of each attempt.
-pub fn slow(samples: &[ApiSample], phases: &[(String, f64, f64)]) -> Vec<String> {
+/// is: phase, verb, kube-apiserver, latency, attempts (and the first error), what
+/// kube-apiserver's log says of each attempt, and the run's events from a second before it
+/// started to its end (a leader move, a member's restart, a fault...).
+pub fn slow(
+    samples: &[ApiSample],
+    phases: &[(String, f64, f64)],
+    events: &[crate::report::Event],
+) -> Vec<String> {
     let mut slow: Vec<&ApiSample> = samples.iter().filter(|s| s.latency_ms >= SLOW_MS).collect();
     if slow.is_empty() {
         slow.extend(
@@ -131,16 +136,38 @@ pub fn slow(samples: &[ApiSample], phases: &[(String, f64, f64)]) -> Vec<String>
                 "worst"
             };
             format!(
-                "{tag} {phase}: {:?} {} via {} at {:.1} s, {:.0} ms{retried}: {}",
+                "{tag} {phase}: {:?} {} via {} at {:.1} s, {:.0} ms{retried}: {}{}",
                 s.op,
                 s.object,
                 s.via,
                 s.start_ms / 1000.0,
                 s.latency_ms,
-                describe(&s.server)
+                describe(&s.server),
+                meanwhile(s, events)
             )
         })
         .collect()
+}
+
+/// `; meanwhile: 37.4 s what, ...`: the events from a second before `s` to its end.
+fn meanwhile(s: &ApiSample, events: &[crate::report::Event]) -> String {
+    const BEFORE_MS: f64 = 1000.0;
+    const SHOWN: usize = 4;
+    let window = (s.start_ms - BEFORE_MS)..=(s.start_ms + s.latency_ms);
+    let near: Vec<String> = events
+        .iter()
+        .filter(|e| window.contains(&e.t_ms))
+        .map(|e| format!("{:.1} s {}", e.t_ms / 1000.0, e.what))
+        .collect();
+    match near.len() {
+        0 => String::new(),
+        n if n > SHOWN => format!(
+            "; meanwhile: {}, +{} more",
+            near[..SHOWN].join(", "),
+            n - SHOWN
+        ),
+        _ => format!("; meanwhile: {}", near.join(", ")),
+    }
 }
 
 /// The worst request the issue allows outside a forced leader loss (issue 45 point 4).
@@ -165,5 +192,45 @@ mod tests {
         assert_eq!(describe(&[e.served]), "kube-apiserver 600 ms (200)");
         assert!(event("not json", epoch).is_none());
         assert!(describe(&[]).contains("never reached it"));
+    }
+
+    #[test]
+    fn a_slow_request_is_named_with_its_phase_attempts_and_what_happened_meanwhile() {
+        let sample = |start_ms, latency_ms, attempts| ApiSample {
+            op: Op::Patch,
+            object: "counter".into(),
+            start_ms,
+            latency_ms,
+            via: "destination",
+            ok: true,
+            attempts,
+            error: (attempts > 1).then(|| "attempt unanswered after 2.5s".into()),
+            server: vec![Served {
+                received_ms: start_ms,
+                ms: 2504.0,
+                code: 504,
+            }],
+        };
+        let event = |t_ms: f64, what: &str| crate::report::Event {
+            t_ms,
+            what: what.into(),
+        };
+        let phases = [("shrink".to_string(), 60_000.0, 70_000.0)];
+        let events = [
+            event(62_000.0, "too early"),
+            event(63_500.0, "leader moved"),
+            event(67_000.0, "too late"),
+        ];
+        let samples = [sample(61_000.0, 300.0, 1), sample(63_800.0, 2914.0, 2)];
+        assert_eq!(
+            slow(&samples, &phases, &events),
+            [
+                "slow shrink: Patch counter via destination at 63.8 s, 2914 ms, 2 attempts \
+              (first: attempt unanswered after 2.5s): kube-apiserver 2504 ms (504); \
+              meanwhile: 63.5 s leader moved"
+            ]
+        );
+        // None of 1 s or more: the slowest is named.
+        assert!(slow(&samples[..1], &phases, &[])[0].starts_with("worst shrink: Patch"));
     }
 }

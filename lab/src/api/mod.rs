@@ -193,6 +193,7 @@ impl ShootApi {
         mut self,
         webhook: Option<&WebhookLab>,
         phases: &[(String, f64, f64)],
+        events: &[crate::report::Event],
         fault: Option<&crate::stats::Fault>,
         violations: &mut Vec<String>,
     ) -> Result<(ApiReport, Objects, ControlPlane)> {
@@ -216,7 +217,7 @@ impl ShootApi {
             .map_err(|e| kube_err("final read", e))?;
         let objects = Objects::check(&rec, &stored.items);
         let calls = webhook_calls.saturating_sub(self.webhook_calls_at_start);
-        let api = ApiReport::new(&rec, &seen, calls, phases);
+        let api = ApiReport::new(&rec, &seen, calls, phases, events);
         api.violations(&objects, &rec, fault, violations);
         Ok((
             api,

@@ -107,6 +107,7 @@ impl ApiReport {
         seen: &Seen,
         webhook_calls: usize,
         phases: &[(String, f64, f64)],
+        events: &[crate::report::Event],
     ) -> Self {
         let mut lat: Vec<f64> = rec.samples.iter().map(|s| s.latency_ms).collect();
         lat.sort_by(f64::total_cmp);
@@ -151,7 +152,7 @@ impl ApiReport {
                 .iter()
                 .map(|(name, start, end)| phase(name, *start, *end, &rec.samples))
                 .collect(),
-            slow: super::audit::slow(&rec.samples, phases),
+            slow: super::audit::slow(&rec.samples, phases, events),
             samples: rec.samples.clone(),
         }
     }

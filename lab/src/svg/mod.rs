@@ -152,7 +152,7 @@ mod tests {
             quorum: Vec::new(),
             scenario: "a<b".into(),
             rtt_ms: 50.0,
-            api: ApiReport::new(&api_rec, &Default::default(), 2, &[]),
+            api: ApiReport::new(&api_rec, &Default::default(), 2, &[], &[]),
             objects: Objects::check(&api_rec, &[]),
             control_plane: ControlPlane {
                 kube_apiserver: "v1.34.4".into(),
