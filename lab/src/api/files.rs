@@ -22,6 +22,8 @@ pub struct Files {
     /// Service-account signing key and public key.
     pub sa: (PathBuf, PathBuf),
     pub admission: PathBuf,
+    /// The audit policy: one `Metadata` event per request of the load and the watch.
+    pub audit_policy: PathBuf,
 }
 
 impl Files {
@@ -68,6 +70,8 @@ impl Files {
                  - name: ValidatingAdmissionWebhook\n  configuration:\n{webhook_config}"
             ),
         )?;
+        let audit_policy = dir.join("audit-policy.yaml");
+        write(&audit_policy, AUDIT_POLICY)?;
         Ok(Self {
             dir: dir.to_path_buf(),
             serving: (
@@ -78,7 +82,13 @@ impl Files {
             tokens,
             sa: sa_paths,
             admission,
+            audit_policy,
         })
+    }
+
+    /// Seed `label`'s audit log (see [`AUDIT_POLICY`]).
+    pub fn audit_log(&self, label: &str) -> PathBuf {
+        self.dir.join(format!("audit-{label}.log"))
     }
 
     /// The egress file of seed `label`.
@@ -104,6 +114,14 @@ impl Files {
         )
     }
 }
+
+/// What kube-apiserver audits: the load's and the watch's requests (ConfigMaps in the load's
+/// namespace) at `Metadata`, nothing else. Each event carries the server's own view of the
+/// request (received, answered, code), which the report sets beside what the client measured
+/// (`api::audit`).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+rules:\n- level: Metadata\n  namespaces: [lab-load]\n  resources: [{group: \"\", resources: [configmaps]}]\n\
+- level: None\n";
 
 /// An unguessable token without a random-number crate: std's `RandomState` keys SipHash from
 /// the OS's random source (128 bits, once per thread, stepped per instance), so its outputs

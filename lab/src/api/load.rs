@@ -43,6 +43,8 @@ pub enum Op {
 #[derive(Debug, Clone, Serialize)]
 pub struct ApiSample {
     pub op: Op,
+    /// The ConfigMap it created, patched or read.
+    pub object: String,
     pub start_ms: f64,
     pub latency_ms: f64,
     /// The seed whose kube-apiserver the DNS name pointed at when the request started.
@@ -52,6 +54,9 @@ pub struct ApiSample {
     /// The first error seen, even when a retry then succeeded.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its attempts as kube-apiserver logged them (`audit.rs`; filled in at the end).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub server: Vec<super::audit::Served>,
 }
 
 /// An acknowledged write: the object, the value it carries, the resourceVersion it got.
@@ -160,7 +165,7 @@ impl Worker {
         let name = format!("obj-{seq}");
         let cm = config_map(&name, seq);
         let r = self
-            .request(Op::Create, |api, attempt| {
+            .request(Op::Create, &name, |api, attempt| {
                 let cm = cm.clone();
                 let name = name.clone();
                 async move {
@@ -187,7 +192,7 @@ impl Worker {
     async fn patch(&mut self, seq: u64) {
         let patch = serde_json::json!({ "data": { "seq": seq.to_string() } });
         let r = self
-            .request(Op::Patch, |api, _| {
+            .request(Op::Patch, COUNTER, |api, _| {
                 let patch = patch.clone();
                 async move {
                     match api
@@ -208,7 +213,7 @@ impl Worker {
 
     async fn read(&mut self) {
         let r = self
-            .request(Op::Read, |api, _| async move {
+            .request(Op::Read, COUNTER, |api, _| async move {
                 match api.get(COUNTER).await {
                     Ok(o) => Attempt::Done(value(&o).unwrap_or(0)),
                     Err(e) => classify(e),
@@ -236,7 +241,7 @@ impl Worker {
     }
 
     /// Runs `op` with retries within [`BUDGET`], records the sample, returns the result.
-    async fn request<T, F, Fut>(&self, kind: Op, op: F) -> Option<T>
+    async fn request<T, F, Fut>(&self, kind: Op, object: &str, op: F) -> Option<T>
     where
         F: Fn(Api<ConfigMap>, u32) -> Fut,
         Fut: std::future::Future<Output = Attempt<T>>,
@@ -278,12 +283,14 @@ impl Worker {
         };
         let sample = ApiSample {
             op: kind,
+            object: object.to_string(),
             start_ms: crate::clock::ms(start - self.epoch),
             latency_ms: crate::clock::ms(latency),
             via,
             ok,
             attempts,
             error,
+            server: Vec::new(),
         };
         self.rec
             .lock()

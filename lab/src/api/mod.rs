@@ -11,6 +11,7 @@
 //! members it reads from.
 
 mod admission;
+pub mod audit;
 pub mod dns;
 pub mod files;
 pub mod kubeconfig;
@@ -64,6 +65,10 @@ pub struct ShootApi {
     destination_ready_ms: Option<f64>,
     /// AdmissionReviews answered before the load started (the set-up's probe writes).
     webhook_calls_at_start: usize,
+    /// The run's start on the wall clock (ms since the Unix epoch): the audit logs' clock.
+    epoch_unix_ms: f64,
+    /// Each seed's kube-apiserver's audit log.
+    audit_logs: [PathBuf; 2],
 }
 
 impl ShootApi {
@@ -101,6 +106,7 @@ impl ShootApi {
             .await
             .map(|v| v.git_version)
             .map_err(|e| kube_err("version", e))?;
+        let audit_logs = seeds.map(|s| files.audit_log(&s.label));
         let mut api = Self {
             bin: bin.to_path_buf(),
             files,
@@ -112,6 +118,8 @@ impl ShootApi {
             version,
             destination_ready_ms: None,
             webhook_calls_at_start: 0,
+            epoch_unix_ms: unix_ms() - crate::clock::ms(epoch.elapsed()),
+            audit_logs,
         };
         api.setup(&c0, webhook).await?;
         api.watch = Some(
@@ -185,13 +193,16 @@ impl ShootApi {
         mut self,
         webhook: Option<&WebhookLab>,
         phases: &[(String, f64, f64)],
+        events: &[crate::report::Event],
         fault: Option<&crate::stats::Fault>,
         violations: &mut Vec<String>,
     ) -> Result<(ApiReport, Objects, ControlPlane)> {
-        let rec = match self.load.take() {
+        let mut rec = match self.load.take() {
             Some(l) => l.stop().await,
             None => Recording::default(),
         };
+        let logs = self.audit_logs.each_ref().map(PathBuf::as_path);
+        audit::attach(&mut rec.samples, &logs, self.epoch_unix_ms);
         // Counted once the load has stopped: every acknowledged write's call is in.
         let webhook_calls = webhook.map(|w| w.kube_apiserver_calls()).unwrap_or(0);
         let last = rec.acks.iter().map(|a| a.rv).max().unwrap_or(0);
@@ -206,7 +217,7 @@ impl ShootApi {
             .map_err(|e| kube_err("final read", e))?;
         let objects = Objects::check(&rec, &stored.items);
         let calls = webhook_calls.saturating_sub(self.webhook_calls_at_start);
-        let api = ApiReport::new(&rec, &seen, calls, phases);
+        let api = ApiReport::new(&rec, &seen, calls, phases, events);
         api.violations(&objects, &rec, fault, violations);
         Ok((
             api,
@@ -219,6 +230,13 @@ impl ShootApi {
             },
         ))
     }
+}
+
+/// Now on the wall clock, ms since the Unix epoch.
+fn unix_ms() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, crate::clock::ms)
 }
 
 async fn client(files: &Files, seed: &Seed) -> Result<Client> {

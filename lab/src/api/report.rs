@@ -26,6 +26,8 @@ pub struct ApiReport {
     pub webhook: ApiWebhook,
     pub watch: WatchReport,
     pub phases: Vec<crate::stats::PhaseStats>,
+    /// Each request of at least 1 s (or the slowest) and where its time went (`audit.rs`).
+    pub slow: Vec<String>,
     /// Every request, for the picture (`api_samples.json` has them).
     #[serde(skip)]
     pub samples: Vec<ApiSample>,
@@ -105,6 +107,7 @@ impl ApiReport {
         seen: &Seen,
         webhook_calls: usize,
         phases: &[(String, f64, f64)],
+        events: &[crate::report::Event],
     ) -> Self {
         let mut lat: Vec<f64> = rec.samples.iter().map(|s| s.latency_ms).collect();
         lat.sort_by(f64::total_cmp);
@@ -149,6 +152,7 @@ impl ApiReport {
                 .iter()
                 .map(|(name, start, end)| phase(name, *start, *end, &rec.samples))
                 .collect(),
+            slow: super::audit::slow(&rec.samples, phases, events),
             samples: rec.samples.clone(),
         }
     }

@@ -65,6 +65,10 @@ impl ApiServer {
                 d(&files.egress(&seed.label))
             ),
             format!("--admission-control-config-file={}", d(&files.admission)),
+            format!("--audit-policy-file={}", d(&files.audit_policy)),
+            format!("--audit-log-path={}", d(&files.audit_log(&seed.label))),
+            // (The default `blocking` mode: each event is a line appended as the request
+            // ends, so a kube-apiserver killed at the end of a run has written them all.)
         ]);
         let addr = SocketAddr::from((seed.seed_ip, PORT));
         let log = files.dir.join(format!("kube-apiserver-{}.log", seed.label));

@@ -129,6 +129,7 @@ impl<D: Driver> Run<D> {
         api.finish(
             w.webhook.as_ref(),
             &record.phases,
+            &record.events,
             record.fault.as_ref(),
             violations,
         )

@@ -146,6 +146,9 @@ impl<D: Driver> Run<D> {
     /// `DestinationKubeAPIServerReady`: the destination kube-apiserver on the destination
     /// members. Err (inside Ok) with why it did not become ready.
     async fn start_destination_api(&mut self) -> Result<std::result::Result<(), String>> {
+        // Its start-up (every resource LISTed, the bootstrap objects written) loads the
+        // members and the machine: a slow request in `five` names it.
+        self.lab.record.event("destination kube-apiserver starting");
         let w = &mut self.lab.world;
         let dest_urls = w.urls(&member::destination());
         let started = match w.api.as_mut() {

@@ -66,6 +66,9 @@ impl Report {
                 p.name, p.requests, p.failed, p.p50_ms, p.p99_ms, p.max_ms
             );
         }
+        for line in &a.slow {
+            s += &format!("  api {line}\n");
+        }
         s += &format!(
             "webhook (lab caller) via source {} / destination {} tunnel server\n",
             self.webhook.via_source, self.webhook.via_destination

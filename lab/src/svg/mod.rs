@@ -134,12 +134,14 @@ mod tests {
             samples: [(true, 180.0), (false, 5200.0)]
                 .map(|(ok, latency_ms)| crate::api::load::ApiSample {
                     op: crate::api::load::Op::Create,
+                    object: "obj-1".into(),
                     start_ms: 12.0,
                     latency_ms,
                     via: "source",
                     ok,
                     attempts: 1,
                     error: (!ok).then(|| "etcdserver: request timed out".into()),
+                    server: Vec::new(),
                 })
                 .to_vec(),
             ..Default::default()
@@ -150,7 +152,7 @@ mod tests {
             quorum: Vec::new(),
             scenario: "a<b".into(),
             rtt_ms: 50.0,
-            api: ApiReport::new(&api_rec, &Default::default(), 2, &[]),
+            api: ApiReport::new(&api_rec, &Default::default(), 2, &[], &[]),
             objects: Objects::check(&api_rec, &[]),
             control_plane: ControlPlane {
                 kube_apiserver: "v1.34.4".into(),

@@ -64,8 +64,18 @@ pub(super) async fn start(
 }
 
 async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io::Result<()> {
+    let accepted = std::time::Instant::now();
     let mut io = acceptor.accept(tcp).await?;
+    let tls_ms = crate::clock::ms(accepted.elapsed());
     let (head, body) = read_request(&mut io).await?;
+    // Where a slow shoot API write spends its time (RUST_LOG=isthmus_lab::webhook=debug):
+    // when its review reached the webhook, against kube-apiserver's audit log.
+    tracing::debug!(
+        review = %review_name(&body),
+        tls_ms,
+        read_ms = crate::clock::ms(accepted.elapsed()),
+        "webhook review"
+    );
     if head.starts_with("POST /slow ") {
         tokio::time::sleep(SLOW).await;
     }
@@ -82,6 +92,17 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io
         None => ALLOWED.to_string(),
     };
     answer_json(&mut io, &review).await
+}
+
+/// `OPERATION name` of an AdmissionReview's request (empty for the lab caller's).
+fn review_name(body: &[u8]) -> String {
+    let v: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let r = &v["request"];
+    format!(
+        "{} {}",
+        r["operation"].as_str().unwrap_or(""),
+        r["name"].as_str().unwrap_or("")
+    )
 }
 
 /// The `request.uid` of an AdmissionReview, if it has one.
