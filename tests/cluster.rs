@@ -37,8 +37,12 @@ mod grm;
 mod host;
 #[path = "cluster/join.rs"]
 mod join;
+#[path = "cluster/join_expose.rs"]
+mod join_expose;
 #[path = "cluster/join_shrink.rs"]
 mod join_shrink;
+#[path = "cluster/join_tls.rs"]
+mod join_tls;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]

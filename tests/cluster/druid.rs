@@ -123,6 +123,9 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     memory(node, &before);
     super::join::destination_joins(node, &file, NS, ETCD);
     volumes_given_back(node);
+    if std::env::var_os("ISTHMUS_CLUSTER_M2").is_some() {
+        super::join_expose::through_the_proxy(node);
+    }
     stand_druid_down(node);
 }
 

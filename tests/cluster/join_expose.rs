@@ -1,0 +1,272 @@
+//! Issue 44 point 3 through isthmus (M2, work in progress): two druid `Etcd`s with peer and
+//! client TLS (`join_tls.rs`) in two namespaces that play two seeds, the isthmus controller
+//! driving their `EtcdMigration`s while the test plays the orchestrator (as lab/src/migrate/
+//! does: it advances the source and the destination and copies the source's
+//! `status.exposedMembers` into the destination's `spec.destination.sourceMembers`). At
+//! `Expose` the controller sets the source's `additionalAdvertisePeerURLs` and
+//! `skipClientSANVerification` and asks druid to reconcile: druid rolls the members, and each
+//! one's backup-restore updates its peer URLs in etcd (`pkg/server/backuprestoreserver.go`
+//! `updatePeerURLIfChanged`). At `Join` the controller creates the destination `Etcd` with
+//! `bootstrapWithExistingCluster` naming the source's exposed URLs: its backup-restore adds
+//! each member as a learner through the proxy's client route and etcd's peer traffic between
+//! the "seeds" can only take the proxy (each namespace admits other namespaces' traffic from
+//! the proxies only). One controller, the chart's, serves both sides: a second one would
+//! write the same proxy route ConfigMap (both "seeds" share this node's proxies). The
+//! `DNSRecord`s are made Succeeded by seed-world's DNS provider stand-in; the names resolve
+//! through the node's CoreDNS (scripts/cluster/addons.yaml). Prints each step's duration and
+//! the connections the proxy forwarded per member.
+
+use super::checks::proxy_admin;
+use super::join_tls::{self, Tls, DOMAIN, ETCD, POD_NETWORK};
+use super::node::{poll, Node, SYSTEM};
+use super::traffic::POLL;
+use isthmus_seed_world::dns::DnsProviderTask;
+use isthmus_testkit::TestPki;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+const SRC: &str = "druid-src";
+const DST: &str = "druid-dst";
+/// A druid roll of three members, or a join of two, on 2 busy cores.
+const STEP: Duration = Duration::from_secs(600);
+
+fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<Value>) -> Value {
+    let mut spec = json!({
+        "role": role, "step": step, "etcdName": ETCD, "seedName": seed,
+        "internalDomain": DOMAIN, "members": 3,
+        "dns": {"type": "local", "secretRef": {"name": "dns-internal", "namespace": ns}},
+        "loadBalancer": {"name": "isthmus-proxy", "namespace": SYSTEM},
+        "allowedSources": [POD_NETWORK],
+    });
+    if let Some(d) = destination {
+        spec["destination"] = d;
+    }
+    json!({
+        "apiVersion": "isthmus.dev/v1alpha1", "kind": "EtcdMigration",
+        "metadata": {"name": ETCD, "namespace": ns}, "spec": spec,
+    })
+}
+
+fn status(node: &Node, ns: &str) -> Value {
+    let s = node.kubectl(&["-n", ns, "get", "etcdmigration", ETCD, "-o", "json"]);
+    serde_json::from_str::<Value>(&s).unwrap()["status"].clone()
+}
+
+/// Polls until `ns`'s migration reports `step` reached; returns the time it took.
+fn reached(node: &Node, ns: &str, step: &str) -> Duration {
+    let t0 = Instant::now();
+    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
+        let s = status(node, ns);
+        if s["step"] == step && s["stepReady"] == true {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    t0.elapsed()
+}
+
+fn set_step(node: &Node, ns: &str, step: &str) {
+    let patch = json!({"spec": {"step": step}}).to_string();
+    node.kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "etcdmigration",
+        ETCD,
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+}
+
+/// etcd's members as the source's client Service lists them: (name, learner, peer URLs).
+fn members(node: &Node, tls: &Tls) -> Result<Vec<(String, bool, Vec<String>)>, String> {
+    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
+    let endpoint = format!("https://{ip}:2379");
+    let flags = tls.etcdctl_flags();
+    let mut args = vec!["node", "etcdctl", "--endpoints", &endpoint];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend(["--command-timeout", "5s", "member", "list", "-w", "json"]);
+    let out = node.script(&args);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    Ok(v["members"]
+        .as_array()
+        .ok_or("no members")?
+        .iter()
+        .map(|m| {
+            let urls = m["peerURLs"].as_array().into_iter().flatten();
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["isLearner"] == true,
+                urls.filter_map(|u| u.as_str().map(String::from)).collect(),
+            )
+        })
+        .collect())
+}
+
+/// Connections the proxies forwarded on their peer listeners, per exposed name.
+fn forwarded(node: &Node) -> Vec<(String, f64)> {
+    let mut per: std::collections::BTreeMap<String, f64> = Default::default();
+    for (_, body) in proxy_admin(node, SYSTEM, "/metrics") {
+        for line in body.lines().filter(|l| {
+            l.starts_with("isthmus_proxy_connections_total{listener=\"peer-")
+                && l.contains("outcome=\"forwarded\"")
+        }) {
+            let route = line
+                .split("route=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next());
+            let v = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            if let (Some(r), Some(v)) = (route, v) {
+                *per.entry(r.to_owned()).or_default() += v;
+            }
+        }
+    }
+    per.into_iter().collect()
+}
+
+pub fn through_the_proxy(node: &Node) {
+    let t0 = Instant::now();
+    let pki = TestPki::new();
+    let src = join_tls::namespace(node, &pki, SRC, "seed-a", "source");
+    join_tls::apply_etcd(node, SRC);
+    poll(node, "the source Etcd Ready", STEP, POLL, || {
+        let r = node.jsonpath(SRC, &format!("etcd/{ETCD}"), "{.status.ready}");
+        (r == "true").then_some(()).ok_or(r)
+    });
+    println!(
+        "figure: M2: the TLS source Etcd Ready: {:.1?}",
+        t0.elapsed()
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let client = rt.block_on(isthmus_testkit::kube::client_from_kubeconfig(
+        &node.kubeconfig(),
+    ));
+    let _dns_src = {
+        let _g = rt.enter();
+        DnsProviderTask::spawn(client.clone(), SRC)
+    };
+
+    // Expose: druid rolls the source onto its exposed peer URLs.
+    node.apply(&migration("source", SRC, "seed-a", "Expose", None).to_string());
+    let took = reached(node, SRC, "Expose");
+    println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {took:.1?}");
+    let list = members(node, &src).unwrap();
+    for (name, _, urls) in &list {
+        assert!(
+            urls.iter().any(|u| u.contains(DOMAIN)),
+            "{name} advertises no exposed peer URL: {list:?}"
+        );
+    }
+    println!("figure: M2: source members after Expose: {list:?}");
+
+    // The destination seed's namespace, and its exposure.
+    let _dst = join_tls::namespace(node, &pki, DST, "seed-b", "destination");
+    let _dns_dst = {
+        let _g = rt.enter();
+        DnsProviderTask::spawn(client, DST)
+    };
+    let mut template = join_tls::etcd_spec(3);
+    template.as_object_mut().unwrap().remove("replicas");
+    let destination = json!({
+        "memberNamePrefix": "seed-b",
+        "sourceMembers": [],
+        "etcdVersion": "3.5",
+        "etcdTemplate": {"labels": template["labels"], "spec": template},
+    });
+    node.apply(&migration("destination", DST, "seed-b", "Expose", Some(destination)).to_string());
+    let took = reached(node, DST, "Expose");
+    println!("figure: M2: destination Expose (routes served, records Succeeded): {took:.1?}");
+
+    // The orchestrator: the source's exposed members to the destination, both at Join.
+    let exposed = status(node, SRC)["exposedMembers"].clone();
+    let patch = json!({"spec": {"destination": {"sourceMembers": exposed}}}).to_string();
+    node.kubectl(&[
+        "-n",
+        DST,
+        "patch",
+        "etcdmigration",
+        ETCD,
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+    set_step(node, SRC, "Join");
+    reached(node, SRC, "Join");
+    let joined = Instant::now();
+    set_step(node, DST, "Join");
+    let mut seen: std::collections::BTreeMap<String, (Duration, Option<Duration>)> =
+        Default::default();
+    poll(node, "the destination joined", STEP, POLL, || {
+        for (name, learner, _) in members(node, &src)?
+            .iter()
+            .filter(|m| m.0.starts_with("seed-b"))
+        {
+            let e = seen.entry(name.clone()).or_insert((joined.elapsed(), None));
+            if !learner && e.1.is_none() {
+                e.1 = Some(joined.elapsed());
+            }
+        }
+        let s = status(node, DST);
+        if s["step"] == "Join" && s["stepReady"] == true {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    println!(
+        "figure: M2: destination Join through the proxy (Etcd created by the controller to its 2 members voters): {:.1?}",
+        joined.elapsed()
+    );
+    for (name, (learner, voter)) in &seen {
+        println!("figure: M2: join of {name} through the proxy: listed at +{learner:.1?}, voter at +{voter:.1?}");
+    }
+    let through = forwarded(node);
+    println!("figure: M2: peer connections the proxies forwarded, per exposed name: {through:?}");
+    for i in 0..2 {
+        let name = format!("{ETCD}-{i}.{DST}.seed-b.{DOMAIN}");
+        assert!(
+            through.iter().any(|(r, n)| *r == name && *n > 0.0),
+            "no peer connection to {name} through the proxy: {through:?}"
+        );
+    }
+    cleanup(node);
+    println!("figure: M2: the step took {:.1?}", t0.elapsed());
+}
+
+/// The migrations go first (their finalizers need the grants), then the namespaces; the
+/// on-demand load balancer goes with the last migration.
+fn cleanup(node: &Node) {
+    for ns in [DST, SRC] {
+        node.kubectl(&["-n", ns, "delete", "etcdmigration", ETCD, "--wait=false"]);
+    }
+    poll(node, "the migrations gone", STEP, POLL, || {
+        let left = node.kubectl(&["get", "etcdmigrations", "-A", "-o", "name"]);
+        left.trim().is_empty().then_some(()).ok_or(left)
+    });
+    for ns in [DST, SRC] {
+        node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+    poll(
+        node,
+        "the namespaces and the load balancer gone",
+        STEP,
+        POLL,
+        || {
+            let ns = node.try_kubectl(&["get", "namespace", SRC]).is_ok()
+                || node.try_kubectl(&["get", "namespace", DST]).is_ok();
+            let lb = node
+                .try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy"])
+                .is_ok();
+            if ns || lb {
+                Err(format!("namespaces left {ns}, load balancer left {lb}"))
+            } else {
+                Ok(())
+            }
+        },
+    );
+}
