@@ -43,6 +43,8 @@ mod join_expose;
 mod join_shrink;
 #[path = "cluster/join_tls.rs"]
 mod join_tls;
+#[path = "cluster/join_writer.rs"]
+mod join_writer;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]
@@ -90,4 +92,14 @@ fn isthmus_in_a_real_node() {
         node.down_and_check(&before);
     }
     println!("figure: the end-to-end test took {:.1?}", t0.elapsed());
+}
+
+/// Issue 44 point 3 through isthmus (`join_expose.rs`, work in progress) on a node that is
+/// already up (`flock -o /tmp/isthmus-node.lock scripts/cluster.sh up`), left up afterwards:
+/// `cargo test --test cluster m2_on_a_running_node -- --ignored --nocapture`.
+#[test]
+#[ignore = "needs a node that is up"]
+fn m2_on_a_running_node() {
+    isthmus_testkit::tier::needs_root("the node of scripts/cluster.sh");
+    join_expose::through_the_proxy(&Node::handle());
 }

@@ -13,13 +13,12 @@
 //! etcd's API by seed-world's one copy (`seed_world::etcd::{move_leader, remove}`), the source
 //! `Etcd` scaled to 0 as gardenlet's cleanup would. Prints each step's duration and each join.
 
-use super::node::{poll, Node, ROOT};
+use super::join_writer::{keys, Writer};
+use super::node::{poll, Node};
 use super::traffic::POLL;
-use isthmus_testkit::Scratch;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NS: &str = "druid-join";
@@ -195,94 +194,5 @@ fn added_and_promoted_by_backup_restore(node: &Node) {
             .and_then(|r| r.split('"').next())
             .unwrap_or("?");
         assert_eq!(state, "existing", "{pod}'s etcd configuration");
-    }
-}
-
-/// The writer's keys as the cluster holds them.
-fn keys(node: &Node, endpoint: &str) -> std::collections::BTreeSet<u64> {
-    let out = node.script(&[
-        "node",
-        "etcdctl",
-        "--endpoints",
-        endpoint,
-        "--command-timeout",
-        "30s",
-        "get",
-        "--prefix",
-        "isthmus-writer/",
-        "--keys-only",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.strip_prefix("isthmus-writer/")?.parse().ok())
-        .collect()
-}
-
-/// A client writing one key after another through `endpoints` (a file it rereads, so the
-/// test can point it at the destination as a shoot's kube-apiserver is), each write a fresh
-/// Debian `etcdctl put` in the node's network namespace: `ok N` is an acknowledged write.
-struct Writer {
-    dir: Scratch,
-    child: Child,
-}
-
-const WRITER: &str = r#"d=$1; i=0
-while [ ! -e "$d/stop" ]; do
-  i=$((i+1))
-  if etcdctl --endpoints "$(cat "$d/endpoints")" --dial-timeout 2s --command-timeout 5s \
-      put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
-    echo "ok $i"
-  else
-    echo "fail $i $(tr '\n' ' ' <"$d/err")"
-  fi
-done >>"$d/log""#;
-
-impl Writer {
-    fn start(endpoints: &str) -> Self {
-        let dir = Scratch::new("cluster-join-writer");
-        std::fs::write(dir.join("endpoints"), endpoints).unwrap();
-        let child = Command::new(Path::new(ROOT).join("scripts/cluster.sh"))
-            .args(["node", "sh", "-c", WRITER, "sh"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        Writer { dir, child }
-    }
-
-    fn point_at(&self, endpoints: &str) {
-        let tmp = self.dir.join("endpoints.new");
-        std::fs::write(&tmp, endpoints).unwrap();
-        std::fs::rename(tmp, self.dir.join("endpoints")).unwrap();
-    }
-
-    /// Stops the writer; the acknowledged writes' numbers and the failures' lines.
-    fn stop(mut self) -> (Vec<u64>, Vec<String>) {
-        std::fs::write(self.dir.join("stop"), "").unwrap();
-        self.child.wait().unwrap();
-        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
-        let mut ok = Vec::new();
-        let mut failed = Vec::new();
-        for line in log.lines() {
-            match line.strip_prefix("ok ") {
-                Some(n) => ok.push(n.parse().unwrap()),
-                None => failed.push(line.to_owned()),
-            }
-        }
-        (ok, failed)
-    }
-}
-
-/// A failed step stops the loop too (it runs outside the node's cgroup, which `down` empties).
-impl Drop for Writer {
-    fn drop(&mut self) {
-        let _ = std::fs::write(self.dir.join("stop"), "");
-        let _ = self.child.wait();
     }
 }

@@ -18,6 +18,7 @@
 
 use super::checks::proxy_admin;
 use super::join_tls::{self, Tls, DOMAIN, ETCD, POD_NETWORK};
+use super::join_writer::{keys_with, Writer};
 use super::node::{poll, Node, SYSTEM};
 use super::traffic::POLL;
 use isthmus_seed_world::dns::DnsProviderTask;
@@ -150,6 +151,9 @@ pub fn through_the_proxy(node: &Node) {
         let _g = rt.enter();
         DnsProviderTask::spawn(client.clone(), SRC)
     };
+    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
+    let src_url = format!("https://{ip}:2379");
+    let writer = Writer::with_flags(&src_url, &src.etcdctl_flags());
 
     // Expose: druid rolls the source onto its exposed peer URLs.
     node.apply(&migration("source", SRC, "seed-a", "Expose", None).to_string());
@@ -234,6 +238,17 @@ pub fn through_the_proxy(node: &Node) {
             "no peer connection to {name} through the proxy: {through:?}"
         );
     }
+    let (ok, failed) = writer.stop();
+    let stored = keys_with(node, &src_url, &src.etcdctl_flags());
+    let lost: Vec<&u64> = ok.iter().filter(|n| !stored.contains(n)).collect();
+    println!(
+        "figure: M2: writer through Expose's roll and the join: {} acknowledged, {} failed, {} lost",
+        ok.len(),
+        failed.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
+    assert!(failed.is_empty(), "failed writes: {failed:?}");
     cleanup(node);
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
 }
