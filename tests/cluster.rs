@@ -39,6 +39,8 @@ mod host;
 mod join;
 #[path = "cluster/join_expose.rs"]
 mod join_expose;
+#[path = "cluster/join_observe.rs"]
+mod join_observe;
 #[path = "cluster/join_shrink.rs"]
 mod join_shrink;
 #[path = "cluster/join_tls.rs"]

@@ -16,8 +16,8 @@
 //! through the node's CoreDNS (scripts/cluster/addons.yaml). Prints each step's duration and
 //! the connections the proxy forwarded per member.
 
-use super::checks::proxy_admin;
-use super::join_tls::{self, Tls, DOMAIN, ETCD, POD_NETWORK};
+use super::join_observe::{cleanup, forwarded, members, reached, set_step, status, DST, SRC, STEP};
+use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
 use super::join_writer::{keys_with, Writer};
 use super::node::{poll, Node, SYSTEM};
 use super::traffic::POLL;
@@ -25,11 +25,6 @@ use isthmus_seed_world::dns::DnsProviderTask;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
-
-const SRC: &str = "druid-src";
-const DST: &str = "druid-dst";
-/// A druid roll of three members, or a join of two, on 2 busy cores.
-const STEP: Duration = Duration::from_secs(600);
 
 fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<Value>) -> Value {
     let mut spec = json!({
@@ -46,88 +41,6 @@ fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<V
         "apiVersion": "isthmus.dev/v1alpha1", "kind": "EtcdMigration",
         "metadata": {"name": ETCD, "namespace": ns}, "spec": spec,
     })
-}
-
-fn status(node: &Node, ns: &str) -> Value {
-    let s = node.kubectl(&["-n", ns, "get", "etcdmigration", ETCD, "-o", "json"]);
-    serde_json::from_str::<Value>(&s).unwrap()["status"].clone()
-}
-
-/// Polls until `ns`'s migration reports `step` reached; returns the time it took.
-fn reached(node: &Node, ns: &str, step: &str) -> Duration {
-    let t0 = Instant::now();
-    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
-        let s = status(node, ns);
-        if s["step"] == step && s["stepReady"] == true {
-            Ok(())
-        } else {
-            Err(s.to_string())
-        }
-    });
-    t0.elapsed()
-}
-
-fn set_step(node: &Node, ns: &str, step: &str) {
-    let patch = json!({"spec": {"step": step}}).to_string();
-    node.kubectl(&[
-        "-n",
-        ns,
-        "patch",
-        "etcdmigration",
-        ETCD,
-        "--type=merge",
-        "-p",
-        &patch,
-    ]);
-}
-
-/// etcd's members as the source's client Service lists them: (name, learner, peer URLs).
-fn members(node: &Node, tls: &Tls) -> Result<Vec<(String, bool, Vec<String>)>, String> {
-    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
-    let endpoint = format!("https://{ip}:2379");
-    let flags = tls.etcdctl_flags();
-    let mut args = vec!["node", "etcdctl", "--endpoints", &endpoint];
-    args.extend(flags.iter().map(String::as_str));
-    args.extend(["--command-timeout", "5s", "member", "list", "-w", "json"]);
-    let out = node.script(&args);
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
-    Ok(v["members"]
-        .as_array()
-        .ok_or("no members")?
-        .iter()
-        .map(|m| {
-            let urls = m["peerURLs"].as_array().into_iter().flatten();
-            (
-                m["name"].as_str().unwrap_or("").to_owned(),
-                m["isLearner"] == true,
-                urls.filter_map(|u| u.as_str().map(String::from)).collect(),
-            )
-        })
-        .collect())
-}
-
-/// Connections the proxies forwarded on their peer listeners, per exposed name.
-fn forwarded(node: &Node) -> Vec<(String, f64)> {
-    let mut per: std::collections::BTreeMap<String, f64> = Default::default();
-    for (_, body) in proxy_admin(node, SYSTEM, "/metrics") {
-        for line in body.lines().filter(|l| {
-            l.starts_with("isthmus_proxy_connections_total{listener=\"peer-")
-                && l.contains("outcome=\"forwarded\"")
-        }) {
-            let route = line
-                .split("route=\"")
-                .nth(1)
-                .and_then(|r| r.split('"').next());
-            let v = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
-            if let (Some(r), Some(v)) = (route, v) {
-                *per.entry(r.to_owned()).or_default() += v;
-            }
-        }
-    }
-    per.into_iter().collect()
 }
 
 pub fn through_the_proxy(node: &Node) {
@@ -251,37 +164,4 @@ pub fn through_the_proxy(node: &Node) {
     assert!(failed.is_empty(), "failed writes: {failed:?}");
     cleanup(node);
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
-}
-
-/// The migrations go first (their finalizers need the grants), then the namespaces; the
-/// on-demand load balancer goes with the last migration.
-fn cleanup(node: &Node) {
-    for ns in [DST, SRC] {
-        node.kubectl(&["-n", ns, "delete", "etcdmigration", ETCD, "--wait=false"]);
-    }
-    poll(node, "the migrations gone", STEP, POLL, || {
-        let left = node.kubectl(&["get", "etcdmigrations", "-A", "-o", "name"]);
-        left.trim().is_empty().then_some(()).ok_or(left)
-    });
-    for ns in [DST, SRC] {
-        node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
-    }
-    poll(
-        node,
-        "the namespaces and the load balancer gone",
-        STEP,
-        POLL,
-        || {
-            let ns = node.try_kubectl(&["get", "namespace", SRC]).is_ok()
-                || node.try_kubectl(&["get", "namespace", DST]).is_ok();
-            let lb = node
-                .try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy"])
-                .is_ok();
-            if ns || lb {
-                Err(format!("namespaces left {ns}, load balancer left {lb}"))
-            } else {
-                Ok(())
-            }
-        },
-    );
 }
