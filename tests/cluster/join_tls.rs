@@ -150,6 +150,10 @@ pub fn etcd_spec(replicas: u8) -> Value {
             "deltaSnapshotMemoryLimit": "1Gi",
             "compression": {"enabled": true, "policy": "gzip"},
             "leaderElection": {"reelectionPeriod": "5s", "etcdConnectionTimeout": "5s"},
+            // As Gardener sets it with client TLS: druid's readiness probe of the etcd
+            // container speaks HTTPS only with it (statefulset/builder.go
+            // getEtcdContainerReadinessHandler), while etcd-wrapper serves TLS with etcd's.
+            "tls": tls(SERVER),
         },
         "sharedConfig": {"autoCompactionMode": "periodic", "autoCompactionRetention": "30m"},
     })
