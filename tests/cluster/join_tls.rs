@@ -63,9 +63,16 @@ impl Tls {
     }
 }
 
-/// The namespace of one seed's `Etcd`: Secrets, grant, boundary. `role` is `source` or
-/// `destination` (which example grant).
-pub fn namespace(node: &Node, pki: &TestPki, ns: &str, seed: &str, role: &str) -> Tls {
+/// The namespace of one seed's `Etcd`: Secrets, grant and, with `boundary`, the boundary.
+/// `role` is `source` or `destination` (which example grant).
+pub fn namespace(
+    node: &Node,
+    pki: &TestPki,
+    ns: &str,
+    seed: &str,
+    role: &str,
+    boundary: bool,
+) -> Tls {
     node.kubectl(&["create", "namespace", ns]);
     let dir = Scratch::new("cluster-join-tls");
     pki.write_ca(dir.path());
@@ -96,7 +103,15 @@ pub fn namespace(node: &Node, pki: &TestPki, ns: &str, seed: &str, role: &str) -
         .replace("ca-etcd-bundle-3b9f21c4", CA)
         .replace("etcd-client-5a0c7e1d", CLIENT);
     node.apply(&grant);
-    node.apply(&format!(
+    if boundary {
+        node.apply(&boundary_policy(ns));
+    }
+    Tls { dir }
+}
+
+/// Peers of the etcd pods in `ns`: their own namespace and the proxies' only.
+fn boundary_policy(ns: &str) -> String {
+    format!(
         r#"apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {{name: seed-boundary, namespace: {ns}}}
@@ -109,8 +124,7 @@ spec:
         - namespaceSelector:
             matchLabels: {{kubernetes.io/metadata.name: {SYSTEM}}}
 "#
-    ));
-    Tls { dir }
+    )
 }
 
 /// The `Etcd` as gardenlet would deploy it (without the migration fields): etcd-druid's
