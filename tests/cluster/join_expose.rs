@@ -1,20 +1,21 @@
 //! Issue 44 point 3 through isthmus (M2, work in progress): two druid `Etcd`s with peer and
 //! client TLS (`join_tls.rs`) in two namespaces that play two seeds, the isthmus controller
 //! driving their `EtcdMigration`s while the test plays the orchestrator (as lab/src/migrate/
-//! does: it advances the source and the destination and copies the source's
-//! `status.exposedMembers` into the destination's `spec.destination.sourceMembers`). At
-//! `Expose` the controller sets the source's `additionalAdvertisePeerURLs` and
-//! `skipClientSANVerification` and asks druid to reconcile: druid rolls the members, and each
-//! one's backup-restore updates its peer URLs in etcd (`pkg/server/backuprestoreserver.go`
-//! `updatePeerURLIfChanged`). At `Join` the controller creates the destination `Etcd` with
-//! `bootstrapWithExistingCluster` naming the source's exposed URLs: its backup-restore adds
-//! each member as a learner through the proxy's client route and etcd's peer traffic between
-//! the "seeds" can only take the proxy (each namespace admits other namespaces' traffic from
-//! the proxies only). One controller, the chart's, serves both sides: a second one would
-//! write the same proxy route ConfigMap (both "seeds" share this node's proxies). The
-//! `DNSRecord`s are made Succeeded by seed-world's DNS provider stand-in; the names resolve
-//! through the node's CoreDNS (scripts/cluster/addons.yaml). Prints each step's duration and
-//! the connections the proxy forwarded per member.
+//! does: it advances the source and the destination and gives the destination the source's
+//! members, `source_members_as_etcd_lists_them`). At `Expose` the controller sets the
+//! source's `additionalAdvertisePeerURLs` and `skipClientSANVerification` and asks druid to
+//! reconcile: druid rolls the members, and each one's backup-restore updates its peer URLs in
+//! etcd (`pkg/server/backuprestoreserver.go` `updatePeerURLIfChanged`). At `Join` the
+//! controller creates the destination `Etcd` with `bootstrapWithExistingCluster`: its
+//! backup-restore adds each member as a learner through the proxy's client routes, and the
+//! destination's members reach the source's through the proxy's peer routes only (the
+//! source's namespace admits other namespaces' traffic from the proxies only; the way back
+//! is direct until druid advertises a prefixed member's exposed URL, docs/etcd-druid-
+//! contract.md "Through the proxy"). One controller, the chart's, serves both sides: a second
+//! one would write the same proxy route ConfigMap (both "seeds" share this node's proxies).
+//! The `DNSRecord`s are made Succeeded by seed-world's DNS provider stand-in; the names
+//! resolve through the node's CoreDNS (scripts/cluster/addons.yaml). A client writes through
+//! the source all along. Prints each step's duration and the connections the proxy forwarded.
 
 use super::join_observe::{cleanup, forwarded, members, reached, set_step, status, DST, SRC, STEP};
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
@@ -152,6 +153,7 @@ pub fn through_the_proxy(node: &Node) {
         joined.elapsed()
     );
     for (name, (learner, voter)) in &seen {
+        let voter = voter.unwrap_or_default();
         println!("figure: M2: join of {name} through the proxy: listed at +{learner:.1?}, voter at +{voter:.1?}");
     }
     let through = forwarded(node);
