@@ -1,8 +1,16 @@
 //! The report's numbers: percentiles, the longest gap between acknowledged writes, per-phase
-//! statistics of requests, and the fault window inside which failures are expected.
+//! statistics of requests, the fault window inside which failures are expected, and the
+//! events they are read against.
 
 use crate::client::{Recording, Sample};
 use serde::Serialize;
+
+/// Something the migration did or injected.
+#[derive(Debug, Clone, Serialize)]
+pub struct Event {
+    pub t_ms: f64,
+    pub what: String,
+}
 
 /// A phase of the migration, in milliseconds since the lab started.
 #[derive(Debug, Clone, Serialize)]

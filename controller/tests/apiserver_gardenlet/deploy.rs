@@ -134,7 +134,7 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
         .status
         .since(0)
         .iter()
-        .rfind(|s| s.at <= at.at)
+        .rfind(|s| s.revision() <= at.revision())
         .is_some_and(|s| s.ready());
     let reached = match back {
         None => {
@@ -151,7 +151,7 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
             // written over unseen by that plan (its step stays reached) and said by the next
             // pass (`kube_adapter::applied`).
             let said = first(p.status, status_mark, "a pass that said the wipe", |s| {
-                s.at >= at.at
+                s.revision() > at.revision()
                     && s.condition("EtcdSpecOverwritten")
                         .is_some_and(|(status, _)| status == "True")
             })
@@ -192,7 +192,7 @@ pub async fn deploy(w: &World, side: Side, step: Step, reasserts: bool) -> Figur
             .status
             .since(status_mark)
             .iter()
-            .filter(|s| s.at >= at.at)
+            .filter(|s| s.revision() > at.revision())
             .filter_map(|s| s.condition("EtcdSpecOverwritten"))
             .filter(|(status, _)| status == "True")
             .map(|(_, reason)| reason)

@@ -18,6 +18,17 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// Where this version stands in the API server's one order of writes. Two recorders'
+    /// arrival instants do not order versions of two objects (each watch is delivered on its
+    /// own, late under load); their resourceVersions do: one kube-apiserver over one etcd gives
+    /// every object its etcd revision as resourceVersion (k8s.io/apiserver
+    /// `pkg/storage/etcd3/store.go`, `ModRevision`), which KEP-5504 makes comparable.
+    pub fn revision(&self) -> u64 {
+        self.obj["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
     pub fn generation(&self) -> i64 {
         self.obj["metadata"]["generation"].as_i64().unwrap_or(0)
     }

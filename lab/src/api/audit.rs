@@ -8,19 +8,8 @@
 //! traces log only under a parent trace, which nothing starts.) Never used to decide an
 //! invariant: a missing or unreadable log only leaves the samples without it.
 
-use super::load::{ApiSample, Op};
-use serde::Serialize;
+use super::load::{ApiSample, Op, Served};
 use std::path::Path;
-
-/// One attempt of a request as kube-apiserver saw it.
-#[derive(Debug, Clone, Serialize)]
-pub struct Served {
-    /// When the server received it, ms since the run started (the client's clock).
-    pub received_ms: f64,
-    /// From receiving it to the end of the answer.
-    pub ms: f64,
-    pub code: u16,
-}
 
 /// An audit event of the load's namespace.
 #[derive(Debug)]
@@ -110,7 +99,7 @@ pub fn describe(server: &[Served]) -> String {
 pub fn slow(
     samples: &[ApiSample],
     phases: &[(String, f64, f64)],
-    events: &[crate::report::Event],
+    events: &[crate::stats::Event],
 ) -> Vec<String> {
     let mut slow: Vec<&ApiSample> = samples.iter().filter(|s| s.latency_ms >= SLOW_MS).collect();
     if slow.is_empty() {
@@ -150,7 +139,7 @@ pub fn slow(
 }
 
 /// `; meanwhile: 37.4 s what, ...`: the events from a second before `s` to its end.
-fn meanwhile(s: &ApiSample, events: &[crate::report::Event]) -> String {
+fn meanwhile(s: &ApiSample, events: &[crate::stats::Event]) -> String {
     const BEFORE_MS: f64 = 1000.0;
     const SHOWN: usize = 4;
     let window = (s.start_ms - BEFORE_MS)..=(s.start_ms + s.latency_ms);
@@ -211,7 +200,7 @@ mod tests {
                 code: 504,
             }],
         };
-        let event = |t_ms: f64, what: &str| crate::report::Event {
+        let event = |t_ms: f64, what: &str| crate::stats::Event {
             t_ms,
             what: what.into(),
         };

@@ -24,6 +24,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+/// One attempt of a request as kube-apiserver saw it (its audit log, `audit.rs`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Served {
+    /// When the server received it, ms since the run started (the client's clock).
+    pub received_ms: f64,
+    /// From receiving it to the end of the answer.
+    pub ms: f64,
+    pub code: u16,
+}
+
 /// The namespace the load writes in (the webhook validates it).
 pub const NAMESPACE: &str = "lab-load";
 /// The ConfigMap every patch updates.
@@ -56,7 +66,7 @@ pub struct ApiSample {
     pub error: Option<String>,
     /// Its attempts as kube-apiserver logged them (`audit.rs`; filled in at the end).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub server: Vec<super::audit::Served>,
+    pub server: Vec<Served>,
 }
 
 /// An acknowledged write: the object, the value it carries, the resourceVersion it got.

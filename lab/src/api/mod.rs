@@ -193,7 +193,7 @@ impl ShootApi {
         mut self,
         webhook: Option<&WebhookLab>,
         phases: &[(String, f64, f64)],
-        events: &[crate::report::Event],
+        events: &[crate::stats::Event],
         fault: Option<&crate::stats::Fault>,
         violations: &mut Vec<String>,
     ) -> Result<(ApiReport, Objects, ControlPlane)> {

@@ -107,7 +107,7 @@ impl ApiReport {
         seen: &Seen,
         webhook_calls: usize,
         phases: &[(String, f64, f64)],
-        events: &[crate::report::Event],
+        events: &[crate::stats::Event],
     ) -> Self {
         let mut lat: Vec<f64> = rec.samples.iter().map(|s| s.latency_ms).collect();
         lat.sort_by(f64::total_cmp);

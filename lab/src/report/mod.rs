@@ -5,15 +5,8 @@ mod summary;
 
 pub use crate::api::report::{ApiReport, ControlPlane, Objects};
 use crate::client::{Kind, Recording, Sample};
-pub use crate::stats::{covered, longest_gap, phase, Fault, Phase, PhaseStats};
+pub use crate::stats::{covered, longest_gap, phase, Event, Fault, Phase, PhaseStats};
 use serde::Serialize;
-
-/// Something the migration did or injected.
-#[derive(Debug, Clone, Serialize)]
-pub struct Event {
-    pub t_ms: f64,
-    pub what: String,
-}
 
 /// Where the etcd leader was and how many voters the cluster could lose, at a phase's start.
 #[derive(Debug, Clone, Serialize)]
