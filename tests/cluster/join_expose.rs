@@ -1,31 +1,42 @@
-//! Issue 44 point 3 through isthmus (M2, work in progress): two druid `Etcd`s with peer and
-//! client TLS (`join_tls.rs`) in two namespaces that play two seeds, the isthmus controller
-//! driving their `EtcdMigration`s while the test plays the orchestrator (as lab/src/migrate/
-//! does: it advances the source and the destination and gives the destination the source's
-//! members, `source_members_as_etcd_lists_them`). At `Expose` the controller sets the
-//! source's `additionalAdvertisePeerURLs` and `skipClientSANVerification` and asks druid to
-//! reconcile: druid rolls the members, and each one's backup-restore updates its peer URLs in
-//! etcd (`pkg/server/backuprestoreserver.go` `updatePeerURLIfChanged`). At `Join` the
-//! controller creates the destination `Etcd` with `bootstrapWithExistingCluster`: its
-//! backup-restore adds each member as a learner through the proxy's client routes, and the
-//! destination's members reach the source's through the proxy's peer routes only (the
-//! source's namespace admits other namespaces' traffic from the proxies only; the way back
-//! is direct until druid advertises a prefixed member's exposed URL, docs/etcd-druid-
-//! contract.md "Through the proxy"). One controller, the chart's, serves both sides: a second
-//! one would write the same proxy route ConfigMap (both "seeds" share this node's proxies).
-//! The `DNSRecord`s are made Succeeded by seed-world's DNS provider stand-in; the names
-//! resolve through the node's CoreDNS (scripts/cluster/addons.yaml). A client writes through
-//! the source all along. Prints each step's duration and the connections the proxy forwarded.
+//! Issue 44 point 3 through isthmus (M2): two druid `Etcd`s with peer and client TLS
+//! (`join_tls.rs`) in two namespaces that play two seeds, the isthmus controller driving their
+//! `EtcdMigration`s while the test plays the orchestrator (as lab/src/migrate/ does: it
+//! advances the source and the destination and gives the destination the source's members as
+//! the source's status reports them, `source_members_reported`). At `Expose` the controller
+//! sets the source's `additionalAdvertisePeerURLs` and `skipClientSANVerification` and asks
+//! druid to reconcile: druid rolls the members, and each one's backup-restore updates its peer
+//! URLs in etcd (`pkg/server/backuprestoreserver.go` `updatePeerURLIfChanged`). At `Join` the
+//! controller creates the destination `Etcd` with `bootstrapWithExistingCluster`, at `Grow` it
+//! scales it to 3: each member's backup-restore adds it as a learner through the proxy's
+//! client routes and promotes it (`pkg/initializer/initializer.go`, `pkg/member/
+//! member_control.go`), and the destination's members reach the source's through the proxy's
+//! peer routes only (the source's namespace admits other namespaces' traffic from the proxies
+//! only; the way back is direct until druid advertises a prefixed member's exposed URL,
+//! docs/etcd-druid-contract.md "Through the proxy"). Then `Shrink` by seed-world's stand-in
+//! of etcd-druid#1426 (`join_shrink.rs`). One controller, the chart's, serves both sides: a
+//! second one would write the same proxy route ConfigMap (both "seeds" share this node's
+//! proxies). The `DNSRecord`s are made Succeeded by seed-world's DNS provider stand-in; the
+//! names resolve through the node's CoreDNS (scripts/cluster/addons.yaml). A client writes
+//! through the cluster all along (`join_writer.rs`): 0 failed, 0 lost. Prints each step's
+//! duration, each join and the connections the proxy forwarded.
 
-use super::join_observe::{cleanup, forwarded, members, reached, set_step, status, DST, SRC, STEP};
+use super::join_observe::{
+    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, set_step, status,
+    DST, SRC, STEP,
+};
+use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
-use super::join_writer::{keys_with, Writer};
+use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, SYSTEM};
 use super::traffic::POLL;
 use isthmus_seed_world::dns::DnsProviderTask;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
+
+/// The destination's `memberNamePrefix` (the seed's name, as Gardener would give it).
+const PREFIX: &str = "seed-b";
 
 fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<Value>) -> Value {
     let mut spec = json!({
@@ -44,26 +55,71 @@ fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<V
     })
 }
 
-/// What the orchestrator copies to the destination: the source's `status.exposedMembers`, but
-/// with each member's peer URLs as etcd lists them. etcd v3.5 starts a joining member only if
-/// its `initial-cluster` names each existing member with exactly the peer URLs the cluster
-/// holds (`etcdserver/api/membership` `ValidateClusterAndAssignIDs`, `pkg/netutil`
-/// `URLStringsEqual`: a different count fails before any name is resolved), and druid v0.38.1
-/// writes the bootstrap members' `peerUrls` into it as they are
-/// (`configmap/etcdconfig.go` `prepareInitialCluster`), while `additionalAdvertisePeerURLs`
-/// makes a source member hold its in-cluster URL and its exposed one; `exposedMembers` has the
-/// exposed one only (first run: "PeerURLs: no match found for existing member"). The
-/// controller should report them so (next step); the test reads them from etcd meanwhile.
-fn source_members_as_etcd_lists_them(node: &Node, src: &super::join_tls::Tls) -> Value {
+/// What the orchestrator copies to the destination: the source's `status.exposedMembers`,
+/// checked against etcd's member list. etcd v3.5 starts a joining member only if its
+/// `initial-cluster` names each existing member with exactly the peer URLs the cluster holds
+/// (`etcdserver/api/membership` `ValidateClusterAndAssignIDs`, `pkg/netutil`
+/// `URLStringsEqual`: same count, compared sorted), and druid v0.38.1 writes the bootstrap
+/// members' `peerUrls` into it as they are (`configmap/etcdconfig.go`
+/// `prepareInitialCluster`): with `additionalAdvertisePeerURLs` the controller reports each
+/// source member's in-cluster URL beside its exposed one, as etcd holds them.
+fn source_members_reported(node: &Node, src: &super::join_tls::Tls) -> Value {
     let list = members(node, src).unwrap();
-    let mut exposed = status(node, SRC)["exposedMembers"].clone();
-    for m in exposed.as_array_mut().unwrap() {
-        let (_, _, urls) = list.iter().find(|l| m["name"] == l.0.as_str()).unwrap();
-        let mut urls = urls.clone();
-        urls.sort();
-        m["peerUrls"] = json!(urls);
+    let exposed = status(node, SRC)["exposedMembers"].clone();
+    for m in exposed.as_array().unwrap() {
+        let (_, _, held) = list.iter().find(|l| m["name"] == l.0.as_str()).unwrap();
+        let mut reported: Vec<&str> = m["peerUrls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap())
+            .collect();
+        let mut held: Vec<&str> = held.iter().map(String::as_str).collect();
+        reported.sort_unstable();
+        held.sort_unstable();
+        assert_eq!(
+            reported, held,
+            "{} as reported and as etcd holds it",
+            m["name"]
+        );
     }
     exposed
+}
+
+/// When etcd (asked through the source's client Service) first listed each member named
+/// `prefix*`, and when as a voter, from `t0`; `Ok` once `ns`'s migration reports `step` ready.
+fn joins(
+    node: &Node,
+    src: &join_tls::Tls,
+    (ns, step, prefix): (&str, &str, &str),
+) -> BTreeMap<String, (Duration, Option<Duration>)> {
+    let t0 = Instant::now();
+    let mut seen: BTreeMap<String, (Duration, Option<Duration>)> = BTreeMap::new();
+    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
+        for (name, learner, _) in members(node, src)?
+            .iter()
+            .filter(|m| m.0.starts_with(prefix))
+        {
+            let e = seen.entry(name.clone()).or_insert((t0.elapsed(), None));
+            if !learner && e.1.is_none() {
+                e.1 = Some(t0.elapsed());
+            }
+        }
+        let s = status(node, ns);
+        if s["step"] == step && s["stepReady"] == true {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    println!(
+        "figure: M2: destination {step} through the proxy: {:.1?}",
+        t0.elapsed()
+    );
+    for (name, (listed, voter)) in &seen {
+        println!("figure: M2: {step}: {name} listed at +{listed:.1?}, voter at +{voter:.1?}");
+    }
+    seen
 }
 
 pub fn through_the_proxy(node: &Node) {
@@ -87,14 +143,19 @@ pub fn through_the_proxy(node: &Node) {
         let _g = rt.enter();
         DnsProviderTask::spawn(client.clone(), SRC)
     };
-    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
-    let src_url = format!("https://{ip}:2379");
-    let writer = Writer::with_flags(&src_url, &src.etcdctl_flags());
+    let client_url = |ns: &str| {
+        let ip = node.jsonpath(ns, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
+        assert!(!ip.is_empty(), "{ns}/{ETCD}-client has no address");
+        format!("https://{ip}:2379")
+    };
+    let flags = src.etcdctl_flags();
+    let writer = Writer::with_flags(&client_url(SRC), &flags);
 
     // Expose: druid rolls the source onto its exposed peer URLs.
+    let t = Instant::now();
     node.apply(&migration("source", SRC, "seed-a", "Expose", None).to_string());
-    let took = reached(node, SRC, "Expose");
-    println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {took:.1?}");
+    reached(node, SRC, "Expose");
+    println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {:.1?}", t.elapsed());
     let list = members(node, &src).unwrap();
     for (name, _, urls) in &list {
         assert!(
@@ -102,12 +163,18 @@ pub fn through_the_proxy(node: &Node) {
             "{name} advertises no exposed peer URL: {list:?}"
         );
     }
-    println!("figure: M2: source members after Expose: {list:?}");
+    restarts(node);
+    let w = writer.peek();
+    println!(
+        "figure: M2: writer through Expose's roll: {} acknowledged, failed {:?}, acknowledged after more than 2 s (number, ms): {:?}",
+        w.ok.len(),
+        w.failed,
+        w.slow(Duration::from_secs(2)),
+    );
 
     // The destination seed's namespace (no boundary there yet: druid v0.38.1 never advertises
     // a prefixed member's additional peer URLs, so the source reaches the destination's
-    // members by their in-cluster names only; see source_members_as_etcd_lists_them), and
-    // its exposure.
+    // members by their in-cluster names only: docs/etcd-druid-contract.md), and its exposure.
     let _dst = join_tls::namespace(node, &pki, DST, "seed-b", "destination", false);
     let _dns_dst = {
         let _g = rt.enter();
@@ -116,8 +183,8 @@ pub fn through_the_proxy(node: &Node) {
     let mut template = join_tls::etcd_spec(3);
     template.as_object_mut().unwrap().remove("replicas");
     let destination = json!({
-        "memberNamePrefix": "seed-b",
-        "sourceMembers": source_members_as_etcd_lists_them(node, &src),
+        "memberNamePrefix": PREFIX,
+        "sourceMembers": source_members_reported(node, &src),
         "etcdVersion": "3.5",
         "etcdTemplate": {"labels": template["labels"], "spec": template},
     });
@@ -125,37 +192,18 @@ pub fn through_the_proxy(node: &Node) {
     let took = reached(node, DST, "Expose");
     println!("figure: M2: destination Expose (routes served, records Succeeded): {took:.1?}");
 
-    set_step(node, SRC, "Join");
-    reached(node, SRC, "Join");
-    let joined = Instant::now();
-    set_step(node, DST, "Join");
-    let mut seen: std::collections::BTreeMap<String, (Duration, Option<Duration>)> =
-        Default::default();
-    poll(node, "the destination joined", STEP, POLL, || {
-        for (name, learner, _) in members(node, &src)?
-            .iter()
-            .filter(|m| m.0.starts_with("seed-b"))
-        {
-            let e = seen.entry(name.clone()).or_insert((joined.elapsed(), None));
-            if !learner && e.1.is_none() {
-                e.1 = Some(joined.elapsed());
-            }
-        }
-        let s = status(node, DST);
-        if s["step"] == "Join" && s["stepReady"] == true {
-            Ok(())
-        } else {
-            Err(s.to_string())
-        }
-    });
-    println!(
-        "figure: M2: destination Join through the proxy (Etcd created by the controller to its 2 members voters): {:.1?}",
-        joined.elapsed()
-    );
-    for (name, (learner, voter)) in &seen {
-        let voter = voter.unwrap_or_default();
-        println!("figure: M2: join of {name} through the proxy: listed at +{learner:.1?}, voter at +{voter:.1?}");
+    // Join (2 members) and Grow (the third) through the proxy, by druid and backup-restore.
+    for (step, added) in [("Join", 0..2), ("Grow", 2..3)] {
+        set_step(node, SRC, step);
+        reached(node, SRC, step);
+        set_step(node, DST, step);
+        joins(node, &src, (DST, step, PREFIX));
+        added_by_backup_restore(node, DST, added);
     }
+    let list = members(node, &src).unwrap();
+    let voters = list.iter().filter(|m| !m.1).count();
+    assert_eq!((list.len(), voters), (6, 6), "{list:?}");
+    bootstrapped(node, DST);
     let through = forwarded(node);
     println!("figure: M2: peer connections the proxies forwarded, per exposed name: {through:?}");
     // The destination's members reach the source's only through the proxy (the boundary).
@@ -166,21 +214,52 @@ pub fn through_the_proxy(node: &Node) {
             "no peer connection to {name} through the proxy: {through:?}"
         );
     }
-    let (ok, failed) = writer.stop();
-    let stored = keys_with(node, &src_url, &src.etcdctl_flags());
-    let lost: Vec<&u64> = ok.iter().filter(|n| !stored.contains(n)).collect();
+
+    // The shoot's kube-apiserver talks to the destination from now on; the source leaves.
+    let dst_url = client_url(DST);
+    writer.point_at(&dst_url);
+    let t = Instant::now();
+    let tls = pki.client_config(Some(&pki.client_cert("etcd-client")), &["h2"]);
+    shrink(node, &tls, (SRC, DST, PREFIX));
+    println!("figure: M2: shrink by the stand-in of etcd-druid#1426 (leadership moved, 3 source members removed, source scaled to 0): {:.1?}", t.elapsed());
+
+    let w = writer.stop();
+    let stored = keys(node, &dst_url, &flags);
+    let lost: Vec<u64> =
+        w.ok.iter()
+            .map(|o| o.0)
+            .filter(|n| !stored.contains(n))
+            .collect();
     println!(
-        "figure: M2: writer through Expose's roll and the join: {} acknowledged, {} failed, {} lost",
-        ok.len(),
-        failed.len(),
-        lost.len()
+        "figure: M2: writer through Expose's roll, the join, the growth and the shrink: {} acknowledged, {} failed, {} lost; acknowledged after more than 2 s (number, ms): {:?}",
+        w.ok.len(),
+        w.failed.len(),
+        lost.len(),
+        w.slow(Duration::from_secs(2)),
     );
+    assert!(w.ok.len() > 100, "the writer wrote {}", w.ok.len());
+    assert!(w.failed.is_empty(), "failed writes: {:?}", w.failed);
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
-    // Not yet asserted: Expose's roll restarts each source member behind the client Service,
-    // and a write that meets the restarting one fails (1 of 8774 on the node, 2026-11-29).
-    if !failed.is_empty() {
-        println!("figure: M2: the failed writes: {failed:?}");
-    }
     cleanup(node);
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
+}
+
+/// When each source member's etcd started after Expose's roll, and the leader elections the
+/// members logged since: what a slow or failed write is read against.
+fn restarts(node: &Node) {
+    for i in 0..3 {
+        let pod = format!("{ETCD}-{i}");
+        let started = node.jsonpath(
+            SRC,
+            &format!("pod/{pod}"),
+            "{.status.containerStatuses[?(@.name==\"etcd\")].state.running.startedAt}",
+        );
+        let log = node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]);
+        let elections: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
+            .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
+            .collect();
+        println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
+    }
 }

@@ -1,10 +1,11 @@
 //! What `join_expose.rs` reads and asks of a migration on the node: its status and step, the
-//! source cluster's members (etcdctl over TLS through the client Service), the connections
-//! the proxies forwarded per exposed name, and the clean-up.
+//! source cluster's members (etcdctl over TLS through the client Service), what druid and
+//! backup-restore say of the join, the connections the proxies forwarded per exposed name,
+//! and the clean-up.
 
 use super::checks::proxy_admin;
 use super::join_tls::{Tls, ETCD};
-use super::node::{poll, Node, SYSTEM};
+use super::node::{etcdctl, poll, Node, SYSTEM};
 use super::traffic::POLL;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -13,6 +14,8 @@ pub const SRC: &str = "druid-src";
 pub const DST: &str = "druid-dst";
 /// A druid roll of three members, or a join of two, on 2 busy cores.
 pub const STEP: Duration = Duration::from_secs(600);
+/// One member list.
+const MEMBERS: Duration = Duration::from_secs(5);
 
 pub fn status(node: &Node, ns: &str) -> Value {
     let s = node.kubectl(&["-n", ns, "get", "etcdmigration", ETCD, "-o", "json"]);
@@ -50,16 +53,11 @@ pub fn set_step(node: &Node, ns: &str, step: &str) {
 /// etcd's members as the source's client Service lists them: (name, learner, peer URLs).
 pub fn members(node: &Node, tls: &Tls) -> Result<Vec<(String, bool, Vec<String>)>, String> {
     let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
-    let endpoint = format!("https://{ip}:2379");
     let flags = tls.etcdctl_flags();
-    let mut args = vec!["node", "etcdctl", "--endpoints", &endpoint];
-    args.extend(flags.iter().map(String::as_str));
-    args.extend(["--command-timeout", "5s", "member", "list", "-w", "json"]);
-    let out = node.script(&args);
-    if !out.status.success() {
-        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-    }
-    let v: Value = serde_json::from_slice(&out.stdout).map_err(|e| e.to_string())?;
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["member", "list", "-w", "json"]);
+    let out = etcdctl(node, &format!("https://{ip}:2379"), MEMBERS, &args)?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
     Ok(v["members"]
         .as_array()
         .ok_or("no members")?
@@ -73,6 +71,46 @@ pub fn members(node: &Node, tls: &Tls) -> Result<Vec<(String, bool, Vec<String>)
             )
         })
         .collect())
+}
+
+/// Members `pods` of the `Etcd` in `ns` were each added as a learner and promoted by their own
+/// backup-restore, as its logs say (`pkg/member/member_control.go`,
+/// `pkg/miscellaneous/miscellaneous.go` `DoPromoteMember`), and their etcd started with
+/// `initial-cluster-state` `existing` (backup-restore's /config, as the wrapper's stand-in
+/// logs it). Read right after they joined: druid rolls the members it has when `replicas`
+/// changes, and a new pod's logs start afresh.
+pub fn added_by_backup_restore(node: &Node, ns: &str, pods: std::ops::Range<u8>) {
+    for i in pods {
+        let pod = format!("{ETCD}-{i}");
+        let log = node.kubectl(&["-n", ns, "logs", &pod, "-c", "backup-restore"]);
+        assert!(
+            log.contains("to cluster as a learner") && log.contains("has been promoted"),
+            "{ns}/{pod}'s backup-restore did not add and promote it:\n{log}"
+        );
+        let etcd = node.kubectl(&["-n", ns, "logs", &pod, "-c", "etcd"]);
+        let state = etcd
+            .split("\"initial-cluster-state\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("?");
+        assert_eq!(state, "existing", "{ns}/{pod}'s etcd configuration");
+    }
+}
+
+/// druid reports the join of the `Etcd` in `ns` (`BootstrappedWithExistingCluster`,
+/// `internal/health/condition/check_bootstrap_with_existing_cluster.go`) and it is ready.
+pub fn bootstrapped(node: &Node, ns: &str) {
+    let etcd = format!("etcd/{ETCD}");
+    let joined = node.jsonpath(
+        ns,
+        &etcd,
+        "{.status.conditions[?(@.type==\"BootstrappedWithExistingCluster\")].status}",
+    );
+    assert_eq!(joined, "True", "druid's BootstrappedWithExistingCluster");
+    poll(node, &format!("{ns}'s Etcd ready"), STEP, POLL, || {
+        let r = node.jsonpath(ns, &etcd, "{.status.ready}");
+        (r == "true").then_some(()).ok_or(r)
+    });
 }
 
 /// Connections the proxies forwarded on their peer listeners, per exposed name.

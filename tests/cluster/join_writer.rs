@@ -1,41 +1,28 @@
-//! The client that writes through a join (`join.rs`, `join_expose.rs`): one key after another,
-//! each a fresh `etcdctl put`, and what the cluster holds of them afterwards.
+//! The client that writes through the join (`join_expose.rs`): one key after another, each
+//! a fresh `etcdctl put` (Debian's v3.4: clientv3 and its retry interceptor, which retries a
+//! put only when it cannot have reached a member, `clientv3/retry.go`
+//! `isSafeRetryMutableRPC`), with the deadlines a seed's kube-apiserver gives its etcd client:
+//! 20 s to dial (k8s.io/apiserver v0.34.4 `pkg/storage/storagebackend/factory/etcd3.go`
+//! `dialTimeout`) and 34 s per write (`pkg/endpoints/handlers/create.go`
+//! `requestTimeoutUpperBound`), through the client Service, the endpoint Gardener gives it.
+//! Nothing is retried by the test: a write that timed out may have been applied.
 
-use super::node::{Node, ROOT};
+use super::node::{etcdctl, Node, ROOT};
 use isthmus_testkit::Scratch;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// The writer's keys as the cluster holds them.
-pub(super) fn keys(node: &Node, endpoint: &str) -> std::collections::BTreeSet<u64> {
-    keys_with(node, endpoint, &[])
-}
-
-/// [`keys`] with etcdctl's TLS flags.
-pub(super) fn keys_with(
+pub(super) fn keys(
     node: &Node,
     endpoint: &str,
     flags: &[String],
 ) -> std::collections::BTreeSet<u64> {
-    let mut args = vec!["node", "etcdctl"];
-    args.extend(flags.iter().map(String::as_str));
-    args.extend([
-        "--endpoints",
-        endpoint,
-        "--command-timeout",
-        "30s",
-        "get",
-        "--prefix",
-        "isthmus-writer/",
-        "--keys-only",
-    ]);
-    let out = node.script(&args);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["get", "--prefix", "isthmus-writer/", "--keys-only"]);
+    etcdctl(node, endpoint, Duration::from_secs(30), &args)
+        .unwrap()
         .lines()
         .filter_map(|l| l.strip_prefix("isthmus-writer/")?.parse().ok())
         .collect()
@@ -44,7 +31,8 @@ pub(super) fn keys_with(
 /// A client writing one key after another through `endpoints` (a file it rereads, so the
 /// test can point it at the destination as a shoot's kube-apiserver is), each write a fresh
 /// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
-/// `ok N` is an acknowledged write.
+/// `ok N MS` is an acknowledged write that took MS milliseconds, `fail N TIME ERROR` one
+/// that failed.
 pub(super) struct Writer {
     dir: Scratch,
     child: Child,
@@ -53,20 +41,33 @@ pub(super) struct Writer {
 const WRITER: &str = r#"d=$1; i=0
 while [ ! -e "$d/stop" ]; do
   i=$((i+1))
+  t0=$(date +%s%N)
   # shellcheck disable=SC2046 # the flags are words without blanks
-  if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 2s --command-timeout 5s \
-      put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
-    echo "ok $i"
+  if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 20s \
+      --command-timeout 34s put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
+    echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 ))"
   else
-    echo "fail $i $(tr '\n' ' ' <"$d/err")"
+    echo "fail $i $(date -u +%T.%N) $(tr '\n' ' ' <"$d/err")"
   fi
 done >>"$d/log""#;
 
-impl Writer {
-    pub(super) fn start(endpoints: &str) -> Self {
-        Self::with_flags(endpoints, &[])
-    }
+/// What the writer did: the acknowledged writes (number, milliseconds) and the failures' lines.
+pub(super) struct Written {
+    pub ok: Vec<(u64, u64)>,
+    pub failed: Vec<String>,
+}
 
+impl Written {
+    /// The acknowledged writes that took longer than `over`, slowest first.
+    pub fn slow(&self, over: Duration) -> Vec<(u64, u64)> {
+        let ms = u64::try_from(over.as_millis()).unwrap();
+        let mut s: Vec<(u64, u64)> = self.ok.iter().copied().filter(|w| w.1 > ms).collect();
+        s.sort_by_key(|w| std::cmp::Reverse(w.1));
+        s
+    }
+}
+
+impl Writer {
     pub(super) fn with_flags(endpoints: &str, flags: &[String]) -> Self {
         let dir = Scratch::new("cluster-join-writer");
         std::fs::write(dir.join("endpoints"), endpoints).unwrap();
@@ -87,20 +88,33 @@ impl Writer {
         std::fs::rename(tmp, self.dir.join("endpoints")).unwrap();
     }
 
-    /// Stops the writer; the acknowledged writes' numbers and the failures' lines.
-    pub(super) fn stop(mut self) -> (Vec<u64>, Vec<String>) {
+    /// Stops the writer after its current write.
+    pub(super) fn stop(mut self) -> Written {
         std::fs::write(self.dir.join("stop"), "").unwrap();
         self.child.wait().unwrap();
+        self.peek()
+    }
+
+    /// What the writer did so far.
+    pub(super) fn peek(&self) -> Written {
         let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
-        let mut ok = Vec::new();
-        let mut failed = Vec::new();
-        for line in log.lines() {
-            match line.strip_prefix("ok ") {
-                Some(n) => ok.push(n.parse().unwrap()),
-                None => failed.push(line.to_owned()),
+        let mut w = Written {
+            ok: Vec::new(),
+            failed: Vec::new(),
+        };
+        // A line still being written is not one yet.
+        let lines = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+        for line in lines.map(str::trim_end) {
+            let ok = line.strip_prefix("ok ").and_then(|r| {
+                let (n, ms) = r.split_once(' ')?;
+                Some((n.parse().ok()?, ms.parse().ok()?))
+            });
+            match ok {
+                Some(o) => w.ok.push(o),
+                None => w.failed.push(line.to_owned()),
             }
         }
-        (ok, failed)
+        w
     }
 }
 
