@@ -44,6 +44,8 @@ mod join_observe;
 mod join_shrink;
 #[path = "cluster/join_tls.rs"]
 mod join_tls;
+#[path = "cluster/join_watch.rs"]
+mod join_watch;
 #[path = "cluster/join_writer.rs"]
 mod join_writer;
 #[path = "cluster/node.rs"]
@@ -104,5 +106,7 @@ fn isthmus_in_a_real_node() {
 #[ignore = "needs a node that is up"]
 fn m2_on_a_running_node() {
     isthmus_testkit::tier::needs_root("the node of scripts/cluster.sh");
-    join_expose::through_the_proxy(&Node::handle());
+    let node = Node::handle();
+    let source = join_expose::start(&node);
+    join_expose::through_the_proxy(&node, source);
 }

@@ -50,6 +50,8 @@ fn json(node: &Node, args: &[&str]) -> Value {
 
 pub fn stock_etcd_becomes_ready(node: &Node) {
     let before = node_memory();
+    // The migration's source `Etcd` becomes Ready beside the example (join_expose.rs).
+    let m2 = super::join_expose::start(node);
     node.kubectl(&["create", "namespace", NS]);
     let file = example();
     let t0 = Instant::now();
@@ -63,7 +65,7 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
         }
     });
     let took = t0.elapsed();
-    println!("figure: etcd-druid's example Etcd, apply to status.ready: {took:.1?}");
+    println!("figure: etcd-druid's example Etcd, apply to status.ready (M2's source Etcd starting beside it): {took:.1?}");
 
     // Three pods of a StatefulSet that the Etcd owns, with the images of the node's image
     // vector overwrite, each on a volume of the default StorageClass.
@@ -125,7 +127,7 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     one_cluster(node);
     memory(node, &before);
     volumes_given_back(node);
-    super::join_expose::through_the_proxy(node);
+    super::join_expose::through_the_proxy(node, m2);
     stand_druid_down(node);
 }
 
@@ -244,7 +246,7 @@ fn memory(node: &Node, before: &u64) {
             .collect()
     };
     println!(
-        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it",
+        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it and M2's source Etcd",
         mib("garden", "etcd-druid"),
         mib(NS, ETCD),
         mib("local-path-storage", "local-path-provisioner"),

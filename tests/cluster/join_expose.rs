@@ -21,18 +21,18 @@
 //! duration, each join and the connections the proxy forwarded.
 
 use super::join_observe::{
-    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, set_step, status,
-    DST, SRC, STEP,
+    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, set_step, DST,
+    SRC, STEP,
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
+use super::join_watch::{joins, restarts, source_members_reported};
 use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, SYSTEM};
 use super::traffic::POLL;
 use isthmus_seed_world::dns::DnsProviderTask;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The destination's `memberNamePrefix` (the seed's name, as Gardener would give it).
@@ -55,84 +55,30 @@ fn migration(role: &str, ns: &str, seed: &str, step: &str, destination: Option<V
     })
 }
 
-/// What the orchestrator copies to the destination: the source's `status.exposedMembers`,
-/// checked against etcd's member list. etcd v3.5 starts a joining member only if its
-/// `initial-cluster` names each existing member with exactly the peer URLs the cluster holds
-/// (`etcdserver/api/membership` `ValidateClusterAndAssignIDs`, `pkg/netutil`
-/// `URLStringsEqual`: same count, compared sorted), and druid v0.38.1 writes the bootstrap
-/// members' `peerUrls` into it as they are (`configmap/etcdconfig.go`
-/// `prepareInitialCluster`): with `additionalAdvertisePeerURLs` the controller reports each
-/// source member's in-cluster URL beside its exposed one, as etcd holds them.
-fn source_members_reported(node: &Node, src: &super::join_tls::Tls) -> Value {
-    let list = members(node, src).unwrap();
-    let exposed = status(node, SRC)["exposedMembers"].clone();
-    for m in exposed.as_array().unwrap() {
-        let (_, _, held) = list.iter().find(|l| m["name"] == l.0.as_str()).unwrap();
-        let mut reported: Vec<&str> = m["peerUrls"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|u| u.as_str().unwrap())
-            .collect();
-        let mut held: Vec<&str> = held.iter().map(String::as_str).collect();
-        reported.sort_unstable();
-        held.sort_unstable();
-        assert_eq!(
-            reported, held,
-            "{} as reported and as etcd holds it",
-            m["name"]
-        );
-    }
-    exposed
+/// The source seed's `Etcd`, applied as gardenlet would before any migration: started before
+/// the node test's other druid step, so that both become Ready in the same minutes.
+pub struct Source {
+    t0: Instant,
+    pki: TestPki,
+    tls: join_tls::Tls,
 }
 
-/// When etcd (asked through the source's client Service) first listed each member named
-/// `prefix*`, and when as a voter, from `t0`; `Ok` once `ns`'s migration reports `step` ready.
-fn joins(
-    node: &Node,
-    src: &join_tls::Tls,
-    (ns, step, prefix): (&str, &str, &str),
-) -> BTreeMap<String, (Duration, Option<Duration>)> {
-    let t0 = Instant::now();
-    let mut seen: BTreeMap<String, (Duration, Option<Duration>)> = BTreeMap::new();
-    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
-        for (name, learner, _) in members(node, src)?
-            .iter()
-            .filter(|m| m.0.starts_with(prefix))
-        {
-            let e = seen.entry(name.clone()).or_insert((t0.elapsed(), None));
-            if !learner && e.1.is_none() {
-                e.1 = Some(t0.elapsed());
-            }
-        }
-        let s = status(node, ns);
-        if s["step"] == step && s["stepReady"] == true {
-            Ok(())
-        } else {
-            Err(s.to_string())
-        }
-    });
-    println!(
-        "figure: M2: destination {step} through the proxy: {:.1?}",
-        t0.elapsed()
-    );
-    for (name, (listed, voter)) in &seen {
-        println!("figure: M2: {step}: {name} listed at +{listed:.1?}, voter at +{voter:.1?}");
-    }
-    seen
-}
-
-pub fn through_the_proxy(node: &Node) {
+pub fn start(node: &Node) -> Source {
     let t0 = Instant::now();
     let pki = TestPki::new();
-    let src = join_tls::namespace(node, &pki, SRC, "seed-a", "source", true);
+    let tls = join_tls::namespace(node, &pki, SRC, "seed-a", "source", true);
     join_tls::apply_etcd(node, SRC);
+    Source { t0, pki, tls }
+}
+
+pub fn through_the_proxy(node: &Node, source: Source) {
+    let Source { t0, pki, tls: src } = source;
     poll(node, "the source Etcd Ready", STEP, POLL, || {
         let r = node.jsonpath(SRC, &format!("etcd/{ETCD}"), "{.status.ready}");
         (r == "true").then_some(()).ok_or(r)
     });
     println!(
-        "figure: M2: the TLS source Etcd Ready: {:.1?}",
+        "figure: M2: the TLS source Etcd applied to Ready: {:.1?}",
         t0.elapsed()
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -242,24 +188,4 @@ pub fn through_the_proxy(node: &Node) {
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
     cleanup(node);
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
-}
-
-/// When each source member's etcd started after Expose's roll, and the leader elections the
-/// members logged since: what a slow or failed write is read against.
-fn restarts(node: &Node) {
-    for i in 0..3 {
-        let pod = format!("{ETCD}-{i}");
-        let started = node.jsonpath(
-            SRC,
-            &format!("pod/{pod}"),
-            "{.status.containerStatuses[?(@.name==\"etcd\")].state.running.startedAt}",
-        );
-        let log = node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]);
-        let elections: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
-            .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
-            .collect();
-        println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
-    }
 }
