@@ -8,6 +8,8 @@
 DRUID_VERSION=v0.38.1
 BACKUP_RESTORE_VERSION=v0.43.0
 WRAPPER_ETCD_VERSION=v3.5.27
+# The stand-in's own revision (r2: etcd-wrapper#92's skip-client-san-verification bridge).
+WRAPPER_STANDIN_REVISION=r2
 LOCAL_PATH_VERSION=v0.0.30
 [[ "${BASH_SOURCE[0]}" != "$0" ]] && return 0
 
@@ -17,6 +19,7 @@ GO_TOOL_LDFLAGS="-X github.com/gardener/etcd-druid/internal/version.gitVersion=$
   "$b" etcd-druid "$DRUID_VERSION" github.com/gardener/etcd-druid/cmd --version
 GO_TOOL_LDFLAGS="-X github.com/gardener/etcd-backup-restore/pkg/version.Version=$BACKUP_RESTORE_VERSION" \
   "$b" etcd-backup-restore "$BACKUP_RESTORE_VERSION" github.com/gardener/etcd-backup-restore --version
-"$b" etcd-wrapper-standin "$WRAPPER_ETCD_VERSION" isthmus.invalid/etcd-wrapper-standin --version
+GO_TOOL_REVISION=$WRAPPER_STANDIN_REVISION \
+  "$b" etcd-wrapper-standin "$WRAPPER_ETCD_VERSION" isthmus.invalid/etcd-wrapper-standin --version
 GO_TOOL_LDFLAGS="-X main.VERSION=$LOCAL_PATH_VERSION" \
   "$b" local-path-provisioner "$LOCAL_PATH_VERSION" github.com/rancher/local-path-provisioner --version

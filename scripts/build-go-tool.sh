@@ -11,6 +11,9 @@
 # wrapper module when it holds several commands of its own (scripts/build-gardener-harness.sh):
 # the module is scripts/<module>/, PACKAGE its folder ./NAME, the binary
 # $ISTHMUS_CACHE/<module>-<version>/NAME.
+# GO_TOOL_REVISION (r2, …) names a changed build of a stand-in of ours at the same pinned
+# version: $ISTHMUS_CACHE/<module>-<version>-<revision>/, so the earlier build stays for
+# whoever still uses it.
 # Idempotent: does nothing when the binary exists and answers the version check.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,7 +21,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 name="$1" version="$2" pkg="$3"
 shift 3
 module="${GO_TOOL_MODULE:-$name}"
-out="$ISTHMUS_CACHE/$module-$version/$name"
+out="$ISTHMUS_CACHE/$module-$version${GO_TOOL_REVISION:+-$GO_TOOL_REVISION}/$name"
 
 if [[ -x "$out" ]] && "$out" "$@" >/dev/null 2>&1; then
   exit 0

@@ -2,10 +2,11 @@
 //! CoreDNS, kube-router for NetworkPolicy and LoadBalancer addresses, a default StorageClass,
 //! the real etcd-druid), installed as gardener-operator installs it (the image from
 //! `scripts/image.sh`; `helm install` of the chart's archive with a seed's injected values),
-//! end to end: probes, etcd-druid's own example `Etcd` becoming Ready and a second druid `Etcd`
-//! joining it with `bootstrapWithExistingCluster` (the real druid and backup-restore add and
-//! promote the learners while a client writes through the cluster: 0 failed, 0 lost; the source
-//! members then removed by seed-world's stand-in of etcd-druid#1426), a TLS client outside
+//! end to end: probes, etcd-druid's own example `Etcd` becoming Ready, a TLS druid `Etcd`
+//! exposed through the proxy pods by the controller and a second one joining it there with
+//! `bootstrapWithExistingCluster` (the real druid and backup-restore add and promote the
+//! learners while a client writes through the cluster: 0 failed, 0 lost; the source members
+//! then removed by seed-world's stand-in of etcd-druid#1426), a TLS client outside
 //! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
 //! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
 //! from both sides, the Lease hand-over, a rolling update to a new image through `helm
@@ -35,10 +36,18 @@ mod gardenlet;
 mod grm;
 #[path = "cluster/host.rs"]
 mod host;
-#[path = "cluster/join.rs"]
-mod join;
+#[path = "cluster/join_expose.rs"]
+mod join_expose;
+#[path = "cluster/join_observe.rs"]
+mod join_observe;
 #[path = "cluster/join_shrink.rs"]
 mod join_shrink;
+#[path = "cluster/join_tls.rs"]
+mod join_tls;
+#[path = "cluster/join_watch.rs"]
+mod join_watch;
+#[path = "cluster/join_writer.rs"]
+mod join_writer;
 #[path = "cluster/node.rs"]
 mod node;
 #[path = "cluster/policies.rs"]
@@ -86,4 +95,18 @@ fn isthmus_in_a_real_node() {
         node.down_and_check(&before);
     }
     println!("figure: the end-to-end test took {:.1?}", t0.elapsed());
+}
+
+/// The migration's etcd part through isthmus alone (`join_expose.rs`, a step of the test
+/// above), to iterate on it on a node that is already up (`flock -o /tmp/isthmus-node.lock
+/// scripts/cluster.sh up`), left up afterwards (etcd-druid must run: the whole test stands it
+/// down after this step): `cargo test --test cluster m2_on_a_running_node -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "needs a node that is up"]
+fn m2_on_a_running_node() {
+    isthmus_testkit::tier::needs_root("the node of scripts/cluster.sh");
+    let node = Node::handle();
+    let source = join_expose::start(&node);
+    join_expose::through_the_proxy(&node, source);
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::*;
-use isthmus_controller::crd::{Role, Step};
+use isthmus_controller::crd::{DruidApi, Role, Step};
 use isthmus_controller::plan::{
     self, EtcdAction, EtcdMember, EtcdOp, Observed, Plan, OPERATION, TIMESTAMP,
 };
@@ -499,6 +499,42 @@ fn destination_join_fields() {
     );
 }
 
+/// The other seed copies `exposedMembers` into its members' `initial-cluster`, which etcd v3.5
+/// accepts only with the peer URLs the cluster holds: with `additionalAdvertisePeerURLs` druid
+/// keeps each member's in-cluster URL before the exposed one (seen on the node: "PeerURLs: no
+/// match found for existing member" while only the exposed one was reported); with
+/// `overrideDefaultURL` the exposed one alone.
+#[test]
+fn exposed_members_carry_the_peer_urls_etcd_holds() {
+    let s = spec(Role::Source, Step::Expose);
+    assert_eq!(s.druid_api, DruidApi::AdditionalAdvertisePeerUrls);
+    let p = plan::plan(&s, &src_exposed());
+    let urls: Vec<&[String]> = p
+        .status
+        .exposed_members
+        .iter()
+        .map(|m| m.peer_urls.as_slice())
+        .collect();
+    assert_eq!(
+        urls,
+        [0, 1, 2].map(|i| vec![
+            format!("https://etcd-main-{i}.etcd-main-peer.shoot--foo--bar.svc:2380"),
+            format!(
+                "https://etcd-main-{i}.shoot--foo--bar.seed-a.internal.example.com:{}",
+                2380 + i
+            ),
+        ])
+    );
+    let mut s = s;
+    s.druid_api = DruidApi::AdditionalAdvertisedUrls;
+    s.override_default_url = true;
+    let p = plan::plan(&s, &src_exposed());
+    assert_eq!(
+        p.status.exposed_members[0].peer_urls,
+        ["https://etcd-main-0.shoot--foo--bar.seed-a.internal.example.com:2380"]
+    );
+}
+
 #[test]
 fn source_exposed_members_and_ports() {
     let p = plan::plan(&spec(Role::Source, Step::Expose), &src_exposed());
@@ -506,7 +542,10 @@ fn source_exposed_members_and_ports() {
     assert_eq!(m.name, "etcd-main-2");
     assert_eq!(
         m.peer_urls,
-        vec!["https://etcd-main-2.shoot--foo--bar.seed-a.internal.example.com:2382"]
+        vec![
+            "https://etcd-main-2.etcd-main-peer.shoot--foo--bar.svc:2380",
+            "https://etcd-main-2.shoot--foo--bar.seed-a.internal.example.com:2382"
+        ]
     );
     assert_eq!(
         m.client_urls,
@@ -763,7 +802,10 @@ fn seed_ingress_scheme_uses_the_wildcard_record_and_gateway_ports() {
     // etcd keeps advertising 2380+i (the load balancer maps it onto 12380+i).
     assert_eq!(
         p.status.exposed_members[1].peer_urls,
-        ["https://seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com:2381"]
+        [
+            "https://etcd-main-1.etcd-main-peer.shoot--foo--bar.svc:2380",
+            "https://seed-a-etcd-main-1-shoot--foo--bar.ingress.seed-a.example.com:2381"
+        ]
     );
     assert_eq!(
         p.status.exposed_members[1].client_urls,

@@ -11,7 +11,7 @@
 BUSYBOX_VERSION=1.35.0
 DRUID_IMAGES=(
   "$IMAGES/etcd-druid-$DRUID_VERSION.oci.tar"
-  "$IMAGES/etcd-wrapper-standin-$WRAPPER_ETCD_VERSION.oci.tar"
+  "$IMAGES/etcd-wrapper-standin-$WRAPPER_ETCD_VERSION-$WRAPPER_STANDIN_REVISION.oci.tar"
   "$IMAGES/etcdbrctl-$BACKUP_RESTORE_VERSION.oci.tar"
   "$IMAGES/local-path-provisioner-$LOCAL_PATH_VERSION.oci.tar"
   "$IMAGES/busybox-$BUSYBOX_VERSION.oci.tar"
@@ -23,7 +23,7 @@ druid_images_build() {
   IMAGE_NONROOT=1 image_build "${DRUID_IMAGES[0]}" "isthmus.local/etcd-druid:$DRUID_VERSION" \
     /etcd-druid "$c/etcd-druid-$DRUID_VERSION/etcd-druid=/etcd-druid"
   IMAGE_NONROOT=1 image_build "${DRUID_IMAGES[1]}" "isthmus.local/etcd-wrapper-standin:$WRAPPER_ETCD_VERSION" \
-    /etcd-wrapper-standin "$c/etcd-wrapper-standin-$WRAPPER_ETCD_VERSION/etcd-wrapper-standin=/etcd-wrapper-standin"
+    /etcd-wrapper-standin "$c/etcd-wrapper-standin-$WRAPPER_ETCD_VERSION-$WRAPPER_STANDIN_REVISION/etcd-wrapper-standin=/etcd-wrapper-standin"
   IMAGE_NONROOT=1 image_build "${DRUID_IMAGES[2]}" "isthmus.local/etcdbrctl:$BACKUP_RESTORE_VERSION" \
     /etcdbrctl "$c/etcd-backup-restore-$BACKUP_RESTORE_VERSION/etcd-backup-restore=/etcdbrctl"
   image_build "${DRUID_IMAGES[3]}" "isthmus.local/local-path-provisioner:$LOCAL_PATH_VERSION" \

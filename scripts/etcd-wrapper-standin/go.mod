@@ -12,6 +12,7 @@ require (
 	go.etcd.io/etcd/api/v3 v3.5.27
 	go.etcd.io/etcd/client/v3 v3.5.27
 	go.etcd.io/etcd/server/v3 v3.5.27
+	sigs.k8s.io/yaml v1.2.0
 )
 
 require (
@@ -76,5 +77,4 @@ require (
 	google.golang.org/protobuf v1.36.4 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.0.0 // indirect
 	gopkg.in/yaml.v2 v2.4.0 // indirect
-	sigs.k8s.io/yaml v1.2.0 // indirect
 )

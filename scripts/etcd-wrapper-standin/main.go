@@ -16,7 +16,10 @@
 //     "foo" through the client port succeeds, polled every 2 s — druid's readiness probe) and
 //     POST /stop, over TLS when etcd's client URLs are;
 //   - internal/signal/signal.go: SIGTERM/SIGINT write the signal's name to the exit-code file,
-//     removed again once etcd has started.
+//     removed again once etcd has started;
+//   - the bridge of gardener/etcd-wrapper#92: druid's `skip-client-san-verification` under
+//     `peer-transport-security`, which etcd v3.5 does not read, as etcd's
+//     --experimental-peer-skip-client-san-verification (peersan.go).
 //
 // What backup-restore serves at /config reaches etcd unchanged: for a member that joins an
 // existing cluster (a scale-up, or a destination `Etcd` with bootstrapWithExistingCluster,
@@ -100,6 +103,11 @@ func run(c config) error {
 	if err != nil {
 		return fmt.Errorf("etcd configuration from backup-restore: %w", err)
 	}
+	skip, err := skipPeerClientSAN(cfgPath)
+	if err != nil {
+		return fmt.Errorf("etcd configuration from backup-restore: %w", err)
+	}
+	cfg.PeerTLSInfo.SkipClientSANVerify = skip
 	syscall.Umask(0o077)
 
 	ready, err := newReadiness(ctx, c, cfg)

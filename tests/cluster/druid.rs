@@ -3,12 +3,13 @@
 //! module, which names no backup store), applied unedited to a namespace of its own, becomes
 //! Ready — three real etcd v3.5.27 members with etcd-backup-restore v0.43.0 beside each, in a
 //! StatefulSet druid owns, on volumes the default StorageClass provisions on demand — and
-//! serves as one cluster; a destination `Etcd` then joins that cluster (`join.rs`). Deleting the
-//! namespace gives the volumes back. Prints the time to Ready and the memory of druid, the etcd
-//! pods and the node.
+//! serves as one cluster. Deleting the namespace gives the volumes back. Then the migration's
+//! etcd part through isthmus (`join_expose.rs`: a TLS source `Etcd`, a destination joining it
+//! through the proxy pods, the controller driving both). Prints the time to Ready and the
+//! memory of druid, the etcd pods and the node.
 
 use super::checks::LONG;
-use super::node::{poll, Node, ROOT};
+use super::node::{etcdctl, poll, Node, ROOT};
 use super::traffic::POLL;
 use serde_json::Value;
 use std::path::PathBuf;
@@ -20,6 +21,8 @@ const NS: &str = "druid-example";
 const ETCD: &str = "etcd-test";
 /// From apply to Ready: image start, volume provisioning and three members joining, on 2 busy cores.
 const READY: Duration = Duration::from_secs(600);
+/// One etcdctl request on a Ready cluster.
+const ETCDCTL: Duration = Duration::from_secs(10);
 
 /// The example in the module cache, through the node's pinned wrapper module.
 fn example() -> PathBuf {
@@ -47,6 +50,8 @@ fn json(node: &Node, args: &[&str]) -> Value {
 
 pub fn stock_etcd_becomes_ready(node: &Node) {
     let before = node_memory();
+    // The migration's source `Etcd` becomes Ready beside the example (join_expose.rs).
+    let m2 = super::join_expose::start(node);
     node.kubectl(&["create", "namespace", NS]);
     let file = example();
     let t0 = Instant::now();
@@ -60,7 +65,7 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
         }
     });
     let took = t0.elapsed();
-    println!("figure: etcd-druid's example Etcd, apply to status.ready: {took:.1?}");
+    println!("figure: etcd-druid's example Etcd, apply to status.ready (M2's source Etcd starting beside it): {took:.1?}");
 
     // Three pods of a StatefulSet that the Etcd owns, with the images of the node's image
     // vector overwrite, each on a volume of the default StorageClass.
@@ -121,18 +126,17 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     protected_by_druids_webhook(node);
     one_cluster(node);
     memory(node, &before);
-    super::join::destination_joins(node, &file, NS, ETCD);
     volumes_given_back(node);
+    super::join_expose::through_the_proxy(node, m2);
     stand_druid_down(node);
 }
 
 /// The later steps' `Etcd`s (the shoot's source, the VPN's destination) are gardenlet's
-/// objects over etcd members the test runs as plain StatefulSets: the join through members
-/// druid makes is `join.rs`, but not yet through the proxy pods with the controller driving
-/// it (issue 44 point 3's second half), which those steps would need. A running druid would take
-/// those objects over (its Services re-select the members to pods it made, and the proxy's
-/// in-cluster names stop resolving), so it stops here; its webhook stays and guards nothing
-/// once its example's namespace is gone.
+/// objects over etcd members the test runs as plain StatefulSets (the join through druid's
+/// members and the proxy pods is `join_expose.rs`, in namespaces of its own). A running druid
+/// would take those objects over (its Services re-select the members to pods it made, and the
+/// proxy's in-cluster names stop resolving), so it stops here; its webhook stays and guards
+/// nothing once the example's and M2's namespaces are gone.
 fn stand_druid_down(node: &Node) {
     node.kubectl(&["-n", "garden", "scale", "deploy/etcd-druid", "--replicas=0"]);
     poll(node, "etcd-druid's pod gone", LONG, POLL, || {
@@ -154,23 +158,7 @@ fn stand_druid_down(node: &Node) {
 /// gateway off, so this speaks gRPC: Debian's etcdctl, run in the node's network namespace.)
 fn one_cluster(node: &Node) {
     let etcdctl = |endpoint: &str, args: &[&str]| -> String {
-        let url = format!("http://{endpoint}:2379");
-        let mut a = vec![
-            "node",
-            "etcdctl",
-            "--endpoints",
-            &url,
-            "--command-timeout",
-            "10s",
-        ];
-        a.extend_from_slice(args);
-        let out = node.script(&a);
-        assert!(
-            out.status.success(),
-            "etcdctl {args:?} at {endpoint}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        etcdctl(node, &format!("http://{endpoint}:2379"), ETCDCTL, args).unwrap()
     };
     let service = node.jsonpath(NS, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
     let members: Value =
@@ -258,7 +246,7 @@ fn memory(node: &Node, before: &u64) {
             .collect()
     };
     println!(
-        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it",
+        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it and M2's source Etcd",
         mib("garden", "etcd-druid"),
         mib(NS, ETCD),
         mib("local-path-storage", "local-path-provisioner"),

@@ -1,8 +1,10 @@
-//! `Shrink` after a join made by the real druid: what etcd-druid#1426 (open, not in v0.38.1)
-//! will do when the bootstrap block is cleared — leadership moved to a destination member,
-//! then the source members removed — done through etcd's API by seed-world's one copy of it
-//! (`seed_world::etcd::{move_leader, remove}`), reached through `kubectl port-forward` (the
-//! members' addresses live in the node's network namespace). A removed member's pod restarts
+//! `Shrink` after the join made by the real druid through the proxy: what etcd-druid#1426
+//! (open, not in v0.38.1) will do when the bootstrap block is cleared — leadership moved to a
+//! destination member, then the source members removed — done through etcd's API by
+//! seed-world's one copy of it (`seed_world::etcd::{move_leader, remove}`). Each member is
+//! reached through `kubectl port-forward` (the members' addresses live in the node's network
+//! namespace) and a local bridge that speaks the members' client TLS (seed-world's client is
+//! plain, the lab's members listen on plain client URLs too). A removed member's pod restarts
 //! and its backup-restore would add it back as a learner while a source member still serves
 //! its client Service (scale-up detection, `pkg/initializer/initializer.go`): #1426's
 //! anti-rejoin guard, played here by removing it again until the source `Etcd` is scaled to 0
@@ -12,17 +14,28 @@ use super::checks::LONG;
 use super::node::{poll, Node};
 use super::traffic::POLL;
 use isthmus_seed_world::etcd::{self, MemberDef, Place};
+use rustls::pki_types::ServerName;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
+use std::sync::Arc;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsConnector;
 
-/// `kubectl port-forward` of a pod's client port to a free local port; stopped on drop.
+/// `kubectl port-forward` of a pod's client port to a free local port, and a plain listener
+/// on another that carries each connection over TLS to it; stopped on drop.
 struct Forward {
     child: Child,
     url: String,
 }
 
 impl Forward {
-    fn new(node: &Node, ns: &str, pod: &str) -> Self {
+    fn new(
+        node: &Node,
+        rt: &tokio::runtime::Runtime,
+        tls: &Arc<rustls::ClientConfig>,
+        ns: &str,
+        pod: &str,
+    ) -> Self {
         let mut child = node
             .kubectl_command(&["-n", ns, "port-forward", &format!("pod/{pod}"), ":2379"])
             .stdout(Stdio::piped())
@@ -35,14 +48,30 @@ impl Forward {
         // kubectl writes a line per connection; a closed pipe would end it (SIGPIPE).
         std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
         // "Forwarding from 127.0.0.1:40123 -> 2379"
-        let addr = line
+        let forwarded = line
             .split_whitespace()
             .nth(2)
-            .unwrap_or_else(|| panic!("port-forward {ns}/{pod}: {line:?}"));
-        Forward {
-            child,
-            url: format!("http://{addr}"),
-        }
+            .unwrap_or_else(|| panic!("port-forward {ns}/{pod}: {line:?}"))
+            .to_owned();
+        let listener = rt.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let connector = TlsConnector::from(tls.clone());
+        // A name the members' server certificates carry (join_tls.rs).
+        let name = ServerName::try_from(format!("{}-client", super::join_tls::ETCD)).unwrap();
+        rt.spawn(async move {
+            while let Ok((mut plain, _)) = listener.accept().await {
+                let (connector, name, to) = (connector.clone(), name.clone(), forwarded.clone());
+                tokio::spawn(async move {
+                    let Ok(tcp) = TcpStream::connect(&to).await else {
+                        return;
+                    };
+                    if let Ok(mut tls) = connector.connect(name, tcp).await {
+                        let _ = tokio::io::copy_bidirectional(&mut plain, &mut tls).await;
+                    }
+                });
+            }
+        });
+        Forward { child, url }
     }
 }
 
@@ -53,12 +82,11 @@ impl Drop for Forward {
     }
 }
 
-/// A member as seed-world knows it: by name, or by the peer URL it was added with while a
-/// learner has no name yet.
-fn member(ns: &str, etcd: &str, i: usize) -> MemberDef {
-    let peer = format!("http://{etcd}-{i}.{etcd}-peer.{ns}.svc:2380");
+/// A member as seed-world knows it: by name, or by the in-cluster peer URL a learner is added
+/// with before it has a name (a source member backup-restore adds back, above).
+fn member(name: String, peer: String) -> MemberDef {
     MemberDef {
-        name: format!("{etcd}-{i}"),
+        name,
         exposed_peer_url: peer.clone(),
         in_cluster_peer_url: peer,
         listen_peer_url: String::new(),
@@ -68,47 +96,57 @@ fn member(ns: &str, etcd: &str, i: usize) -> MemberDef {
     }
 }
 
-pub fn shrink(node: &Node, src_ns: &str, src: &str, dest_ns: &str, dest: &str) {
-    let sources: Vec<Forward> = (0..3)
-        .map(|i| Forward::new(node, src_ns, &format!("{src}-{i}")))
-        .collect();
-    let dests: Vec<Forward> = (0..3)
-        .map(|i| Forward::new(node, dest_ns, &format!("{dest}-{i}")))
-        .collect();
+/// The source `src` (pods `<etcd>-<i>` in `src_ns`, members by pod name) leaves the cluster
+/// to the destination's three (pods in `dest_ns`, members `<prefix>-<pod>`); `tls` is the
+/// members' client TLS.
+pub fn shrink(
+    node: &Node,
+    tls: &Arc<rustls::ClientConfig>,
+    (src_ns, dest_ns, prefix): (&str, &str, &str),
+) {
+    let etcd = super::join_tls::ETCD;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let forward = |ns: &str| -> Vec<Forward> {
+        (0..3)
+            .map(|i| Forward::new(node, &rt, tls, ns, &format!("{etcd}-{i}")))
+            .collect()
+    };
+    let sources = forward(src_ns);
+    let dests = forward(dest_ns);
     let all: Vec<String> = sources
         .iter()
         .chain(&dests)
         .map(|f| f.url.clone())
         .collect();
     let after: Vec<String> = dests.iter().map(|f| f.url.clone()).collect();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
     let removals = |rt: &tokio::runtime::Runtime| {
         rt.block_on(async {
             let c = etcd::connect(&after).await?;
             for i in 0..3 {
-                etcd::remove(&c, &member(src_ns, src, i), &after).await?;
+                let peer = format!("https://{etcd}-{i}.{etcd}-peer.{src_ns}.svc:2380");
+                etcd::remove(&c, &member(format!("{etcd}-{i}"), peer), &after).await?;
             }
             Ok::<_, isthmus_seed_world::Error>(())
         })
     };
-    rt.block_on(etcd::move_leader(&all, &member(dest_ns, dest, 0)))
-        .unwrap();
+    let first = member(format!("{prefix}-{etcd}-0"), String::new());
+    rt.block_on(etcd::move_leader(&all, &first)).unwrap();
     removals(&rt).unwrap();
     drop(sources);
 
-    // gardenlet's cleanup of the source: druid allows no decrease of `replicas` but to 0.
+    // gardenlet's cleanup of the source: druid allows no decrease of `replicas` but to 0, and
+    // its CEL rule no advertised member at an index >= `replicas` (the controller, at `Grow`,
+    // advertises none of an `Etcd` at 0).
     node.kubectl(&[
         "-n",
         src_ns,
         "patch",
         "etcd",
-        src,
+        etcd,
         "--type=merge",
         "-p",
-        r#"{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}},"spec":{"replicas":0}}"#,
+        r#"{"metadata":{"annotations":{"druid.gardener.cloud/operation":"reconcile"}},
+            "spec":{"replicas":0,"etcd":{"additionalAdvertisePeerURLs":null}}}"#,
     ]);
     poll(
         node,
@@ -130,7 +168,7 @@ pub fn shrink(node: &Node, src_ns: &str, src: &str, dest_ns: &str, dest: &str) {
             );
             let ours = list
                 .iter()
-                .filter(|l| l.name.starts_with(dest) && !l.learner)
+                .filter(|l| l.name.starts_with(prefix) && !l.learner)
                 .count();
             if ours == 3 && list.len() == 3 && pods.trim().is_empty() {
                 Ok(())

@@ -285,3 +285,34 @@ pub fn poll<T>(
         }
     }
 }
+
+/// Debian's `etcdctl` (v3.4, clientv3) in the node's network namespace, where the pods' and
+/// Services' addresses are, against `endpoint` with `args` (TLS flags among them when the
+/// cluster has client TLS: druid turns etcd's JSON gateway off by default, so the test speaks
+/// gRPC); stdout, or what failed.
+pub fn etcdctl(
+    node: &Node,
+    endpoint: &str,
+    timeout: Duration,
+    args: &[&str],
+) -> Result<String, String> {
+    let timeout = format!("{}s", timeout.as_secs().max(1));
+    let mut a = vec![
+        "node",
+        "etcdctl",
+        "--endpoints",
+        endpoint,
+        "--command-timeout",
+        &timeout,
+    ];
+    a.extend_from_slice(args);
+    let out = node.script(&a);
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(format!(
+            "etcdctl {args:?} at {endpoint}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}

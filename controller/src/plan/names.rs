@@ -29,6 +29,11 @@ pub struct Member {
     pub peer_listener: u16,
     /// The proxy's client listener port.
     pub client_listener: u16,
+    /// The peer URL etcd-druid gives the member inside its seed,
+    /// `https://<pod>.<etcdName>-peer.<namespace>.svc:2380` (etcd-druid v0.38.1
+    /// `internal/component/configmap/etcdconfig.go` `getAdvertiseURLs`: the peer Service's
+    /// name, the namespace, `svc`, `spec.etcd.serverPort`, whose default the routes dial too).
+    pub in_cluster_peer_url: String,
 }
 
 impl Member {
@@ -40,13 +45,26 @@ impl Member {
     pub fn client_url(&self) -> String {
         format!("https://{}:{}", self.dns_name, self.client_port)
     }
-    /// As reported in `status.exposedMembers`.
+    /// The exposed URLs only: what this seed advertises and matches etcd's members by.
     pub fn urls(&self) -> MemberUrls {
         MemberUrls {
             name: self.member.clone(),
             peer_urls: vec![self.peer_url()],
             client_urls: vec![self.client_url()],
         }
+    }
+    /// As reported in `status.exposedMembers`: the peer URLs as etcd holds them once druid
+    /// advertises the exposed one. Unless `overrideDefaultURL`, druid keeps the in-cluster URL
+    /// first and appends the additional one (`etcdconfig.go` `getAdvertiseURLs`), and the
+    /// other seed's druid copies these into its members' `initial-cluster`, which etcd v3.5
+    /// accepts only with exactly the URLs the cluster holds (`server/etcdserver/api/membership`
+    /// `ValidateClusterAndAssignIDs`, `pkg/netutil` `URLStringsEqual`: same count, sorted).
+    pub fn reported_urls(&self, override_default_url: bool) -> MemberUrls {
+        let mut urls = self.urls();
+        if !override_default_url {
+            urls.peer_urls.insert(0, self.in_cluster_peer_url.clone());
+        }
+        urls
     }
 }
 
@@ -79,6 +97,8 @@ pub fn members_named(
                 Some(p) => format!("{p}-{pod}"),
                 None => pod.clone(),
             };
+            let in_cluster_peer_url =
+                format!("https://{pod}.{}-peer.{namespace}.svc:2380", spec.etcd_name);
             match &spec.seed_ingress {
                 None => Member {
                     index,
@@ -91,6 +111,7 @@ pub fn members_named(
                     client_port: spec.ports.client(index),
                     peer_listener: spec.ports.peer(index),
                     client_listener: spec.ports.client(index),
+                    in_cluster_peer_url,
                     member,
                     pod,
                 },
@@ -103,6 +124,7 @@ pub fn members_named(
                     client_port: 2379,
                     peer_listener: SEED_INGRESS_PEER_BASE + u16::from(index),
                     client_listener: SEED_INGRESS_CLIENT,
+                    in_cluster_peer_url,
                     member,
                     pod,
                 },

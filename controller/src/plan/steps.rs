@@ -116,7 +116,10 @@ pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
             // Listed while routes are held too: the other migrations' passes render our routes
             // into the shared proxy file from it (`wanted_routes`).
             exposed_members: if exposing || routes_held.is_some() {
-                members.iter().map(Member::urls).collect()
+                members
+                    .iter()
+                    .map(|m| m.reported_urls(spec.override_default_url))
+                    .collect()
             } else {
                 Vec::new()
             },

@@ -135,7 +135,11 @@ fn check(c: &Cluster, spec: &DruidSpec) -> Result<()> {
         )));
     }
     for b in &spec.bootstrap {
-        let urls = c.peer_urls(&b.name);
+        let urls: Vec<String> = c
+            .peer_urls(&b.name)
+            .into_iter()
+            .map(|u| as_druid_spells_it(c, &b.name, u))
+            .collect();
         let listed = c.is_member(&b.name)
             && !b.peer_urls.is_empty()
             && b.peer_urls.iter().all(|u| urls.contains(u));
@@ -147,4 +151,18 @@ fn check(c: &Cluster, spec: &DruidSpec) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `url`, a peer URL etcd holds for `name`, as the orchestrator knows it: the in-cluster one
+/// with etcd-druid's port, `spec.etcd.serverPort` (2380; v0.38.1
+/// `internal/component/configmap/etcdconfig.go` `getAdvertiseURLs`), which the loopback
+/// harness serves at the member's own port (its members share 127.0.0.1).
+fn as_druid_spells_it(c: &Cluster, name: &str, url: String) -> String {
+    match c.def(name) {
+        Ok(d) if d.in_cluster_peer_url == url => match url.rsplit_once(':') {
+            Some((host, _)) => format!("{host}:2380"),
+            None => url,
+        },
+        _ => url,
+    }
 }

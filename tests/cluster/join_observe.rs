@@ -1,0 +1,168 @@
+//! What `join_expose.rs` reads and asks of a migration on the node: its status and step, the
+//! source cluster's members (etcdctl over TLS through the client Service), what druid and
+//! backup-restore say of the join, the connections the proxies forwarded per exposed name,
+//! and the clean-up.
+
+use super::checks::proxy_admin;
+use super::join_tls::{Tls, ETCD};
+use super::node::{etcdctl, poll, Node, SYSTEM};
+use super::traffic::POLL;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+pub const SRC: &str = "druid-src";
+pub const DST: &str = "druid-dst";
+/// A druid roll of three members, or a join of two, on 2 busy cores.
+pub const STEP: Duration = Duration::from_secs(600);
+/// One member list.
+const MEMBERS: Duration = Duration::from_secs(5);
+
+pub fn status(node: &Node, ns: &str) -> Value {
+    let s = node.kubectl(&["-n", ns, "get", "etcdmigration", ETCD, "-o", "json"]);
+    serde_json::from_str::<Value>(&s).unwrap()["status"].clone()
+}
+
+/// Polls until `ns`'s migration reports `step` reached; returns the time it took.
+pub fn reached(node: &Node, ns: &str, step: &str) -> Duration {
+    let t0 = Instant::now();
+    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
+        let s = status(node, ns);
+        if s["step"] == step && s["stepReady"] == true {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    t0.elapsed()
+}
+
+pub fn set_step(node: &Node, ns: &str, step: &str) {
+    let patch = json!({"spec": {"step": step}}).to_string();
+    node.kubectl(&[
+        "-n",
+        ns,
+        "patch",
+        "etcdmigration",
+        ETCD,
+        "--type=merge",
+        "-p",
+        &patch,
+    ]);
+}
+
+/// etcd's members as the source's client Service lists them: (name, learner, peer URLs).
+pub fn members(node: &Node, tls: &Tls) -> Result<Vec<(String, bool, Vec<String>)>, String> {
+    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
+    let flags = tls.etcdctl_flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["member", "list", "-w", "json"]);
+    let out = etcdctl(node, &format!("https://{ip}:2379"), MEMBERS, &args)?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| e.to_string())?;
+    Ok(v["members"]
+        .as_array()
+        .ok_or("no members")?
+        .iter()
+        .map(|m| {
+            let urls = m["peerURLs"].as_array().into_iter().flatten();
+            (
+                m["name"].as_str().unwrap_or("").to_owned(),
+                m["isLearner"] == true,
+                urls.filter_map(|u| u.as_str().map(String::from)).collect(),
+            )
+        })
+        .collect())
+}
+
+/// Members `pods` of the `Etcd` in `ns` were each added as a learner and promoted by their own
+/// backup-restore, as its logs say (`pkg/member/member_control.go`,
+/// `pkg/miscellaneous/miscellaneous.go` `DoPromoteMember`), and their etcd started with
+/// `initial-cluster-state` `existing` (backup-restore's /config, as the wrapper's stand-in
+/// logs it). Read right after they joined: druid rolls the members it has when `replicas`
+/// changes, and a new pod's logs start afresh.
+pub fn added_by_backup_restore(node: &Node, ns: &str, pods: std::ops::Range<u8>) {
+    for i in pods {
+        let pod = format!("{ETCD}-{i}");
+        let log = node.kubectl(&["-n", ns, "logs", &pod, "-c", "backup-restore"]);
+        assert!(
+            log.contains("to cluster as a learner") && log.contains("has been promoted"),
+            "{ns}/{pod}'s backup-restore did not add and promote it:\n{log}"
+        );
+        let etcd = node.kubectl(&["-n", ns, "logs", &pod, "-c", "etcd"]);
+        let state = etcd
+            .split("\"initial-cluster-state\":\"")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("?");
+        assert_eq!(state, "existing", "{ns}/{pod}'s etcd configuration");
+    }
+}
+
+/// druid reports the join of the `Etcd` in `ns` (`BootstrappedWithExistingCluster`,
+/// `internal/health/condition/check_bootstrap_with_existing_cluster.go`) and it is ready.
+pub fn bootstrapped(node: &Node, ns: &str) {
+    let etcd = format!("etcd/{ETCD}");
+    let joined = node.jsonpath(
+        ns,
+        &etcd,
+        "{.status.conditions[?(@.type==\"BootstrappedWithExistingCluster\")].status}",
+    );
+    assert_eq!(joined, "True", "druid's BootstrappedWithExistingCluster");
+    poll(node, &format!("{ns}'s Etcd ready"), STEP, POLL, || {
+        let r = node.jsonpath(ns, &etcd, "{.status.ready}");
+        (r == "true").then_some(()).ok_or(r)
+    });
+}
+
+/// Connections the proxies forwarded on their peer listeners, per exposed name.
+pub fn forwarded(node: &Node) -> Vec<(String, f64)> {
+    let mut per: std::collections::BTreeMap<String, f64> = Default::default();
+    for (_, body) in proxy_admin(node, SYSTEM, "/metrics") {
+        for line in body.lines().filter(|l| {
+            l.starts_with("isthmus_proxy_connections_total{listener=\"peer-")
+                && l.contains("outcome=\"forwarded\"")
+        }) {
+            let route = line
+                .split("route=\"")
+                .nth(1)
+                .and_then(|r| r.split('"').next());
+            let v = line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+            if let (Some(r), Some(v)) = (route, v) {
+                *per.entry(r.to_owned()).or_default() += v;
+            }
+        }
+    }
+    per.into_iter().collect()
+}
+
+/// The migrations go first (their finalizers need the grants), then the namespaces; the
+/// on-demand load balancer goes with the last migration.
+pub fn cleanup(node: &Node) {
+    for ns in [DST, SRC] {
+        node.kubectl(&["-n", ns, "delete", "etcdmigration", ETCD, "--wait=false"]);
+    }
+    poll(node, "the migrations gone", STEP, POLL, || {
+        let left = node.kubectl(&["get", "etcdmigrations", "-A", "-o", "name"]);
+        left.trim().is_empty().then_some(()).ok_or(left)
+    });
+    for ns in [DST, SRC] {
+        node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+    poll(
+        node,
+        "the namespaces and the load balancer gone",
+        STEP,
+        POLL,
+        || {
+            let ns = node.try_kubectl(&["get", "namespace", SRC]).is_ok()
+                || node.try_kubectl(&["get", "namespace", DST]).is_ok();
+            let lb = node
+                .try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy"])
+                .is_ok();
+            if ns || lb {
+                Err(format!("namespaces left {ns}, load balancer left {lb}"))
+            } else {
+                Ok(())
+            }
+        },
+    );
+}

@@ -1,0 +1,99 @@
+//! What `join_expose.rs` watches while the migration runs, between its steps: the source's
+//! reported members against etcd's list, when each destination member was listed and became a
+//! voter, and when each source member restarted in `Expose`'s roll.
+
+use super::join_observe::{members, status, SRC, STEP};
+use super::join_tls::{Tls, ETCD};
+use super::node::{poll, Node};
+use super::traffic::POLL;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// What the orchestrator copies to the destination: the source's `status.exposedMembers`,
+/// checked against etcd's member list. etcd v3.5 starts a joining member only if its
+/// `initial-cluster` names each existing member with exactly the peer URLs the cluster holds
+/// (`etcdserver/api/membership` `ValidateClusterAndAssignIDs`, `pkg/netutil`
+/// `URLStringsEqual`: same count, compared sorted), and druid v0.38.1 writes the bootstrap
+/// members' `peerUrls` into it as they are (`configmap/etcdconfig.go`
+/// `prepareInitialCluster`): with `additionalAdvertisePeerURLs` the controller reports each
+/// source member's in-cluster URL beside its exposed one, as etcd holds them.
+pub fn source_members_reported(node: &Node, src: &Tls) -> Value {
+    let list = members(node, src).unwrap();
+    let exposed = status(node, SRC)["exposedMembers"].clone();
+    for m in exposed.as_array().unwrap() {
+        let (_, _, held) = list.iter().find(|l| m["name"] == l.0.as_str()).unwrap();
+        let mut reported: Vec<&str> = m["peerUrls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u.as_str().unwrap())
+            .collect();
+        let mut held: Vec<&str> = held.iter().map(String::as_str).collect();
+        reported.sort_unstable();
+        held.sort_unstable();
+        assert_eq!(
+            reported, held,
+            "{} as reported and as etcd holds it",
+            m["name"]
+        );
+    }
+    exposed
+}
+
+/// When etcd (asked through the source's client Service) first listed each member named
+/// `prefix*`, and when as a voter, from `t0`; `Ok` once `ns`'s migration reports `step` ready.
+pub fn joins(
+    node: &Node,
+    src: &Tls,
+    (ns, step, prefix): (&str, &str, &str),
+) -> BTreeMap<String, (Duration, Option<Duration>)> {
+    let t0 = Instant::now();
+    let mut seen: BTreeMap<String, (Duration, Option<Duration>)> = BTreeMap::new();
+    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
+        for (name, learner, _) in members(node, src)?
+            .iter()
+            .filter(|m| m.0.starts_with(prefix))
+        {
+            let e = seen.entry(name.clone()).or_insert((t0.elapsed(), None));
+            if !learner && e.1.is_none() {
+                e.1 = Some(t0.elapsed());
+            }
+        }
+        let s = status(node, ns);
+        if s["step"] == step && s["stepReady"] == true {
+            Ok(())
+        } else {
+            Err(s.to_string())
+        }
+    });
+    println!(
+        "figure: M2: destination {step} through the proxy: {:.1?}",
+        t0.elapsed()
+    );
+    for (name, (listed, voter)) in &seen {
+        let voter = voter.unwrap_or_default();
+        println!("figure: M2: {step}: {name} listed at +{listed:.1?}, voter at +{voter:.1?}");
+    }
+    seen
+}
+
+/// When each source member's etcd started after Expose's roll, and the leader elections the
+/// members logged since: what a slow or failed write is read against.
+pub fn restarts(node: &Node) {
+    for i in 0..3 {
+        let pod = format!("{ETCD}-{i}");
+        let started = node.jsonpath(
+            SRC,
+            &format!("pod/{pod}"),
+            "{.status.containerStatuses[?(@.name==\"etcd\")].state.running.startedAt}",
+        );
+        let log = node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]);
+        let elections: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
+            .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
+            .collect();
+        println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
+    }
+}

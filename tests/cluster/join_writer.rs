@@ -1,0 +1,127 @@
+//! The client that writes through the join (`join_expose.rs`): one key after another, each
+//! a fresh `etcdctl put` (Debian's v3.4: clientv3 and its retry interceptor, which retries a
+//! put only when it cannot have reached a member, `clientv3/retry.go`
+//! `isSafeRetryMutableRPC`), with the deadlines a seed's kube-apiserver gives its etcd client:
+//! 20 s to dial (k8s.io/apiserver v0.34.4 `pkg/storage/storagebackend/factory/etcd3.go`
+//! `dialTimeout`) and 34 s per write (`pkg/endpoints/handlers/create.go`
+//! `requestTimeoutUpperBound`), through the client Service, the endpoint Gardener gives it.
+//! Nothing is retried by the test: a write that timed out may have been applied.
+
+use super::node::{etcdctl, Node, ROOT};
+use isthmus_testkit::Scratch;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+/// The writer's keys as the cluster holds them.
+pub(super) fn keys(
+    node: &Node,
+    endpoint: &str,
+    flags: &[String],
+) -> std::collections::BTreeSet<u64> {
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["get", "--prefix", "isthmus-writer/", "--keys-only"]);
+    etcdctl(node, endpoint, Duration::from_secs(30), &args)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("isthmus-writer/")?.parse().ok())
+        .collect()
+}
+
+/// A client writing one key after another through `endpoints` (a file it rereads, so the
+/// test can point it at the destination as a shoot's kube-apiserver is), each write a fresh
+/// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
+/// `ok N MS` is an acknowledged write that took MS milliseconds, `fail N TIME ERROR` one
+/// that failed.
+pub(super) struct Writer {
+    dir: Scratch,
+    child: Child,
+}
+
+const WRITER: &str = r#"d=$1; i=0
+while [ ! -e "$d/stop" ]; do
+  i=$((i+1))
+  t0=$(date +%s%N)
+  # shellcheck disable=SC2046 # the flags are words without blanks
+  if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 20s \
+      --command-timeout 34s put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
+    echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 ))"
+  else
+    echo "fail $i $(date -u +%T.%N) $(tr '\n' ' ' <"$d/err")"
+  fi
+done >>"$d/log""#;
+
+/// What the writer did: the acknowledged writes (number, milliseconds) and the failures' lines.
+pub(super) struct Written {
+    pub ok: Vec<(u64, u64)>,
+    pub failed: Vec<String>,
+}
+
+impl Written {
+    /// The acknowledged writes that took longer than `over`, slowest first.
+    pub fn slow(&self, over: Duration) -> Vec<(u64, u64)> {
+        let ms = u64::try_from(over.as_millis()).unwrap();
+        let mut s: Vec<(u64, u64)> = self.ok.iter().copied().filter(|w| w.1 > ms).collect();
+        s.sort_by_key(|w| std::cmp::Reverse(w.1));
+        s
+    }
+}
+
+impl Writer {
+    pub(super) fn with_flags(endpoints: &str, flags: &[String]) -> Self {
+        let dir = Scratch::new("cluster-join-writer");
+        std::fs::write(dir.join("endpoints"), endpoints).unwrap();
+        std::fs::write(dir.join("flags"), flags.join(" ")).unwrap();
+        let child = Command::new(Path::new(ROOT).join("scripts/cluster.sh"))
+            .args(["node", "sh", "-c", WRITER, "sh"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        Writer { dir, child }
+    }
+
+    pub(super) fn point_at(&self, endpoints: &str) {
+        let tmp = self.dir.join("endpoints.new");
+        std::fs::write(&tmp, endpoints).unwrap();
+        std::fs::rename(tmp, self.dir.join("endpoints")).unwrap();
+    }
+
+    /// Stops the writer after its current write.
+    pub(super) fn stop(mut self) -> Written {
+        std::fs::write(self.dir.join("stop"), "").unwrap();
+        self.child.wait().unwrap();
+        self.peek()
+    }
+
+    /// What the writer did so far.
+    pub(super) fn peek(&self) -> Written {
+        let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+        let mut w = Written {
+            ok: Vec::new(),
+            failed: Vec::new(),
+        };
+        // A line still being written is not one yet.
+        let lines = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
+        for line in lines.map(str::trim_end) {
+            let ok = line.strip_prefix("ok ").and_then(|r| {
+                let (n, ms) = r.split_once(' ')?;
+                Some((n.parse().ok()?, ms.parse().ok()?))
+            });
+            match ok {
+                Some(o) => w.ok.push(o),
+                None => w.failed.push(line.to_owned()),
+            }
+        }
+        w
+    }
+}
+
+/// A failed step stops the loop too (it runs outside the node's cgroup, which `down` empties).
+impl Drop for Writer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("stop"), "");
+        let _ = self.child.wait();
+    }
+}
