@@ -55,7 +55,9 @@ fn echo(from: &Netns, to: &str) -> Option<String> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    c.stdin.take().unwrap().write_all(b"ping\n").unwrap();
+    // A refused connection ends socat before the line is written: a broken pipe here is the
+    // `None` the caller may expect, which the exit status below reports.
+    let _ = c.stdin.take().unwrap().write_all(b"ping\n");
     let out = c.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     (out.status.success() && !text.is_empty()).then_some(text)
