@@ -92,11 +92,22 @@ fn lab_with(name: &str, rtt_ms: u64, scenario: Scenario, controllers: bool) -> R
 }
 
 fn assert_clean(r: &Report, name: &str) {
+    assert!(r.fault.is_none(), "{name}: {:?}", r.fault);
+    assert_clean_but_the_fault(r, name);
+}
+
+/// [`assert_clean`], except for the requests that ran into the scenario's fault (counted in
+/// `r.fault`; the report's violations already leave them out).
+fn assert_clean_but_the_fault(r: &Report, name: &str) {
+    let (api_excused, etcd_excused) = r
+        .fault
+        .as_ref()
+        .map_or((0, 0), |f| (f.api_failed, f.etcd_failed));
     // The shoot's API, served by real kube-apiservers on the migrating etcd, with a webhook
     // (failurePolicy Fail) that kube-apiserver calls through the tunnel.
     assert_eq!(r.control_plane.kube_apiserver, "v1.34.4");
     assert_eq!(
-        r.api.failed,
+        r.api.failed - api_excused,
         0,
         "{name}: failed API requests\n{}",
         r.summary()
@@ -129,7 +140,7 @@ fn assert_clean(r: &Report, name: &str) {
     );
     assert_eq!(r.api.webhook.failed, 0, "{name}\n{}", r.summary());
     assert_eq!(
-        r.etcd.failed,
+        r.etcd.failed - etcd_excused,
         0,
         "{name}: failed etcd requests\n{}",
         r.summary()
@@ -356,7 +367,14 @@ fn source_proxy_restart_with_drain_in_the_five_member_phase() {
 #[test]
 fn kill_9_of_the_etcd_leader_in_the_five_member_phase() {
     let r = lab("kill", 50, Scenario::KillLeader);
-    assert_clean(&r, "kill");
+    // Requests in flight at the forced leader loss may fail (issue 45 point 4 excuses it):
+    // they are the fault's, printed; every other invariant holds as in a clean run.
+    let fault = r.fault.as_ref().expect("the kill is recorded as the fault");
+    println!(
+        "figure: kill -9 of the leader: {} API and {} etcd requests ran into it and failed",
+        fault.api_failed, fault.etcd_failed
+    );
+    assert_clean_but_the_fault(&r, "kill");
     assert_moved(&r);
     let killed = r
         .events

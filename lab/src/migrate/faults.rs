@@ -118,6 +118,7 @@ impl<D: Driver> Run<D> {
                 "leader {leader:?} is not a lab member"
             )));
         }
+        let start_ms = self.lab.record.now_ms();
         cluster.kill9(&leader)?;
         self.lab
             .record
@@ -128,6 +129,18 @@ impl<D: Driver> Run<D> {
         self.lab
             .record
             .event(format!("{leader} restarted on its data directory, serving"));
+        // A forced leader loss is the one loss issue 45 excuses: a write in flight to the
+        // killed member cannot be retried by etcd's client (it may have been applied), and one
+        // forwarded to it waits out etcd's request timeout. Requests that ran into it (started
+        // up to a budget before the kill, until the member serves again) are the fault's;
+        // nothing after it is, and no acknowledged write may be lost.
+        self.lab.record.fault = Some(Fault {
+            what: format!("kill -9 of the leader {leader}"),
+            start_ms,
+            end_ms: self.lab.record.now_ms(),
+            api_failed: 0,
+            etcd_failed: 0,
+        });
         Ok(())
     }
 

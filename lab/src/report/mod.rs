@@ -168,7 +168,8 @@ pub struct Report {
     pub phases: Vec<Phase>,
     /// Injected faults and migration actions, in order.
     pub events: Vec<Event>,
-    /// The injected fault whose failures are expected (the 6-member cut), with their counts.
+    /// The injected fault whose failures are expected (the 6-member cut, the leader's
+    /// `kill -9`), with their counts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fault: Option<Fault>,
     /// Time for the two destination members to join (3 → 5), if they did.
