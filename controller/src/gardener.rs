@@ -328,6 +328,7 @@ pub fn etcd_observe(obj: &Value, api: DruidApi) -> EtcdObs {
                 .pointer("/spec/etcd/peerUrlTls/skipClientSANVerification")
                 .and_then(Value::as_bool),
         },
+        server_port: Some(crate::plan::server_port(&obj["spec"])),
         timestamp: str_at(obj, &["metadata", "annotations", TIMESTAMP]).map(String::from),
         operation: etcd_operation(obj),
         ready: obj.pointer("/status/ready").and_then(Value::as_bool),

@@ -551,3 +551,138 @@ async fn as_gardenlet(etcds: &Api<DynamicObject>, patch: Value) {
         .await
         .unwrap();
 }
+
+/// Turns the controller's status writes (`etcdmigrations/status` in `deploy/`'s ClusterRole)
+/// off or on, and waits until the RBAC authorizer (informer-fed) says so.
+async fn status_writes(c: &Client, allowed: bool) {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+    };
+    use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule};
+    let roles: Api<ClusterRole> = Api::all(c.clone());
+    let mut role = roles.get("isthmus-controller").await.unwrap();
+    let rules = role.rules.get_or_insert_with(Vec::new);
+    let status = |r: &PolicyRule| {
+        r.resources
+            .as_ref()
+            .is_some_and(|rs| rs.iter().any(|x| x == "etcdmigrations/status"))
+    };
+    rules.retain(|r| !status(r));
+    if allowed {
+        rules.push(PolicyRule {
+            api_groups: Some(vec!["isthmus.dev".into()]),
+            resources: Some(vec!["etcdmigrations/status".into()]),
+            verbs: vec!["patch".into()],
+            ..PolicyRule::default()
+        });
+    }
+    roles
+        .replace("isthmus-controller", &PostParams::default(), &role)
+        .await
+        .unwrap();
+    let review = SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some("system:serviceaccount:isthmus-system:isthmus-controller".into()),
+            groups: Some(vec!["system:serviceaccounts".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                group: Some("isthmus.dev".into()),
+                resource: Some("etcdmigrations".into()),
+                subresource: Some("status".into()),
+                verb: Some("patch".into()),
+                namespace: Some(NS.into()),
+                ..ResourceAttributes::default()
+            }),
+            ..SubjectAccessReviewSpec::default()
+        },
+        ..SubjectAccessReview::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(c.clone());
+    wait_until("the status grant changed", STEP_TIMEOUT, || {
+        let (reviews, review) = (reviews.clone(), review.clone());
+        async move {
+            let a = reviews.create(&PostParams::default(), &review).await;
+            a.unwrap().status.is_some_and(|s| s.allowed == allowed)
+        }
+    })
+    .await;
+}
+
+/// The source's release whose status never reached the next pass (found in the lab's CI run
+/// under load ~29: `EtcdUnreachable` right after the release, the DNS records written back,
+/// then released again), here a status write the API server refuses; and a controller that
+/// can no longer read etcd afterwards (a new leader whose etcd endpoints refuse; in the lab,
+/// the names the release deleted). The records the release deleted stay deleted, and the
+/// abort ends without waiting for etcd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_source_release_whose_status_was_lost_is_not_undone() {
+    let w = world().await;
+    let (ctl_a0, _) = w.a.controller("controller-a-0", w.connect_to.clone()).await;
+    gardenlet::create_migration(&w.a.admin, NS, "shoot", &w.src)
+        .await
+        .unwrap();
+    reach(&w.a.admin, Step::Expose, "source").await;
+    let records: Api<DynamicObject> =
+        Api::namespaced_with(w.a.admin.clone(), NS, &dnsrecord_resource());
+    let etcds: Api<DynamicObject> = Api::namespaced_with(w.a.admin.clone(), NS, &etcd_resource());
+    let records_now = || async {
+        let list = records.list(&Default::default()).await.unwrap().items;
+        list.into_iter()
+            .map(|r| r.metadata.name.unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(records_now().await.len(), 1, "the member's record");
+
+    status_writes(&w.a.admin, false).await;
+    set_step(&w.a.admin, Step::Abort).await;
+    // No destination member ever joined: the release is at once, its status refused.
+    wait_until("the source released its exposure", STEP_TIMEOUT, || async {
+        let etcd = etcds.get("etcd-main").await.unwrap();
+        let v = serde_json::to_value(&etcd).unwrap();
+        let advertised = &v["spec"]["etcd"]["additionalAdvertisePeerURLs"];
+        records_now().await.is_empty() && advertised.is_null()
+    })
+    .await;
+    assert_eq!(
+        status(&w.a.admin).await["step"],
+        "Expose",
+        "no status written"
+    );
+
+    // The next leader cannot read etcd; its status writes go through again.
+    ctl_a0.abort();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let refused: BTreeMap<String, SocketAddr> =
+        w.connect_to.keys().map(|k| (k.clone(), closed)).collect();
+    status_writes(&w.a.admin, true).await;
+    let _ctl_a1 = w.a.controller("controller-a-1", refused).await;
+    let s = wait_until_step(&w.a.admin, "Abort").await;
+    assert_eq!(records_now().await, Vec::<String>::new(), "{s:#}");
+    assert_ne!(
+        condition(&s, "LiveMigrationAborted").map(|c| c.1),
+        Some("EtcdUnreachable".into()),
+        "{s:#}"
+    );
+    let s = reach(&w.a.admin, Step::Abort, "source abort").await;
+    assert_eq!(
+        condition(&s, "LiveMigrationAborted"),
+        Some(("True".into(), "CleanedUp".into()))
+    );
+    assert_eq!(records_now().await, Vec::<String>::new());
+    w.assert_druid_contract();
+}
+
+/// Waits until a pass wrote `step` into the status; the status then.
+async fn wait_until_step(c: &Client, step: &str) -> Value {
+    let deadline = std::time::Instant::now() + STEP_TIMEOUT;
+    loop {
+        let s = status(c).await;
+        if s["step"] == step {
+            return s;
+        }
+        assert!(std::time::Instant::now() < deadline, "{step} never: {s:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

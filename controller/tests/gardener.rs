@@ -244,3 +244,51 @@ fn etcd_body_never_carries_a_request() {
     assert!(a.get("gardener.cloud/timestamp").is_none(), "{a}");
     assert_eq!(a["kept"], "yes");
 }
+
+/// The in-cluster peer URL etcd-druid gives a member carries the `Etcd`'s
+/// `spec.etcd.serverPort` (etcd-druid v0.38.1 `getAdvertiseURLs`, default 2380), and the
+/// other seed's `initial-cluster` must hold exactly the URLs etcd holds: the exposed members
+/// report it with that port, read from the source `Etcd` or the destination's template.
+#[test]
+fn the_in_cluster_peer_url_carries_the_etcds_server_port() {
+    let in_cluster = |p: &plan::Plan| p.status.exposed_members[1].peer_urls[0].clone();
+    let mut obs = common::observed("t0");
+    obs.lb_address = Some("203.0.113.7".into());
+    let mut etcd = isthmus_testkit::kube::minimal_etcd("etcd-main", NS, 3);
+    obs.etcd = Some(etcd_observe(&etcd, DruidApi::default()));
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &obs);
+    assert_eq!(
+        in_cluster(&p),
+        "https://etcd-main-1.etcd-main-peer.shoot--foo--bar.svc:2380",
+        "druid's default"
+    );
+    etcd["spec"]["etcd"]["serverPort"] = json!(2390);
+    obs.etcd = Some(etcd_observe(&etcd, DruidApi::default()));
+    let p = plan::plan(&spec(Role::Source, Step::Expose), &obs);
+    assert_eq!(
+        in_cluster(&p),
+        "https://etcd-main-1.etcd-main-peer.shoot--foo--bar.svc:2390"
+    );
+
+    // The destination before its `Etcd` exists: its template's port.
+    let mut d = spec(Role::Destination, Step::Expose);
+    if let Some(dst) = d.destination.as_mut() {
+        let mut tspec = etcd["spec"].clone();
+        tspec["etcd"]["serverPort"] = json!(2391);
+        dst.etcd_template = Some(isthmus_controller::crd::EtcdTemplate {
+            labels: Default::default(),
+            annotations: Default::default(),
+            spec: tspec,
+        });
+    }
+    obs.etcd = None;
+    let p = plan::plan(&d, &obs);
+    assert!(
+        in_cluster(&p).ends_with(".svc:2391"),
+        "{:?}",
+        p.status.exposed_members
+    );
+    assert!(plan::members(&d, NS)[1]
+        .in_cluster_peer_url
+        .ends_with(".svc:2391"));
+}

@@ -857,3 +857,49 @@ fn a_released_source_abort_does_not_need_etcd_again() {
     );
     assert!(!p.dns_records.is_empty());
 }
+
+/// The release's status never reached the next pass (its write refused or timed out, or a
+/// watch cache behind it: found in the lab under load, `EtcdUnreachable` right after the
+/// release, the records written back and released again). That pass reads the status from
+/// before the release while etcd can no longer be read through the names the release deleted;
+/// the world shows the release (no DNS record left, the source `Etcd` without isthmus'
+/// fields, the destination `Etcd` being deleted), and nothing is exposed again.
+#[test]
+fn a_release_whose_status_was_lost_is_not_undone() {
+    for (what, rolled) in [("rolling", false), ("rolled", true)] {
+        let before = src_exposed();
+        let mut o = released(before.clone(), Role::Source, Step::Abort, rolled);
+        assert!(o.dns_records.is_empty(), "{what}: the release deleted them");
+        o.previous = before.previous;
+        o.etcd_cluster = None;
+        let p = plan::plan(&spec(Role::Source, Step::Abort), &o);
+        assert!(p.dns_records.is_empty(), "{what}: {:?}", p.dns_records);
+        assert_eq!(
+            condition(&p, "LiveMigrationAborted").map(|c| c.1),
+            Some("CleanUpInProgress"),
+            "{what}: {:?}",
+            p.status
+        );
+    }
+    // The destination: its `Etcd` is deleted with the release (druid's finalizer holds it).
+    let mut o = dst_exposed();
+    let join = plan::plan(&spec(Role::Destination, Step::Join), &o);
+    apply(&mut o, &join, NOTHING, Role::Destination);
+    let before = o.previous.clone();
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &o);
+    assert_eq!(p.etcd, EtcdAction::Delete);
+    let mut deleting = o.etcd.clone().unwrap_or_default();
+    deleting.deleting = true;
+    apply(&mut o, &p, ALL, Role::Destination);
+    o.etcd = Some(deleting);
+    o.previous = before;
+    o.etcd_cluster = None;
+    let p = plan::plan(&spec(Role::Destination, Step::Abort), &o);
+    assert!(p.dns_records.is_empty(), "{:?}", p.dns_records);
+    assert_ne!(
+        condition(&p, "LiveMigrationAborted").map(|c| c.1),
+        Some("EtcdUnreachable"),
+        "{:?}",
+        p.status
+    );
+}

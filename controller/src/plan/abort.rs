@@ -9,7 +9,7 @@
 //! (the destination seed is gone) does the source remove them itself.
 
 use super::conditions::{self as cond, Verdict};
-use super::ctx::{apply, cleanup_verdict, label, listed, urls, Ctx, Outcome};
+use super::ctx::{apply, cleanup_verdict, covers, label, listed, urls, Ctx, Outcome};
 use super::names::Member;
 use super::{EtcdAction, EtcdCluster, EtcdFields, EtcdMember, EtcdOp, Observed};
 use crate::crd::{EtcdMigrationSpec, Role};
@@ -53,7 +53,7 @@ pub(super) fn voter_blocking_abort(
 }
 
 /// The abort still needs the exposure: members it added are in etcd (or etcd cannot be
-/// asked while an `Etcd` exists and the abort has not seen them gone yet).
+/// asked while an `Etcd` exists and the abort has not released yet).
 pub(super) fn abort_holds_exposure(
     spec: &EtcdMigrationSpec,
     obs: &Observed,
@@ -61,8 +61,23 @@ pub(super) fn abort_holds_exposure(
 ) -> bool {
     match &obs.etcd_cluster {
         Some(c) => !abort_targets(spec, c, members).is_empty(),
-        None => obs.etcd.is_some() && !released(obs),
+        None => obs.etcd.is_some() && !release_seen(spec, obs),
     }
+}
+
+/// The release happened, as the last status says ([`released`]) or as the world shows it
+/// when that status lacks it: a pass may read the status from before the release (its write
+/// refused or timed out, or a watch cache behind it: found in the lab under load, the records
+/// written back and released again). Releasing is monotone: once seen, an unreadable etcd
+/// never brings the exposure back. The source's release leaves its `Etcd` without isthmus'
+/// fields and no `DNSRecord` (a `Deploy` that wiped the fields leaves the records: still
+/// held); the destination's deletes its `Etcd`, which only the abort does.
+fn release_seen(spec: &EtcdMigrationSpec, obs: &Observed) -> bool {
+    released(obs)
+        || obs.etcd.as_ref().is_some_and(|e| match spec.role {
+            Role::Source => obs.dns_records.is_empty() && covers(&e.fields, &EtcdFields::default()),
+            Role::Destination => e.deleting,
+        })
 }
 
 /// A previous pass saw the joined members gone and started releasing. From then on etcd is
@@ -96,7 +111,7 @@ pub(super) fn abort(ctx: &Ctx<'_>, release: EtcdAction) -> Outcome {
     let empty = EtcdCluster::default();
     let cluster = match &ctx.obs.etcd_cluster {
         Some(c) => c,
-        None if released(ctx.obs) => &empty,
+        None if release_seen(ctx.spec, ctx.obs) => &empty,
         None => return unreachable(ctx),
     };
     let targets = abort_targets(ctx.spec, cluster, ctx.members);

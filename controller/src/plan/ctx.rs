@@ -66,6 +66,15 @@ pub(super) fn member_prefix(spec: &EtcdMigrationSpec, obs: &Observed) -> Option<
     }
 }
 
+/// The members' in-cluster peer port: the observed `Etcd`'s, else (the destination before it
+/// created its `Etcd`) its template's.
+pub(super) fn server_port(spec: &EtcdMigrationSpec, obs: &Observed) -> u16 {
+    obs.etcd
+        .as_ref()
+        .and_then(|e| e.server_port)
+        .unwrap_or_else(|| super::names::template_server_port(spec))
+}
+
 /// Whether the observed fields carry what `want` asks (options `None` are not ours).
 pub(super) fn covers(have: &EtcdFields, want: &EtcdFields) -> bool {
     (want.replicas.is_none() || have.replicas == want.replicas)

@@ -85,7 +85,9 @@ use crate::crd::{EtcdMigrationStatus, MemberUrls, ObjectRef, Step};
 use std::collections::BTreeMap;
 
 pub use abort::SOURCE_ABORT_GRACE_SECS;
-pub use names::{members, members_named, routes, Member, MemberRoute, VPN_RECORD};
+pub use names::{
+    members, members_named, routes, server_port, Member, MemberRoute, DRUID_SERVER_PORT, VPN_RECORD,
+};
 pub use needs::{needs, Needs};
 pub use overwrite::{lacking, EtcdApplied, BOOTSTRAP_REMOVED, REASSERTED, REPLICAS_RAISED};
 pub use release::source_cleanup_started;
@@ -285,6 +287,9 @@ pub struct EtcdObs {
     pub members: Vec<String>,
     /// Our fields as they are now.
     pub fields: EtcdFields,
+    /// The members' peer port, `spec.etcd.serverPort` or etcd-druid's default
+    /// ([`names::server_port`]); `None` only where no `Etcd` was read (a default value).
+    pub server_port: Option<u16>,
     /// Its `gardener.cloud/timestamp` (gardenlet's: isthmus never writes it on an `Etcd`).
     pub timestamp: Option<String>,
     /// Its reconcile request, `druid.gardener.cloud/operation` or the deprecated

@@ -30,9 +30,9 @@ pub struct Member {
     /// The proxy's client listener port.
     pub client_listener: u16,
     /// The peer URL etcd-druid gives the member inside its seed,
-    /// `https://<pod>.<etcdName>-peer.<namespace>.svc:2380` (etcd-druid v0.38.1
+    /// `https://<pod>.<etcdName>-peer.<namespace>.svc:<serverPort>` (etcd-druid v0.38.1
     /// `internal/component/configmap/etcdconfig.go` `getAdvertiseURLs`: the peer Service's
-    /// name, the namespace, `svc`, `spec.etcd.serverPort`, whose default the routes dial too).
+    /// name, the namespace, `svc`, `spec.etcd.serverPort` or [`DRUID_SERVER_PORT`]).
     pub in_cluster_peer_url: String,
 }
 
@@ -71,24 +71,51 @@ impl Member {
 /// The `DNSRecord` name of the temporary VPN.
 pub const VPN_RECORD: &str = "isthmus-vpn";
 
+/// etcd-druid's peer port when an `Etcd` sets no `spec.etcd.serverPort` (etcd-druid v0.38.1
+/// `internal/common/constants.go` `DefaultPortEtcdPeer`, taken by
+/// `internal/component/configmap/etcdconfig.go` `getAdvertiseURLs` as
+/// `ptr.Deref(etcd.Spec.Etcd.ServerPort, common.DefaultPortEtcdPeer)`).
+pub const DRUID_SERVER_PORT: u16 = 2380;
+
+/// The peer port etcd-druid gives the members of an `Etcd` whose `spec` this is (an `Etcd`'s
+/// or the destination's template's): `etcd.serverPort`, else [`DRUID_SERVER_PORT`].
+pub fn server_port(etcd_spec: &serde_json::Value) -> u16 {
+    etcd_spec
+        .pointer("/etcd/serverPort")
+        .and_then(serde_json::Value::as_u64)
+        .and_then(|p| u16::try_from(p).ok())
+        .unwrap_or(DRUID_SERVER_PORT)
+}
+
+/// The destination's peer port before its `Etcd` exists: its template's.
+pub(super) fn template_server_port(spec: &EtcdMigrationSpec) -> u16 {
+    spec.destination
+        .as_ref()
+        .and_then(|d| d.etcd_template.as_ref())
+        .map_or(DRUID_SERVER_PORT, |t| server_port(&t.spec))
+}
+
 /// Every member this seed exposes, named as the spec alone tells: the destination with its
-/// `memberNamePrefix`, the source by pod name (see [`members_named`] for a source `Etcd`
-/// that has a prefix of its own).
+/// `memberNamePrefix` and its template's peer port, the source by pod name with druid's
+/// default port (see [`members_named`] for a source `Etcd` that has a prefix or a port of its
+/// own).
 pub fn members(spec: &EtcdMigrationSpec, namespace: &str) -> Vec<Member> {
     let prefix = match (&spec.role, &spec.destination) {
         (Role::Destination, Some(d)) => Some(d.member_name_prefix.as_str()),
         _ => None,
     };
-    members_named(spec, namespace, prefix)
+    members_named(spec, namespace, prefix, template_server_port(spec))
 }
 
 /// Every member this seed exposes, with etcd member names `<prefix>-<pod>` (etcd-druid's
-/// `spec.memberNamePrefix` rule) or the pod name without a prefix. A source `Etcd` created by
-/// Gardener carries the seed's name as prefix, so a shoot migrated once keeps it.
+/// `spec.memberNamePrefix` rule) or the pod name without a prefix, and in-cluster peer URLs
+/// on `server_port` (the `Etcd`'s `spec.etcd.serverPort`, [`server_port`]). A source `Etcd`
+/// created by Gardener carries the seed's name as prefix, so a shoot migrated once keeps it.
 pub fn members_named(
     spec: &EtcdMigrationSpec,
     namespace: &str,
     prefix: Option<&str>,
+    server_port: u16,
 ) -> Vec<Member> {
     (0..spec.members)
         .map(|index| {
@@ -97,8 +124,10 @@ pub fn members_named(
                 Some(p) => format!("{p}-{pod}"),
                 None => pod.clone(),
             };
-            let in_cluster_peer_url =
-                format!("https://{pod}.{}-peer.{namespace}.svc:2380", spec.etcd_name);
+            let in_cluster_peer_url = format!(
+                "https://{pod}.{}-peer.{namespace}.svc:{server_port}",
+                spec.etcd_name
+            );
             match &spec.seed_ingress {
                 None => Member {
                     index,

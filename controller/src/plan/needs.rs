@@ -4,7 +4,7 @@
 //! reads it, through the URLs that reach the cluster first.
 
 use super::abort::released;
-use super::ctx::member_prefix;
+use super::ctx::{member_prefix, server_port};
 use super::names::members_named;
 use super::release::source_cleanup_started;
 use super::Observed;
@@ -47,9 +47,14 @@ pub fn needs(spec: &EtcdMigrationSpec, obs: &Observed) -> Needs {
         .iter()
         .flat_map(|d| d.source_members.iter())
         .flat_map(|m| m.client_urls.iter().cloned());
-    let own = members_named(spec, &obs.namespace, member_prefix(spec, obs).as_deref())
-        .into_iter()
-        .map(|m| m.client_url());
+    let own = members_named(
+        spec,
+        &obs.namespace,
+        member_prefix(spec, obs).as_deref(),
+        server_port(spec, obs),
+    )
+    .into_iter()
+    .map(|m| m.client_url());
     Needs {
         etcd_endpoints: sources.chain(own).collect(),
     }

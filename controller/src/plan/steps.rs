@@ -2,7 +2,7 @@
 //! ready, and the conditions; the `Etcd` and etcd membership side is in `roles`.
 
 use super::conditions::{self as cond, Verdict};
-use super::ctx::{annotations, member_prefix, Ctx, Exposure, Outcome};
+use super::ctx::{annotations, member_prefix, server_port, Ctx, Exposure, Outcome};
 use super::names::{members_named, routes, Member, VPN_RECORD};
 use super::{abort, druid, overwrite, release, roles};
 use super::{DnsRecordDesired, DnsRecordSpec, EtcdAction, Observed, Plan};
@@ -13,7 +13,12 @@ use std::net::IpAddr;
 /// [`super::validate`]: a refused spec is reported, not planned.
 pub fn plan(spec: &EtcdMigrationSpec, obs: &Observed) -> Plan {
     let mut verdicts = Vec::new();
-    let members = members_named(spec, &obs.namespace, member_prefix(spec, obs).as_deref());
+    let members = members_named(
+        spec,
+        &obs.namespace,
+        member_prefix(spec, obs).as_deref(),
+        server_port(spec, obs),
+    );
     let step = effective_step(spec, obs, &members, &mut verdicts);
     let (wanted_exposure, with_vpn) = exposure_wanted(spec, step);
     // An accepted abort keeps the exposure until the members it added have left etcd: the

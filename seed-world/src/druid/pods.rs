@@ -26,6 +26,9 @@ pub async fn step(
     tag: &str,
 ) -> Result<bool> {
     let pods = spec.pods(c);
+    for name in &pods {
+        c.set_server_port(name, spec.server_port);
+    }
     // The controller removes an aborted join's learners through etcd's API: their pods stop.
     for name in c.forget_unlisted(&pods).await? {
         j.event(format!("{tag}: {name} left etcd, its pod stopped"));
@@ -154,13 +157,13 @@ fn check(c: &Cluster, spec: &DruidSpec) -> Result<()> {
 }
 
 /// `url`, a peer URL etcd holds for `name`, as the orchestrator knows it: the in-cluster one
-/// with etcd-druid's port, `spec.etcd.serverPort` (2380; v0.38.1
+/// with the port of its `Etcd`'s `spec.etcd.serverPort` (default 2380; etcd-druid v0.38.1
 /// `internal/component/configmap/etcdconfig.go` `getAdvertiseURLs`), which the loopback
 /// harness serves at the member's own port (its members share 127.0.0.1).
 fn as_druid_spells_it(c: &Cluster, name: &str, url: String) -> String {
     match c.def(name) {
         Ok(d) if d.in_cluster_peer_url == url => match url.rsplit_once(':') {
-            Some((host, _)) => format!("{host}:2380"),
+            Some((host, _)) => format!("{host}:{}", c.server_port(name)),
             None => url,
         },
         _ => url,

@@ -6,7 +6,7 @@
 use crate::error::{Error, Result};
 use crate::etcd::{Cluster, MemberDef};
 use isthmus_controller::crd::MemberUrls;
-use isthmus_controller::plan::EtcdFields;
+use isthmus_controller::plan::{self, EtcdFields};
 use serde_json::Value;
 
 /// An `Etcd`'s spec as etcd-druid acts on it.
@@ -22,6 +22,8 @@ pub struct DruidSpec {
     pub override_default_url: bool,
     /// The members of the cluster it joins; empty when not set.
     pub bootstrap: Vec<MemberUrls>,
+    /// `spec.etcd.serverPort`, the members' peer port (etcd-druid's default when unset).
+    pub server_port: u16,
 }
 
 impl DruidSpec {
@@ -59,6 +61,7 @@ impl DruidSpec {
                 "name",
                 "peerUrls",
             ),
+            server_port: plan::server_port(spec),
         }
     }
 
@@ -74,6 +77,7 @@ impl DruidSpec {
             advertised: fields.advertise.clone(),
             override_default_url,
             bootstrap: fields.bootstrap_members.clone(),
+            server_port: plan::DRUID_SERVER_PORT,
         }
     }
 
@@ -166,6 +170,7 @@ mod tests {
                          "peerUrls": ["https://etcd-main-0.ns.seed-a.example.com:2380"]}]}}}});
         let s = DruidSpec::read(&old);
         assert_eq!(s.members(), ["dest-etcd-main-0", "dest-etcd-main-1"]);
+        assert_eq!(s.server_port, 2380, "etcd-druid's default");
         assert_eq!(s.bootstrap[0].name, "etcd-main-0");
         let d = def("dest-etcd-main-0");
         assert_eq!(
@@ -180,6 +185,9 @@ mod tests {
                 "members": [{"name": "dest-etcd-main-0", "urls": [exposed]}]}}}}});
         let s = DruidSpec::read(&newer);
         assert_eq!(s.members(), ["etcd-main-0", "etcd-main-1", "etcd-main-2"]);
+        let mut other_port = newer.clone();
+        other_port["spec"]["etcd"]["serverPort"] = json!(2390);
+        assert_eq!(DruidSpec::read(&other_port).server_port, 2390);
         assert!(s.bootstrap.is_empty());
         assert_eq!(s.peer_urls(&d).unwrap(), [exposed]);
     }

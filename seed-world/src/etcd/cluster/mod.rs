@@ -30,6 +30,10 @@ pub struct Cluster {
     advertised: HashMap<String, Vec<String>>,
     /// Members removed from the cluster: never added again.
     removed: BTreeSet<String>,
+    /// The `spec.etcd.serverPort` of the `Etcd` whose druid runs each member: the port of its
+    /// in-cluster peer URL outside the harness (which serves each member at a loopback port
+    /// of its own); etcd-druid's default where no druid said.
+    server_ports: HashMap<String, u16>,
     /// Whether members run with `--pre-vote` (see [`MemberProcess::start`]).
     pub pre_vote: bool,
     /// The pods leave learners unpromoted (a learner still catching up): the window an abort
@@ -50,6 +54,7 @@ impl Cluster {
             voters: BTreeSet::new(),
             advertised: HashMap::new(),
             removed: BTreeSet::new(),
+            server_ports: HashMap::new(),
             pre_vote,
             hold_promotion: false,
             scratch: None,
@@ -98,6 +103,19 @@ impl Cluster {
     /// Whether `name` votes.
     pub fn is_voter(&self, name: &str) -> bool {
         self.voters.contains(name)
+    }
+
+    /// Records the `Etcd`'s `spec.etcd.serverPort` for its member `name`.
+    pub fn set_server_port(&mut self, name: &str, port: u16) {
+        self.server_ports.insert(name.to_string(), port);
+    }
+
+    /// The port `name`'s in-cluster peer URL has outside the harness.
+    pub fn server_port(&self, name: &str) -> u16 {
+        self.server_ports
+            .get(name)
+            .copied()
+            .unwrap_or(isthmus_controller::plan::DRUID_SERVER_PORT)
     }
 
     /// Whether `name` was removed from the cluster (it never rejoins).
