@@ -2,10 +2,9 @@
 //! reported members against etcd's list, when each destination member was listed and became a
 //! voter, and when each source member restarted in `Expose`'s roll.
 
-use super::join_observe::{members, status, SRC, STEP};
+use super::join_observe::{members, status, Sides, SRC, STEP};
 use super::join_tls::{Tls, ETCD};
-use super::node::{poll, Node};
-use super::traffic::POLL;
+use super::node::{poll, Node, POLL};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -42,16 +41,17 @@ pub fn source_members_reported(node: &Node, src: &Tls) -> Value {
 }
 
 /// When etcd (asked through the source's client Service) first listed each member named
-/// `prefix*`, and when as a voter, from `t0`; `Ok` once `ns`'s migration reports `step` ready.
+/// `prefix*`, and when as a voter, from `t0`; `Ok` once the destination's migration (in `ns`)
+/// reports `step` ready.
 pub fn joins(
-    node: &Node,
+    sides: &Sides,
     src: &Tls,
     (ns, step, prefix): (&str, &str, &str),
 ) -> BTreeMap<String, (Duration, Option<Duration>)> {
     let t0 = Instant::now();
     let mut seen: BTreeMap<String, (Duration, Option<Duration>)> = BTreeMap::new();
-    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
-        for (name, learner, _) in members(node, src)?
+    poll(sides.dst, &format!("{ns} at {step}"), STEP, POLL, || {
+        for (name, learner, _) in members(sides.src, src)?
             .iter()
             .filter(|m| m.0.starts_with(prefix))
         {
@@ -60,7 +60,7 @@ pub fn joins(
                 e.1 = Some(t0.elapsed());
             }
         }
-        let s = status(node, ns);
+        let s = status(sides.dst, ns);
         if s["step"] == step && s["stepReady"] == true {
             Ok(())
         } else {
