@@ -6,7 +6,9 @@
 //! networks do not reach each other (no route) until `link up` joins them through the lab's
 //! link emulator at the demo's RTT (`seeds/link.rs`); `down` of one leaves the other serving
 //! and the kernel settings kubelet changed in place; `down` of the last leaves the host as it
-//! was. Needs root and
+//! was. `m2_across_running_seeds` (ignored: on seeds already up with isthmus and linked) runs
+//! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
+//! issue 45 point 3's first step). Needs root and
 //! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
 //! time per machine, beside the lab).
 
