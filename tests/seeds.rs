@@ -221,6 +221,14 @@ fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
     );
 }
 
+/// The zone each seed's CoreDNS gets for the other seed's exposed names (`seeds/join.rs`),
+/// served by the node's CoreDNS build beside the node's rewrite; no root, no node.
+#[test]
+fn the_other_seeds_zone_answers_beside_the_rewrite() {
+    isthmus_testkit::tier::full_only("the node's CoreDNS build");
+    join::zone_beside_the_rewrite();
+}
+
 /// The migration's etcd part from seed a to seed b through the link (`seeds/join.rs`), on
 /// seeds that are up with isthmus and linked, left up afterwards:
 /// `flock -o /tmp/isthmus-node.lock sh -c 'scripts/cluster.sh --seed a up && scripts/cluster.sh

@@ -89,9 +89,7 @@ fn resolve_in(seed: &Node, other: &Node) {
         seed.seed
     );
     let zone = format!("seed-{}.{DOMAIN}", other.seed);
-    let block = format!(
-        "{zone}:53 {{\n    errors\n    template IN A {{\n        answer \"{{{{ .Name }}}} 30 IN A {ip}\"\n    }}\n    template IN AAAA {{\n        rcode NOERROR\n    }}\n}}\n"
-    );
+    let block = zone_block(&zone, &ip, 53);
     let cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "coredns", "namespace": "kube-system"},
@@ -110,6 +108,102 @@ fn resolve_in(seed: &Node, other: &Node) {
     println!(
         "figure: seeds M2: seed {} answers *.{zone} with {ip}",
         seed.seed
+    );
+}
+
+/// The server block of `zone` in a Corefile (port `port`): every name answered with `ip` (A),
+/// none with an IPv6 address (AAAA empty, not SERVFAIL: the link carries IPv4 only).
+pub fn zone_block(zone: &str, ip: &str, port: u16) -> String {
+    format!(
+        "{zone}:{port} {{\n    errors\n    template IN A {{\n        answer \"{{{{ .Name }}}} 30 IN A {ip}\"\n    }}\n    template IN AAAA {{\n        rcode NOERROR\n    }}\n}}\n"
+    )
+}
+
+/// [`zone_block`] served by the node's CoreDNS build (on 127.0.0.1, a free port) beside the
+/// node's rewrite of the internal domain (scripts/cluster/addons.yaml, its `rewrite` block as
+/// it is; the proxies' Service name answered by `hosts`, since no API server runs here): the
+/// other seed's names answer with its address, A only, and the rest of the domain still with
+/// the seed's own proxies.
+pub fn zone_beside_the_rewrite() {
+    let coredns = isthmus_testkit::cache::built(
+        Some("ISTHMUS_COREDNS"),
+        isthmus_testkit::cache::dir().join("coredns-v1.12.1/coredns"),
+        "scripts/cluster.sh up (scripts/build-go-tool.sh)",
+    );
+    let addons = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/cluster/addons.yaml"),
+    )
+    .unwrap();
+    let start = addons.find("rewrite stop {").expect("the node's rewrite");
+    let len = addons[start..].find("\n        }").expect("its end") + "\n        }".len();
+    let rewrite = &addons[start..start + len];
+    assert!(rewrite.contains("internal\\.example\\.com"), "{rewrite}");
+    let port = std::net::UdpSocket::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let own = "10.96.7.7";
+    let corefile = format!(
+        ".:{port} {{\n    {rewrite}\n    hosts {{\n        {own} isthmus-proxy.isthmus-system.svc.cluster.local\n    }}\n}}\n{}",
+        zone_block(&format!("seed-a.{DOMAIN}"), "10.200.1.5", port)
+    );
+    let dir = isthmus_testkit::Scratch::new("seeds-coredns");
+    std::fs::write(dir.join("Corefile"), &corefile).unwrap();
+    let mut child = std::process::Command::new(coredns)
+        .args(["-conf", "Corefile"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ask = |name: &str, qtype: u16| -> Result<(u8, Vec<[u8; 4]>), String> {
+        let sock = std::net::UdpSocket::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
+        sock.set_read_timeout(Some(std::time::Duration::from_millis(500)))
+            .map_err(|e| e.to_string())?;
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(u8::try_from(label.len()).unwrap());
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        sock.send_to(&q, ("127.0.0.1", port))
+            .map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 512];
+        let n = sock.recv(&mut buf).map_err(|e| e.to_string())?;
+        let answer = &buf[..n];
+        // The answers' A records: TYPE 1, CLASS 1, TTL, RDLENGTH 4, then the address.
+        let addrs = answer
+            .windows(14)
+            .filter(|w| w[..4] == [0, 1, 0, 1] && w[8..10] == [0, 4])
+            .map(|w| [w[10], w[11], w[12], w[13]])
+            .collect();
+        Ok((answer[3] & 0x0f, addrs))
+    };
+    let deadline = Instant::now() + std::time::Duration::from_secs(20);
+    let other = format!("etcd-main-0.druid-src.seed-a.{DOMAIN}");
+    let first = loop {
+        match ask(&other, 1) {
+            Ok(a) => break a,
+            Err(e) if Instant::now() >= deadline => {
+                let _ = child.kill();
+                panic!("CoreDNS on 127.0.0.1:{port} did not answer: {e}\n{corefile}")
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    };
+    let aaaa = ask(&other, 28);
+    let mine = ask(&format!("etcd-main-0.druid-dst.seed-b.{DOMAIN}"), 1);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(first, (0, vec![[10, 200, 1, 5]]), "{other} (A)\n{corefile}");
+    assert_eq!(aaaa, Ok((0, vec![])), "{other} (AAAA)");
+    assert_eq!(
+        mine,
+        Ok((0, vec![[10, 96, 7, 7]])),
+        "the seed's own name (A)"
     );
 }
 
