@@ -153,7 +153,8 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
     // The destination seed's namespace (no boundary there yet: druid v0.38.1 never advertises
     // a prefixed member's additional peer URLs, so the source reaches the destination's
-    // members by their in-cluster names only: docs/etcd-druid-contract.md), and its exposure.
+    // members by their in-cluster names only: docs/etcd-druid-contract.md; across two seeds
+    // those do not resolve in the source's, tests/seeds/join.rs), and its exposure.
     let _dst = join_tls::namespace(dst_node, &pki, DST, "seed-b", "destination", false);
     let _dns_dst = {
         let c = client(dst_node);
