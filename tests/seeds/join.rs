@@ -18,14 +18,16 @@
 //!   explicit NetworkPolicy turns into its egress);
 //! - one `TestPki` (one CA) signs both seeds' Secrets, as one Gardener project's etcd CA would.
 //!
-//! Not shown yet (never run: see NOTES-seeds-m2.md): the way back. druid v0.38.1 advertises the
-//! destination's members by their in-cluster names only (docs/etcd-druid-contract.md), which
-//! do not resolve in seed a, so no source member can dial one. etcd's peer transport should
-//! still carry both directions over connections the destination's members dial: a member
-//! receives a peer's messages over the stream it dialed to that peer (`rafthttp` stream
-//! readers), and sends over a pipeline POST when no stream of the peer's reached it. Whether
-//! promotion, a leadership move to a destination member and 6 voters work that way is what the
-//! first run shows.
+//! Not shown yet (never run on seeds: see NOTES-seeds-m2.md): the way back. druid v0.38.1
+//! advertises the destination's members by their in-cluster names only
+//! (docs/etcd-druid-contract.md), which do not resolve in seed a, so no source member can dial
+//! one. etcd's peer transport carries both directions over connections the destination's
+//! members dial (a member receives a peer's messages over the stream it dialed to that peer,
+//! and sends over pipeline POSTs when the peer never dialed it): with two etcd v3.5.27
+//! processes on loopback, a learner whose advertised peer URL refuses connections joined,
+//! caught up, was promoted, took leadership and served writes. Not when the leader must send
+//! a snapshot (its log compacted: etcd v3.6.16 did so for 200 keys; v3.5 after
+//! `snapshot-count` entries): the snapshot sender dials the learner.
 
 use super::join_expose::{self, Across};
 use super::join_observe::Sides;
