@@ -18,16 +18,16 @@
 //!   explicit NetworkPolicy turns into its egress);
 //! - one `TestPki` (one CA) signs both seeds' Secrets, as one Gardener project's etcd CA would.
 //!
-//! Not shown yet (never run on seeds: see NOTES-seeds-m2.md): the way back. druid v0.38.1
-//! advertises the destination's members by their in-cluster names only
-//! (docs/etcd-druid-contract.md), which do not resolve in seed a, so no source member can dial
-//! one. etcd's peer transport carries both directions over connections the destination's
-//! members dial (a member receives a peer's messages over the stream it dialed to that peer,
-//! and sends over pipeline POSTs when the peer never dialed it): with two etcd v3.5.27
-//! processes on loopback, a learner whose advertised peer URL refuses connections joined,
-//! caught up, was promoted, took leadership and served writes. Not when the leader must send
-//! a snapshot (its log compacted: etcd v3.6.16 did so for 200 keys; v3.5 after
-//! `snapshot-count` entries): the snapshot sender dials the learner.
+//! The way back is not through isthmus: druid v0.38.1 advertises the destination's members by
+//! their in-cluster names only (docs/etcd-druid-contract.md), which do not resolve in seed a,
+//! so no source member can dial one. etcd's peer transport carries both directions over
+//! connections the destination's members dial (a member receives a peer's messages over the
+//! stream it dialed to that peer, and sends over pipeline POSTs when the peer never dialed
+//! it), so the join works one way, as run on the seeds (2026-11-29: 6 voters, Shrink done).
+//! Not when the leader must send a snapshot (its raft log compacted after druid's
+//! `snapshot-count`, 10000 entries by default): the snapshot sender dials the learner. This
+//! test never writes past one: its writer acknowledges about 3000 keys from `Expose` to
+//! `Shrink`, the source's whole history well inside one snapshot's count.
 
 use super::join_expose::{self, Across};
 use super::join_observe::Sides;
