@@ -28,7 +28,7 @@ use super::join_observe::{
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
-use super::join_watch::{joins, restarts, source_members_reported};
+use super::join_watch::{joins, raft_index, restarts, source_members_reported, SNAPSHOT_COUNT};
 use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, POLL, SYSTEM};
 use isthmus_seed_world::dns::DnsProviderTask;
@@ -190,6 +190,15 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
     // Join (2 members) and Grow (the third) through the proxy, by druid and backup-restore.
     for (step, added) in [("Join", 0..2), ("Grow", 2..3)] {
+        // Across two seeds the source's members cannot dial the destination's (druid v0.38.1
+        // advertises those by in-cluster names): a member that must be sent a snapshot could
+        // not join, and this test does not show that path.
+        let index = raft_index(node, &src).unwrap();
+        println!("figure: M2: the source's raft index before {step}: {index} (a member snapshots past {SNAPSHOT_COUNT})");
+        assert!(
+            across.is_none() || index < SNAPSHOT_COUNT,
+            "the source's raft index {index} before {step}: past a snapshot"
+        );
         set_step(node, SRC, step);
         reached(node, SRC, step);
         set_step(dst_node, DST, step);
