@@ -26,8 +26,8 @@
 //! it), so the join works one way, as run on the seeds (2026-11-29: 6 voters, Shrink done).
 //! Not when the leader must send a snapshot (its raft log compacted after druid's
 //! `snapshot-count`, 10000 entries by default): the snapshot sender dials the learner. This
-//! test never writes past one: its writer acknowledges about 3000 keys from `Expose` to
-//! `Shrink`, the source's whole history well inside one snapshot's count.
+//! test never writes past one (3000–4000 keys from `Expose` to `Shrink`): it fails if the
+//! source's raft index is past druid's count before a member joins (`join_watch.rs`).
 
 use super::join_expose::{self, Across};
 use super::join_observe::Sides;
