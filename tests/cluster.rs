@@ -108,5 +108,9 @@ fn m2_on_a_running_node() {
     isthmus_testkit::tier::needs_root("the node of scripts/cluster.sh");
     let node = Node::handle();
     let source = join_expose::start(&node);
-    join_expose::through_the_proxy(&node, source);
+    let sides = join_observe::Sides {
+        src: &node,
+        dst: &node,
+    };
+    join_expose::through_the_proxy(&sides, source, None);
 }

@@ -6,7 +6,9 @@
 //! networks do not reach each other (no route) until `link up` joins them through the lab's
 //! link emulator at the demo's RTT (`seeds/link.rs`); `down` of one leaves the other serving
 //! and the kernel settings kubelet changed in place; `down` of the last leaves the host as it
-//! was. Needs root and
+//! was. `m2_across_running_seeds` (ignored: on seeds already up with isthmus and linked) runs
+//! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
+//! issue 45 point 3's first step). Needs root and
 //! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
 //! time per machine, beside the lab).
 
@@ -14,8 +16,33 @@
 
 #[path = "cluster/host.rs"]
 mod host;
+#[path = "seeds/join.rs"]
+mod join;
+// One node's M2 (tests/cluster/join_*.rs), run by `join.rs` across two seeds; what only the
+// single-node test calls stays unused here.
+#[allow(dead_code)]
+#[path = "cluster/join_expose.rs"]
+mod join_expose;
+#[allow(dead_code)]
+#[path = "cluster/join_observe.rs"]
+mod join_observe;
+#[allow(dead_code)]
+#[path = "cluster/join_shrink.rs"]
+mod join_shrink;
+#[allow(dead_code)]
+#[path = "cluster/join_tls.rs"]
+mod join_tls;
+#[allow(dead_code)]
+#[path = "cluster/join_watch.rs"]
+mod join_watch;
+#[allow(dead_code)]
+#[path = "cluster/join_writer.rs"]
+mod join_writer;
 #[path = "seeds/link.rs"]
 mod link;
+#[allow(dead_code)]
+#[path = "cluster/node.rs"]
+mod node;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -192,4 +219,25 @@ fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
         before,
         "the host after both seeds' down"
     );
+}
+
+/// The zone each seed's CoreDNS gets for the other seed's exposed names (`seeds/join.rs`),
+/// served by the node's CoreDNS build beside the node's rewrite; no root, no node.
+#[test]
+fn the_other_seeds_zone_answers_beside_the_rewrite() {
+    isthmus_testkit::tier::full_only("the node's CoreDNS build");
+    join::zone_beside_the_rewrite();
+}
+
+/// The migration's etcd part from seed a to seed b through the link (`seeds/join.rs`), on
+/// seeds that are up with isthmus and linked, left up afterwards:
+/// `flock -o /tmp/isthmus-node.lock sh -c 'scripts/cluster.sh --seed a up && scripts/cluster.sh
+/// --seed b up && scripts/cluster.sh link up --seeds a,b --rtt 50ms'`, then `flock -o
+/// /tmp/isthmus-node.lock cargo test --test seeds m2_across_running_seeds -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore = "needs seeds a and b up with isthmus, and the link"]
+fn m2_across_running_seeds() {
+    isthmus_testkit::tier::needs_root("two seeds of scripts/cluster.sh");
+    join::m2_across(&node::Node::seed('a'), &node::Node::seed('b'));
 }

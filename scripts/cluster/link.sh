@@ -7,7 +7,9 @@
 # arriving there to `isthmus-lab link`, the lab's link emulator, which carries it to the
 # address it was dialled with at the set RTT. So TCP between seeds crosses the emulated link
 # and nothing else crosses at all. The outsides forward between their node and the link and
-# masquerade what leaves for the link (the pod range is the same in every seed). Nothing of
+# masquerade what leaves for the link (the pod range is the same in every seed); each routes its
+# own seed's pod range to its node, for the answers to a pod's connection to another seed (the
+# node forwards pod traffic unmasqueraded: the CNI's ipMasq is off). Nothing of
 # this is in the host's namespace: `link down` (and the last seed's `down`) removes it all. A
 # seed that goes down leaves the link (its veth goes with its outside); `link down` and `link
 # up` join it again once it is back.
@@ -103,6 +105,7 @@ link_join() {
   ip -n "$LINK_NS" link set "seed-$s" up
   ip -n "$ext" link set link0 up
   ip -n "$LINK_NS" route add "10.$((200 + i)).0.0/16" via "10.$((200 + i)).2.1"
+  ip -n "$ext" route replace "$POD_CIDR" via "10.$((200 + i)).0.2"
   for peer in "$@"; do
     [[ "$peer" == "$s" ]] && continue
     j="$(seed_index "$peer")"
@@ -134,6 +137,7 @@ link_down() {
     ip netns list | grep -qw "$ext" || continue
     # Deleting the veth deletes the routes through it.
     ip -n "$ext" link del link0 2>/dev/null || true
+    ip -n "$ext" route del "$POD_CIDR" 2>/dev/null || true
     ip netns exec "$ext" nft delete table ip isthmus-link 2>/dev/null || true
     ip netns exec "$ext" sysctl -qw net.ipv4.ip_forward=0
   done

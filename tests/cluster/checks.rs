@@ -7,7 +7,7 @@ use super::traffic::{Client, POLL};
 use serde_json::Value;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-pub const LONG: Duration = Duration::from_secs(240);
+pub use super::node::{proxy_admin, LONG};
 
 /// Seconds since the epoch of an RFC 3339 UTC timestamp as the API writes them.
 pub fn epoch(ts: &str) -> u64 {
@@ -144,26 +144,6 @@ pub fn proxy_threads_run_as_batch(node: &Node) {
         "figure: proxy threads under SCHED_BATCH in the pod: {}",
         threads.len()
     );
-}
-
-/// The admin endpoint `path` of every running proxy pod in `ns`, read from the node
-/// (kubelet's side of the policies): (pod IP, body).
-pub fn proxy_admin(node: &Node, ns: &str, path: &str) -> Vec<(String, String)> {
-    let ips = node.pods_jsonpath(
-        ns,
-        "app.kubernetes.io/name=isthmus-proxy",
-        "{.items[?(@.status.phase==\"Running\")].status.podIP}",
-    );
-    ips.split_whitespace()
-        .map(|ip| {
-            let url = format!("http://{ip}:9901{path}");
-            let out = node.script(&["node", "curl", "-sS", "--max-time", "5", &url]);
-            (
-                ip.to_owned(),
-                String::from_utf8_lossy(&out.stdout).into_owned(),
-            )
-        })
-        .collect()
 }
 
 /// The proxy pods' metrics: `series` summed over them.

@@ -8,9 +8,7 @@
 //! through the proxy pods, the controller driving both). Prints the time to Ready and the
 //! memory of druid, the etcd pods and the node.
 
-use super::checks::LONG;
-use super::node::{etcdctl, poll, Node, ROOT};
-use super::traffic::POLL;
+use super::node::{etcdctl, poll, Node, LONG, POLL, ROOT};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -127,7 +125,11 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     one_cluster(node);
     memory(node, &before);
     volumes_given_back(node);
-    super::join_expose::through_the_proxy(node, m2);
+    let sides = super::join_observe::Sides {
+        src: node,
+        dst: node,
+    };
+    super::join_expose::through_the_proxy(&sides, m2, None);
     stand_druid_down(node);
 }
 

@@ -3,10 +3,8 @@
 //! backup-restore say of the join, the connections the proxies forwarded per exposed name,
 //! and the clean-up.
 
-use super::checks::proxy_admin;
 use super::join_tls::{Tls, ETCD};
-use super::node::{etcdctl, poll, Node, SYSTEM};
-use super::traffic::POLL;
+use super::node::{etcdctl, poll, proxy_admin, Node, POLL, SYSTEM};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -16,6 +14,13 @@ pub const DST: &str = "druid-dst";
 pub const STEP: Duration = Duration::from_secs(600);
 /// One member list.
 const MEMBERS: Duration = Duration::from_secs(5);
+
+/// Where each side of the migration runs: one node for both in `tests/cluster.rs`, seed a
+/// (source) and seed b (destination) in `tests/seeds.rs`.
+pub struct Sides<'a> {
+    pub src: &'a Node,
+    pub dst: &'a Node,
+}
 
 pub fn status(node: &Node, ns: &str) -> Value {
     let s = node.kubectl(&["-n", ns, "get", "etcdmigration", ETCD, "-o", "json"]);
@@ -134,17 +139,17 @@ pub fn forwarded(node: &Node) -> Vec<(String, f64)> {
     per.into_iter().collect()
 }
 
-/// The migrations go first (their finalizers need the grants), then the namespaces; the
-/// on-demand load balancer goes with the last migration.
-pub fn cleanup(node: &Node) {
-    for ns in [DST, SRC] {
+/// The migrations in `namespaces` of `node` go first (their finalizers need the grants), then
+/// the namespaces; the on-demand load balancer goes with the node's last migration.
+pub fn cleanup(node: &Node, namespaces: &[&str]) {
+    for ns in namespaces {
         node.kubectl(&["-n", ns, "delete", "etcdmigration", ETCD, "--wait=false"]);
     }
     poll(node, "the migrations gone", STEP, POLL, || {
         let left = node.kubectl(&["get", "etcdmigrations", "-A", "-o", "name"]);
         left.trim().is_empty().then_some(()).ok_or(left)
     });
-    for ns in [DST, SRC] {
+    for ns in namespaces {
         node.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     }
     poll(
@@ -153,8 +158,9 @@ pub fn cleanup(node: &Node) {
         STEP,
         POLL,
         || {
-            let ns = node.try_kubectl(&["get", "namespace", SRC]).is_ok()
-                || node.try_kubectl(&["get", "namespace", DST]).is_ok();
+            let ns = namespaces
+                .iter()
+                .any(|ns| node.try_kubectl(&["get", "namespace", ns]).is_ok());
             let lb = node
                 .try_kubectl(&["-n", SYSTEM, "get", "svc/isthmus-proxy"])
                 .is_ok();

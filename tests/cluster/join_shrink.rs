@@ -10,9 +10,8 @@
 //! anti-rejoin guard, played here by removing it again until the source `Etcd` is scaled to 0
 //! (gardenlet's cleanup of the source).
 
-use super::checks::LONG;
-use super::node::{poll, Node};
-use super::traffic::POLL;
+use super::join_observe::Sides;
+use super::node::{poll, Node, LONG, POLL};
 use isthmus_seed_world::etcd::{self, MemberDef, Place};
 use rustls::pki_types::ServerName;
 use std::io::{BufRead, BufReader};
@@ -96,23 +95,24 @@ fn member(name: String, peer: String) -> MemberDef {
     }
 }
 
-/// The source `src` (pods `<etcd>-<i>` in `src_ns`, members by pod name) leaves the cluster
-/// to the destination's three (pods in `dest_ns`, members `<prefix>-<pod>`); `tls` is the
-/// members' client TLS.
+/// The source `src` (pods `<etcd>-<i>` in `src_ns` on `sides.src`, members by pod name)
+/// leaves the cluster to the destination's three (pods in `dest_ns` on `sides.dst`, members
+/// `<prefix>-<pod>`); `tls` is the members' client TLS.
 pub fn shrink(
-    node: &Node,
+    sides: &Sides,
     tls: &Arc<rustls::ClientConfig>,
     (src_ns, dest_ns, prefix): (&str, &str, &str),
 ) {
     let etcd = super::join_tls::ETCD;
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let forward = |ns: &str| -> Vec<Forward> {
+    let forward = |node: &Node, ns: &str| -> Vec<Forward> {
         (0..3)
             .map(|i| Forward::new(node, &rt, tls, ns, &format!("{etcd}-{i}")))
             .collect()
     };
-    let sources = forward(src_ns);
-    let dests = forward(dest_ns);
+    let node = sides.src;
+    let sources = forward(sides.src, src_ns);
+    let dests = forward(sides.dst, dest_ns);
     let all: Vec<String> = sources
         .iter()
         .chain(&dests)

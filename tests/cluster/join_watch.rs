@@ -1,11 +1,11 @@
 //! What `join_expose.rs` watches while the migration runs, between its steps: the source's
 //! reported members against etcd's list, when each destination member was listed and became a
-//! voter, and when each source member restarted in `Expose`'s roll.
+//! voter, when each source member restarted in `Expose`'s roll, and how far the source's raft
+//! log is from a snapshot when a member joins.
 
-use super::join_observe::{members, status, SRC, STEP};
+use super::join_observe::{members, status, Sides, SRC, STEP};
 use super::join_tls::{Tls, ETCD};
-use super::node::{poll, Node};
-use super::traffic::POLL;
+use super::node::{etcdctl, poll, Node, POLL};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -42,16 +42,17 @@ pub fn source_members_reported(node: &Node, src: &Tls) -> Value {
 }
 
 /// When etcd (asked through the source's client Service) first listed each member named
-/// `prefix*`, and when as a voter, from `t0`; `Ok` once `ns`'s migration reports `step` ready.
+/// `prefix*`, and when as a voter, from `t0`; `Ok` once the destination's migration (in `ns`)
+/// reports `step` ready.
 pub fn joins(
-    node: &Node,
+    sides: &Sides,
     src: &Tls,
     (ns, step, prefix): (&str, &str, &str),
 ) -> BTreeMap<String, (Duration, Option<Duration>)> {
     let t0 = Instant::now();
     let mut seen: BTreeMap<String, (Duration, Option<Duration>)> = BTreeMap::new();
-    poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
-        for (name, learner, _) in members(node, src)?
+    poll(sides.dst, &format!("{ns} at {step}"), STEP, POLL, || {
+        for (name, learner, _) in members(sides.src, src)?
             .iter()
             .filter(|m| m.0.starts_with(prefix))
         {
@@ -60,7 +61,7 @@ pub fn joins(
                 e.1 = Some(t0.elapsed());
             }
         }
-        let s = status(node, ns);
+        let s = status(sides.dst, ns);
         if s["step"] == step && s["stepReady"] == true {
             Ok(())
         } else {
@@ -97,3 +98,26 @@ pub fn restarts(node: &Node) {
         println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
     }
 }
+
+/// druid's `snapshot-count` when the `Etcd` sets none (v0.38.1
+/// `internal/component/configmap/etcdconfig.go` `defaultSnapshotCount`): past it a member
+/// snapshots and compacts its raft log, and a member joining later is sent a snapshot.
+pub const SNAPSHOT_COUNT: u64 = 10_000;
+
+/// The raft index of the source member behind its client Service. Below [`SNAPSHOT_COUNT`] no
+/// member has compacted its log, so a joining member is sent entries, which travel over the
+/// connections it dials itself; a snapshot needs the leader to dial it (tests/seeds/join.rs).
+pub fn raft_index(node: &Node, tls: &Tls) -> Result<u64, String> {
+    let ip = node.jsonpath(SRC, &format!("svc/{ETCD}-client"), "{.spec.clusterIP}");
+    let flags = tls.etcdctl_flags();
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["endpoint", "status", "-w", "json"]);
+    let out = etcdctl(node, &format!("https://{ip}:2379"), STATUS, &args)?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+    v[0]["Status"]["raftIndex"]
+        .as_u64()
+        .ok_or_else(|| format!("no raftIndex in {out}"))
+}
+
+/// One endpoint status.
+const STATUS: Duration = Duration::from_secs(5);

@@ -7,10 +7,9 @@
 //! `requestTimeoutUpperBound`), through the client Service, the endpoint Gardener gives it.
 //! Nothing is retried by the test: a write that timed out may have been applied.
 
-use super::node::{etcdctl, Node, ROOT};
+use super::node::{etcdctl, Node};
 use isthmus_testkit::Scratch;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 /// The writer's keys as the cluster holds them.
@@ -28,17 +27,17 @@ pub(super) fn keys(
         .collect()
 }
 
-/// A client writing one key after another through `endpoints` (a file it rereads, so the
-/// test can point it at the destination as a shoot's kube-apiserver is), each write a fresh
+/// A client writing one key after another through `endpoints`, each write a fresh
 /// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
 /// `ok N MS` is an acknowledged write that took MS milliseconds, `fail N TIME ERROR` one
-/// that failed.
+/// that failed. Keys are numbered from `after + 1`: a writer on another seed's node carries on
+/// where the first stopped (the destination's, as a shoot's kube-apiserver is pointed there).
 pub(super) struct Writer {
     dir: Scratch,
     child: Child,
 }
 
-const WRITER: &str = r#"d=$1; i=0
+const WRITER: &str = r#"d=$1; i=$2
 while [ ! -e "$d/stop" ]; do
   i=$((i+1))
   t0=$(date +%s%N)
@@ -58,6 +57,22 @@ pub(super) struct Written {
 }
 
 impl Written {
+    /// The last key number acknowledged or failed (the next writer starts after it).
+    pub fn last(&self) -> u64 {
+        let failed = self
+            .failed
+            .iter()
+            .filter_map(|l| l.split(' ').nth(1)?.parse().ok());
+        self.ok.iter().map(|o| o.0).chain(failed).max().unwrap_or(0)
+    }
+
+    /// This and `later` (a writer that carried on after this one) as one.
+    pub fn then(mut self, later: Written) -> Written {
+        self.ok.extend(later.ok);
+        self.failed.extend(later.failed);
+        self
+    }
+
     /// The acknowledged writes that took longer than `over`, slowest first.
     pub fn slow(&self, over: Duration) -> Vec<(u64, u64)> {
         let ms = u64::try_from(over.as_millis()).unwrap();
@@ -68,24 +83,20 @@ impl Written {
 }
 
 impl Writer {
-    pub(super) fn with_flags(endpoints: &str, flags: &[String]) -> Self {
+    pub(super) fn with_flags(node: &Node, endpoints: &str, flags: &[String], after: u64) -> Self {
         let dir = Scratch::new("cluster-join-writer");
         std::fs::write(dir.join("endpoints"), endpoints).unwrap();
         std::fs::write(dir.join("flags"), flags.join(" ")).unwrap();
-        let child = Command::new(Path::new(ROOT).join("scripts/cluster.sh"))
+        let child = node
+            .command()
             .args(["node", "sh", "-c", WRITER, "sh"])
             .arg(dir.path())
+            .arg(after.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
         Writer { dir, child }
-    }
-
-    pub(super) fn point_at(&self, endpoints: &str) {
-        let tmp = self.dir.join("endpoints.new");
-        std::fs::write(&tmp, endpoints).unwrap();
-        std::fs::rename(tmp, self.dir.join("endpoints")).unwrap();
     }
 
     /// Stops the writer after its current write.

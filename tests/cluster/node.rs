@@ -1,6 +1,7 @@
 //! The real node of `scripts/cluster.sh` as a test fixture: brought up once, torn down when
 //! dropped (also after a failed step), with its kubectl, its "outside" network namespace and
-//! the diagnostics a failure prints.
+//! the diagnostics a failure prints. A handle names its seed (`--seed`, issue 45): seed a is
+//! the node of `tests/cluster.rs`, `tests/seeds.rs` drives a and b through the same calls.
 
 use super::host::host_state;
 use std::path::{Path, PathBuf};
@@ -17,10 +18,16 @@ pub const STRANGER_IP: &str = "10.200.0.3";
 pub const SYSTEM: &str = "isthmus-system";
 /// The helm release of the chart (scripts/cluster/isthmus.sh).
 pub const RELEASE: &str = "isthmus";
+/// A step that waits on kubelet and the pods it starts.
+pub const LONG: Duration = Duration::from_secs(240);
+/// The pause between two polls of the cluster.
+pub const POLL: Duration = Duration::from_millis(500);
 
 #[derive(Debug)]
 pub struct Node {
     script: PathBuf,
+    /// `--seed` of every script call: `a` is the script's default (and `ISTHMUS_CLUSTER_DIR`'s).
+    pub seed: char,
     /// The handle that brought the node up tears it down; copies for threads do not.
     owner: bool,
 }
@@ -36,10 +43,10 @@ impl Node {
     pub fn up() -> (Self, Duration, String) {
         let mut node = Node::handle();
         node.owner = true;
-        let _ = Command::new(&node.script).arg("down").output();
+        let _ = node.command().arg("down").output();
         let before = host_state();
         let t0 = Instant::now();
-        let out = Command::new(&node.script).arg("up").output().unwrap();
+        let out = node.command().arg("up").output().unwrap();
         let took = t0.elapsed();
         println!("{}", text(&out.stdout));
         if !out.status.success() {
@@ -55,18 +62,27 @@ impl Node {
 
     /// A handle on the node that is up, for another thread.
     pub fn handle() -> Self {
+        Node::seed('a')
+    }
+
+    /// A handle on seed `seed`'s node (`scripts/cluster.sh --seed SEED`), which is up.
+    pub fn seed(seed: char) -> Self {
         Node {
             script: Path::new(ROOT).join("scripts/cluster.sh"),
+            seed,
             owner: false,
         }
     }
 
+    /// `scripts/cluster.sh --seed SEED`, to add the subcommand to.
+    pub fn command(&self) -> Command {
+        let mut c = Command::new(&self.script);
+        c.args(["--seed", &self.seed.to_string()]);
+        c
+    }
+
     pub fn try_kubectl(&self, args: &[&str]) -> Result<String, String> {
-        let out = Command::new(&self.script)
-            .arg("kubectl")
-            .args(args)
-            .output()
-            .unwrap();
+        let out = self.command().arg("kubectl").args(args).output().unwrap();
         if out.status.success() {
             Ok(text(&out.stdout))
         } else {
@@ -86,7 +102,8 @@ impl Node {
     /// `kubectl apply -f -` of a manifest.
     pub fn apply(&self, yaml: &str) {
         use std::io::Write;
-        let mut child = Command::new(&self.script)
+        let mut child = self
+            .command()
             .args(["kubectl", "apply", "-f", "-"])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -126,8 +143,12 @@ impl Node {
 
     /// The admin kubeconfig `up` wrote for the host (kube-apiserver forwarded to 127.0.0.1).
     pub fn kubeconfig(&self) -> PathBuf {
+        let default = match self.seed {
+            'a' => "target/cluster".to_owned(),
+            s => format!("target/cluster-{s}"),
+        };
         std::env::var_os("ISTHMUS_CLUSTER_DIR")
-            .map_or_else(|| Path::new(ROOT).join("target/cluster"), PathBuf::from)
+            .map_or_else(|| Path::new(ROOT).join(default), PathBuf::from)
             .join("kubeconfig")
     }
 
@@ -168,7 +189,7 @@ impl Node {
 
     /// The script itself (`load`, `node`, ...).
     pub fn script(&self, args: &[&str]) -> Output {
-        Command::new(&self.script).args(args).output().unwrap()
+        self.command().args(args).output().unwrap()
     }
 
     pub fn jsonpath(&self, ns: &str, what: &str, path: &str) -> String {
@@ -236,7 +257,7 @@ impl Node {
     /// `scripts/cluster.sh down`, then the host must be as `before` (taken before `up`).
     pub fn down_and_check(mut self, before: &str) {
         self.owner = false;
-        let out = Command::new(&self.script).arg("down").output().unwrap();
+        let out = self.command().arg("down").output().unwrap();
         assert!(out.status.success(), "down: {}", text(&out.stderr));
         assert_eq!(
             host_state(),
@@ -255,13 +276,32 @@ impl Drop for Node {
             println!("ISTHMUS_CLUSTER_KEEP: the node stays up (scripts/cluster.sh down)");
             return;
         }
-        let out = Command::new(&self.script).arg("down").output();
+        let out = self.command().arg("down").output();
         if let Ok(out) = out {
             if !out.status.success() {
                 eprintln!("scripts/cluster.sh down: {}", text(&out.stderr));
             }
         }
     }
+}
+
+/// The proxy pods' admin endpoint at `path`, from the node's namespace: (pod address, body).
+pub fn proxy_admin(node: &Node, ns: &str, path: &str) -> Vec<(String, String)> {
+    let ips = node.pods_jsonpath(
+        ns,
+        "app.kubernetes.io/name=isthmus-proxy",
+        "{.items[?(@.status.phase==\"Running\")].status.podIP}",
+    );
+    ips.split_whitespace()
+        .map(|ip| {
+            let url = format!("http://{ip}:9901{path}");
+            let out = node.script(&["node", "curl", "-sS", "--max-time", "5", &url]);
+            (
+                ip.to_owned(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+            )
+        })
+        .collect()
 }
 
 /// Polls `f` until it returns `Some`, pausing `every` between attempts; after `timeout`

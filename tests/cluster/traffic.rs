@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+
+pub use super::node::POLL;
 
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -172,5 +173,3 @@ impl Load {
         )
     }
 }
-
-pub const POLL: Duration = Duration::from_millis(500);
