@@ -78,8 +78,10 @@ fn isthmus_in_a_real_node() {
     checks::first_pod_ready(&node, wall0);
     checks::proxy_ready_through_probes(&node, node::SYSTEM);
     checks::proxy_threads_run_as_batch(&node);
+    // gardenlet's `Etcd` of the shoot, made by druid beside the druid step's.
+    let shoot = shoot::Shoot::start(&node);
     druid::stock_etcd_becomes_ready(&node);
-    let shoot = shoot::Shoot::deploy(&node);
+    shoot.ready(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);
     routes::delivery_figures(&node);
@@ -87,7 +89,7 @@ fn isthmus_in_a_real_node() {
     checks::lease_hand_over(&node);
     upgrade::rolling_update_without_failed_connections(&node, &client);
     upgrade::drain_on_delete(&node, &client);
-    tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
+    tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot);
     grm::policies_through_gardener_resource_manager(&node, &client);
     release::uninstall(&node);
     gardenlet::installed_as_gardenlet_installs_it(&node, &shoot);
@@ -99,9 +101,8 @@ fn isthmus_in_a_real_node() {
 
 /// The migration's etcd part through isthmus alone (`join_expose.rs`, a step of the test
 /// above), to iterate on it on a node that is already up (`flock -o /tmp/isthmus-node.lock
-/// scripts/cluster.sh up`), left up afterwards (etcd-druid must run: the whole test stands it
-/// down after this step): `cargo test --test cluster m2_on_a_running_node -- --ignored
-/// --nocapture`.
+/// scripts/cluster.sh up`), left up afterwards: `cargo test --test cluster
+/// m2_on_a_running_node -- --ignored --nocapture`.
 #[test]
 #[ignore = "needs a node that is up"]
 fn m2_on_a_running_node() {
