@@ -6,13 +6,15 @@
 //! exposed through the proxy pods by the controller and a second one joining it there with
 //! `bootstrapWithExistingCluster` (the real druid and backup-restore add and promote the
 //! learners while a client writes through the cluster: 0 failed, 0 lost; the source members
-//! then removed by seed-world's stand-in of etcd-druid#1426), a TLS client outside
-//! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
-//! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
-//! from both sides, the Lease hand-over, a rolling update to a new image through `helm
-//! upgrade` under load and a drain, the controller's tunnel server (from a destination migration's
-//! `spec.vpn.server`) and the agents as pods with the agent's session through the proxy's VPN
-//! route, the LoadBalancer made on demand with the first migration and gone after the last,
+//! then removed by seed-world's stand-in of etcd-druid#1426); the shoot's `Etcd` (gardenlet's,
+//! one TLS member), made by the same druid beside those and kept by it for every later step
+//! (no etcd of the test's own, druid never stood down): an `EtcdMigration` turned into routes
+//! by the controller and delivered by the real kubelet, druid rolling the member onto its
+//! exposed peer URL, a TLS client outside the cluster reaching that etcd pod through the
+//! LoadBalancer by SNI, the NetworkPolicies from both sides, the Lease hand-over, a rolling
+//! update to a new image through `helm upgrade` under load and a drain, the controller's
+//! tunnel server (from a destination migration's `spec.vpn.server`) and the agents as pods
+//! with the agent's session through the proxy's VPN route to that etcd, the LoadBalancer made on demand with the first migration and gone after the last,
 //! `helm uninstall` leaving only what must stay; then isthmus installed again exactly as
 //! gardenlet installs an Extension (the `gardenlet-install` harness: Gardener v1.149.3's
 //! renderer, `extension-isthmus-<random>`, a ManagedResource applied by the node's real
