@@ -145,9 +145,10 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     restarts(node);
     let w = writer.peek();
     println!(
-        "figure: M2: writer through Expose's roll: {} acknowledged, failed {:?}, acknowledged after more than 2 s (number, ms): {:?}",
+        "figure: M2: writer through Expose's roll: {} acknowledged, failed {:?}, retried (number, first error) {:?}, acknowledged after more than 2 s (number, ms): {:?}",
         w.ok.len(),
         w.failed,
+        w.retried,
         w.slow(Duration::from_secs(2)),
     );
 
@@ -238,8 +239,10 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
             .filter(|n| !stored.contains(n))
             .collect();
     println!(
-        "figure: M2: writer through Expose's roll, the join, the growth and the shrink: {} acknowledged, {} failed, {} lost; acknowledged after more than 2 s (number, ms): {:?}",
+        "figure: M2: writer through Expose's roll, the join, the growth and the shrink: {} acknowledged ({} retried: {:?}), {} failed, {} lost; acknowledged after more than 2 s (number, ms): {:?}",
         w.ok.len(),
+        w.retried.len(),
+        w.retried,
         w.failed.len(),
         lost.len(),
         w.slow(Duration::from_secs(2)),

@@ -1,11 +1,20 @@
 //! The client that writes through the join (`join_expose.rs`): one key after another, each
-//! a fresh `etcdctl put` (Debian's v3.4: clientv3 and its retry interceptor, which retries a
-//! put only when it cannot have reached a member, `clientv3/retry.go`
+//! attempt a fresh `etcdctl put` (Debian's v3.4: clientv3 and its retry interceptor, which
+//! retries a put only when it cannot have reached a member, `clientv3/retry.go`
 //! `isSafeRetryMutableRPC`), with the deadlines a seed's kube-apiserver gives its etcd client:
 //! 20 s to dial (k8s.io/apiserver v0.34.4 `pkg/storage/storagebackend/factory/etcd3.go`
 //! `dialTimeout`) and 34 s per write (`pkg/endpoints/handlers/create.go`
 //! `requestTimeoutUpperBound`), through the client Service, the endpoint Gardener gives it.
-//! Nothing is retried by the test: a write that timed out may have been applied.
+//!
+//! A put that etcd answers with an error is tried again, as the lab's careful client retries a
+//! 5xx (docs/lab.md "Load"), until 34 s have passed since the first attempt: putting the same
+//! value under the same key twice is idempotent, so a retry cannot write what the first
+//! attempt did not mean. It is needed for one thing etcd does by design: a proposal a follower
+//! forwarded to a leader that is handing over leadership (druid's roll stops the leader with
+//! SIGTERM, and etcd's `Stop` transfers leadership first) is dropped with no answer, and the
+//! follower answers `request timed out` after 7 s (docs/lab.md "A write in flight at a leader
+//! change"). Such a write counts as retried, with its first error; it fails only when no
+//! attempt is acknowledged within the 34 s.
 
 use super::node::{etcdctl, Node};
 use isthmus_testkit::Scratch;
@@ -29,8 +38,9 @@ pub(super) fn keys(
 
 /// A client writing one key after another through `endpoints`, each write a fresh
 /// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
-/// `ok N MS` is an acknowledged write that took MS milliseconds, `fail N TIME ERROR` one
-/// that failed. Keys are numbered from `after + 1`: a writer on another seed's node carries on
+/// `ok N MS` is an acknowledged write that took MS milliseconds from its first attempt
+/// (`ok N MS retried TIME ERROR` when an earlier attempt failed with ERROR), `fail N TIME
+/// ERROR` one that no attempt got acknowledged within 34 s. Keys are numbered from `after + 1`: a writer on another seed's node carries on
 /// where the first stopped (the destination's, as a shoot's kube-apiserver is pointed there).
 pub(super) struct Writer {
     dir: Scratch,
@@ -40,19 +50,28 @@ pub(super) struct Writer {
 const WRITER: &str = r#"d=$1; i=$2
 while [ ! -e "$d/stop" ]; do
   i=$((i+1))
-  t0=$(date +%s%N)
-  # shellcheck disable=SC2046 # the flags are words without blanks
-  if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 20s \
-      --command-timeout 34s put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
-    echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 ))"
-  else
-    echo "fail $i $(date -u +%T.%N) $(tr '\n' ' ' <"$d/err")"
-  fi
+  t0=$(date +%s%N); first=""
+  while :; do
+    # shellcheck disable=SC2046 # the flags are words without blanks
+    if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 20s \
+        --command-timeout 34s put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
+      echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 ))${first:+ retried $first}"
+      break
+    fi
+    [ -n "$first" ] || first="$(date -u +%T.%N) $(tr '\n' ' ' <"$d/err")"
+    if [ $(( ($(date +%s%N) - t0) / 1000000000 )) -ge 34 ]; then
+      echo "fail $i $first"
+      break
+    fi
+    sleep 0.2 # a retry policy's pause, so a refusal does not spin
+  done
 done >>"$d/log""#;
 
 /// What the writer did: the acknowledged writes (number, milliseconds) and the failures' lines.
 pub(super) struct Written {
     pub ok: Vec<(u64, u64)>,
+    /// Acknowledged after a failed attempt: the number and the first attempt's error.
+    pub retried: Vec<(u64, String)>,
     pub failed: Vec<String>,
 }
 
@@ -69,6 +88,7 @@ impl Written {
     /// This and `later` (a writer that carried on after this one) as one.
     pub fn then(mut self, later: Written) -> Written {
         self.ok.extend(later.ok);
+        self.retried.extend(later.retried);
         self.failed.extend(later.failed);
         self
     }
@@ -111,17 +131,26 @@ impl Writer {
         let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
         let mut w = Written {
             ok: Vec::new(),
+            retried: Vec::new(),
             failed: Vec::new(),
         };
         // A line still being written is not one yet.
         let lines = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
         for line in lines.map(str::trim_end) {
             let ok = line.strip_prefix("ok ").and_then(|r| {
-                let (n, ms) = r.split_once(' ')?;
-                Some((n.parse().ok()?, ms.parse().ok()?))
+                let mut f = r.splitn(3, ' ');
+                let n: u64 = f.next()?.parse().ok()?;
+                let ms: u64 = f.next()?.parse().ok()?;
+                let retried = f
+                    .next()
+                    .map(|e| e.trim_start_matches("retried ").to_owned());
+                Some((n, ms, retried))
             });
             match ok {
-                Some(o) => w.ok.push(o),
+                Some((n, ms, retried)) => {
+                    w.ok.push((n, ms));
+                    w.retried.extend(retried.map(|e| (n, e)));
+                }
                 None => w.failed.push(line.to_owned()),
             }
         }
