@@ -6,13 +6,15 @@
 //! exposed through the proxy pods by the controller and a second one joining it there with
 //! `bootstrapWithExistingCluster` (the real druid and backup-restore add and promote the
 //! learners while a client writes through the cluster: 0 failed, 0 lost; the source members
-//! then removed by seed-world's stand-in of etcd-druid#1426), a TLS client outside
-//! the cluster reaching a real etcd pod through the LoadBalancer by SNI, an `EtcdMigration`
-//! turned into routes by the controller and delivered by the real kubelet, the NetworkPolicies
-//! from both sides, the Lease hand-over, a rolling update to a new image through `helm
-//! upgrade` under load and a drain, the controller's tunnel server (from a destination migration's
-//! `spec.vpn.server`) and the agents as pods with the agent's session through the proxy's VPN
-//! route, the LoadBalancer made on demand with the first migration and gone after the last,
+//! then removed by seed-world's stand-in of etcd-druid#1426); the shoot's `Etcd` (gardenlet's,
+//! one TLS member), made by the same druid beside those and kept by it for every later step
+//! (no etcd of the test's own, druid never stood down): an `EtcdMigration` turned into routes
+//! by the controller and delivered by the real kubelet, druid rolling the member onto its
+//! exposed peer URL, a TLS client outside the cluster reaching that etcd pod through the
+//! LoadBalancer by SNI, the NetworkPolicies from both sides, the Lease hand-over, a rolling
+//! update to a new image through `helm upgrade` under load and a drain, the controller's
+//! tunnel server (from a destination migration's `spec.vpn.server`) and the agents as pods
+//! with the agent's session through the proxy's VPN route to that etcd, the LoadBalancer made on demand with the first migration and gone after the last,
 //! `helm uninstall` leaving only what must stay; then isthmus installed again exactly as
 //! gardenlet installs an Extension (the `gardenlet-install` harness: Gardener v1.149.3's
 //! renderer, `extension-isthmus-<random>`, a ManagedResource applied by the node's real
@@ -78,8 +80,10 @@ fn isthmus_in_a_real_node() {
     checks::first_pod_ready(&node, wall0);
     checks::proxy_ready_through_probes(&node, node::SYSTEM);
     checks::proxy_threads_run_as_batch(&node);
+    // gardenlet's `Etcd` of the shoot, made by druid beside the druid step's.
+    let shoot = shoot::Shoot::start(&node);
     druid::stock_etcd_becomes_ready(&node);
-    let shoot = shoot::Shoot::deploy(&node);
+    shoot.ready(&node);
     let client = checks::migration_routes_reach_etcd(&node, &shoot);
     checks::source_ranges_and_allowed_sources(&node, &client);
     routes::delivery_figures(&node);
@@ -87,7 +91,7 @@ fn isthmus_in_a_real_node() {
     checks::lease_hand_over(&node);
     upgrade::rolling_update_without_failed_connections(&node, &client);
     upgrade::drain_on_delete(&node, &client);
-    tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot.ca);
+    tunnel::agent_session_through_the_proxy(&node, &client.lb, &shoot);
     grm::policies_through_gardener_resource_manager(&node, &client);
     release::uninstall(&node);
     gardenlet::installed_as_gardenlet_installs_it(&node, &shoot);
@@ -99,9 +103,8 @@ fn isthmus_in_a_real_node() {
 
 /// The migration's etcd part through isthmus alone (`join_expose.rs`, a step of the test
 /// above), to iterate on it on a node that is already up (`flock -o /tmp/isthmus-node.lock
-/// scripts/cluster.sh up`), left up afterwards (etcd-druid must run: the whole test stands it
-/// down after this step): `cargo test --test cluster m2_on_a_running_node -- --ignored
-/// --nocapture`.
+/// scripts/cluster.sh up`), left up afterwards: `cargo test --test cluster
+/// m2_on_a_running_node -- --ignored --nocapture`.
 #[test]
 #[ignore = "needs a node that is up"]
 fn m2_on_a_running_node() {

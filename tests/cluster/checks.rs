@@ -219,6 +219,8 @@ pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
     let client = Client {
         lb,
         ca: shoot.ca.clone(),
+        cert: shoot.cert.clone(),
+        key: shoot.key.clone(),
     };
     poll(
         node,
@@ -231,6 +233,9 @@ pub fn migration_routes_reach_etcd(node: &Node, shoot: &Shoot) -> Client {
         "figure: EtcdMigration created -> routes ConfigMap written {written:.1?}; -> route served through the on-demand LoadBalancer and the real kubelet {:.1?}",
         t0.elapsed()
     );
+    // The controller exposed the source: druid rolls the member (the later steps' load must
+    // not meet that roll).
+    shoot.rolled_onto_exposed_url(node, &client);
     client
 }
 

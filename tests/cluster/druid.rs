@@ -5,8 +5,9 @@
 //! StatefulSet druid owns, on volumes the default StorageClass provisions on demand — and
 //! serves as one cluster. Deleting the namespace gives the volumes back. Then the migration's
 //! etcd part through isthmus (`join_expose.rs`: a TLS source `Etcd`, a destination joining it
-//! through the proxy pods, the controller driving both). Prints the time to Ready and the
-//! memory of druid, the etcd pods and the node.
+//! through the proxy pods, the controller driving both). druid keeps running for the later
+//! steps: the shoot's `Etcd` (`shoot.rs`) is its too. Prints the time to Ready and the memory
+//! of druid, the etcd pods and the node.
 
 use super::node::{etcdctl, poll, Node, LONG, POLL, ROOT};
 use serde_json::Value;
@@ -130,29 +131,6 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
         dst: node,
     };
     super::join_expose::through_the_proxy(&sides, m2, None);
-    stand_druid_down(node);
-}
-
-/// The later steps' `Etcd`s (the shoot's source, the VPN's destination) are gardenlet's
-/// objects over etcd members the test runs as plain StatefulSets (the join through druid's
-/// members and the proxy pods is `join_expose.rs`, in namespaces of its own). A running druid
-/// would take those objects over (its Services re-select the members to pods it made, and the
-/// proxy's in-cluster names stop resolving), so it stops here; its webhook stays and guards
-/// nothing once the example's and M2's namespaces are gone.
-fn stand_druid_down(node: &Node) {
-    node.kubectl(&["-n", "garden", "scale", "deploy/etcd-druid", "--replicas=0"]);
-    poll(node, "etcd-druid's pod gone", LONG, POLL, || {
-        let pods = node.pods_jsonpath(
-            "garden",
-            "gardener.cloud/role=etcd-druid",
-            "{.items[*].metadata.name}",
-        );
-        if pods.trim().is_empty() {
-            Ok(())
-        } else {
-            Err(pods)
-        }
-    });
 }
 
 /// The three members form one cluster: the client Service lists them, a value put through it
@@ -248,7 +226,7 @@ fn memory(node: &Node, before: &u64) {
             .collect()
     };
     println!(
-        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it and M2's source Etcd",
+        "figure: memory (working set): etcd-druid {:?} MiB, the 3 etcd pods {:?} MiB, local-path-provisioner {:?} MiB; the node {} MiB before the Etcd, {} MiB with it, M2's source Etcd and the shoot's",
         mib("garden", "etcd-druid"),
         mib(NS, ETCD),
         mib("local-path-storage", "local-path-provisioner"),

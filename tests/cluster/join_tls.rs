@@ -28,7 +28,7 @@ const CLIENT: &str = "etcd-client";
 /// The names a member's certificates carry in `ns` on `seed`: Gardener's in-cluster ones
 /// (gardener v1.149.3 `pkg/component/etcd/etcd/tls.go`) and the exposed ones
 /// (`<pod>.<namespace>.<seed>.<internal-domain>`, controller/README.md).
-fn names(ns: &str, seed: &str) -> Vec<String> {
+pub fn names(ns: &str, seed: &str) -> Vec<String> {
     let mut n = vec![
         format!("{ETCD}-local"),
         format!("{ETCD}-client"),

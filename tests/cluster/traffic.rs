@@ -15,6 +15,9 @@ pub use super::node::POLL;
 pub struct Client {
     pub lb: String,
     pub ca: PathBuf,
+    /// The client certificate and key etcd requires.
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl Client {
@@ -23,6 +26,10 @@ impl Client {
         c.args(["curl", "-sS", "--max-time", &timeout_s.to_string()])
             .arg("--cacert")
             .arg(&self.ca)
+            .arg("--cert")
+            .arg(&self.cert)
+            .arg("--key")
+            .arg(&self.key)
             .args(["--resolve", &format!("{SNI}:2379:{}", self.lb)]);
         if let Some(s) = source {
             c.args(["--interface", s]);
@@ -48,6 +55,32 @@ impl Client {
                 String::from_utf8_lossy(&out.stderr)
             ))
         }
+    }
+
+    /// etcd's member list through the proxy (the JSON gateway): each member's peer URLs.
+    pub fn peer_urls(&self, node: &Node) -> Result<Vec<String>, String> {
+        let out = self
+            .curl(node, None, 5)
+            .args(["-X", "POST", "-d", "{}"])
+            .arg(format!("https://{SNI}:2379/v3/cluster/member/list"))
+            .output()
+            .map_err(|e| e.to_string())?;
+        let body = String::from_utf8_lossy(&out.stdout).into_owned();
+        let list: serde_json::Value = serde_json::from_str(&body).map_err(|e| {
+            format!(
+                "curl exit {:?}: {body}{} ({e})",
+                out.status.code(),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+        let urls = list["members"]
+            .as_array()
+            .ok_or(body.clone())?
+            .iter()
+            .flat_map(|m| m["peerURLs"].as_array().cloned().unwrap_or_default())
+            .filter_map(|u| u.as_str().map(str::to_owned))
+            .collect();
+        Ok(urls)
     }
 
     /// An etcd watch held open through the proxy (etcd's JSON gateway streams the events).

@@ -10,7 +10,7 @@
 //! front, the agent's session and the agent's dial.
 
 use super::node::{poll, source_ranges_value, Node, EXT_IP, RELEASE, STRANGER_IP, SYSTEM};
-use super::shoot::NS;
+use super::shoot::{Shoot, NS};
 use isthmus_testkit::{Scratch, TestPki};
 use std::time::{Duration, Instant};
 
@@ -56,7 +56,7 @@ fn tls_secret(node: &Node, name: &str, dir: &Scratch, stem: &str) {
     node.kubectl(&["-n", DST_NS, "create", "secret", "tls", name, &cert, &key]);
 }
 
-pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::path::Path) {
+pub fn agent_session_through_the_proxy(node: &Node, lb: &str, shoot: &Shoot) {
     let dir = Scratch::new("cluster-tunnel");
     let pki = TestPki::new();
     pki.write_ca(dir.path());
@@ -66,7 +66,14 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         .write(dir.path(), "agent");
     pki.peer_cert(&["kube-apiserver.shoot--foo--bar"])
         .write(dir.path(), "apiserver");
-    std::fs::copy(etcd_ca, dir.join("etcd-ca.crt")).unwrap();
+    // etcd's CA and a client certificate it accepts (the shoot's kube-apiserver's).
+    for (from, to) in [
+        (&shoot.ca, "etcd-ca.crt"),
+        (&shoot.cert, "etcd-client.crt"),
+        (&shoot.key, "etcd-client.key"),
+    ] {
+        std::fs::copy(from, dir.join(to)).unwrap();
+    }
     std::fs::copy(dir.join("ca.crt"), dir.join("bundle.crt")).unwrap();
     let tls = "/etc/isthmus";
     std::fs::write(
@@ -94,7 +101,14 @@ pub fn agent_session_through_the_proxy(node: &Node, lb: &str, etcd_ca: &std::pat
         &dir,
         &agent_files,
     );
-    let client_files = ["ca.crt", "apiserver.crt", "apiserver.key", "etcd-ca.crt"];
+    let client_files = [
+        "ca.crt",
+        "apiserver.crt",
+        "apiserver.key",
+        "etcd-ca.crt",
+        "etcd-client.crt",
+        "etcd-client.key",
+    ];
     secret(node, DST_NS, "tunnel-client", &dir, &client_files);
     // The seed's side through the release: the shoot's egress (here: the pod network)
     // admitted to the load balancer's VPN port (the template's ranges, which the controller
@@ -308,6 +322,10 @@ spec:
                 "/tls/apiserver.key",
                 "--cacert",
                 "/tls/etcd-ca.crt",
+                "--cert",
+                "/tls/etcd-client.crt",
+                "--key",
+                "/tls/etcd-client.key",
                 &target,
             ])?;
             if out.contains("\"health\":\"true\"") {
