@@ -3,10 +3,12 @@
 //! the real etcd-druid), installed as gardener-operator installs it (the image from
 //! `scripts/image.sh`; `helm install` of the chart's archive with a seed's injected values),
 //! end to end: probes, etcd-druid's own example `Etcd` becoming Ready, a TLS druid `Etcd`
-//! exposed through the proxy pods by the controller and a second one joining it there with
-//! `bootstrapWithExistingCluster` (the real druid and backup-restore add and promote the
-//! learners while a client writes through the cluster: 0 failed, 0 lost; the source members
-//! then removed by seed-world's stand-in of etcd-druid#1426); the shoot's `Etcd` (gardenlet's,
+//! exposed through the proxy pods by the controller and a second one, in a second real seed
+//! (`scripts/cluster.sh --seed b up`, linked at 50 ms RTT: `seeds/join.rs`), joining it there
+//! with `bootstrapWithExistingCluster` (the real druid and backup-restore of seed b add and
+//! promote the learners through seed a's proxy pods while a client writes through the
+//! cluster: 0 failed, 0 lost; the source members then removed by seed-world's stand-in of
+//! etcd-druid#1426; seed b and the link then go down); the shoot's `Etcd` (gardenlet's,
 //! one TLS member), made by the same druid beside those and kept by it for every later step
 //! (no etcd of the test's own, druid never stood down): an `EtcdMigration` turned into routes
 //! by the controller and delivered by the real kubelet, druid rolling the member onto its
@@ -22,7 +24,8 @@
 //! a DaemonSet rollout reported Progressing (the Seed's not-ready window, scaled to a 50-node
 //! seed by the chart's `maxSurge`), the ManagedResource's deletion keeping the CRD and the
 //! `EtcdMigration`; then `down` leaving the host as it was (sysctls, namespaces, cgroups,
-//! mounts). One test, steps in order on one node; each step prints its figures.
+//! mounts). One test, steps in order on one node (two for the migration's etcd part); each
+//! step prints its figures.
 //! Needs root and what `scripts/install-deps.sh` installs; `ISTHMUS_CLUSTER_KEEP=1` leaves the
 //! node up afterwards.
 
@@ -38,6 +41,10 @@ mod gardenlet;
 mod grm;
 #[path = "cluster/host.rs"]
 mod host;
+// M2 across seeds a and b; what only the seeds test calls stays unused here.
+#[allow(dead_code)]
+#[path = "seeds/join.rs"]
+mod across;
 #[path = "cluster/join_expose.rs"]
 mod join_expose;
 #[path = "cluster/join_observe.rs"]

@@ -16,6 +16,8 @@
 
 #[path = "cluster/host.rs"]
 mod host;
+// `SeedB` is the node test's (tests/cluster/druid.rs).
+#[allow(dead_code)]
 #[path = "seeds/join.rs"]
 mod join;
 // One node's M2 (tests/cluster/join_*.rs), run by `join.rs` across two seeds; what only the

@@ -192,12 +192,14 @@ node_start() {
   start kube-proxy "$K8S/kube-proxy" --config "$STATE/etc/kube-proxy.yaml"
   wait_for "node $NODE_NAME Ready" 120 kubectl_admin wait --for=condition=Ready "node/$NODE_NAME" --timeout=1s
   kubectl_admin apply -f "$root/scripts/cluster/addons.yaml" >/dev/null
+  # --v=1: its NetworkPolicy syncs and how long they took, which tests/cluster/upgrade.rs
+  # prints when a new connection fails (a new pod is admitted by a policy only after a sync).
   start kube-router env POD_NAMESPACE=kube-system POD_NAME="$NODE_NAME" "$ISTHMUS_CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" \
     --kubeconfig "$STATE/etc/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
     --run-router=false --run-service-proxy=false --run-firewall=true --run-loadbalancer=true \
     --loadbalancer-ip-range "$LB_RANGE" --enable-cni=false --enable-ipv4=true --enable-ipv6=false \
     --enable-pod-egress=false --service-cluster-ip-range "$SERVICE_CIDR" --health-port 0 \
-    --iptables-sync-period 30s
+    --iptables-sync-period 30s --v=1
 }
 
 # The host's door to kube-apiserver: 127.0.0.1:$API_PORT -> a unix socket -> the node's 6443.

@@ -9,7 +9,7 @@
 //! steps: the shoot's `Etcd` (`shoot.rs`) is its too. Prints the time to Ready and the memory
 //! of druid, the etcd pods and the node.
 
-use super::node::{etcdctl, poll, Node, LONG, POLL, ROOT};
+use super::node::{etcdctl, poll, Node, LONG, POLL, ROOT, SYSTEM};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -49,8 +49,10 @@ fn json(node: &Node, args: &[&str]) -> Value {
 
 pub fn stock_etcd_becomes_ready(node: &Node) {
     let before = node_memory();
-    // The migration's source `Etcd` becomes Ready beside the example (join_expose.rs).
+    // The migration's source `Etcd` becomes Ready beside the example (join_expose.rs), and
+    // seed b comes up beside both, for the destination (seeds/join.rs).
     let m2 = super::join_expose::start(node);
+    let seed_b = std::thread::spawn(super::across::SeedB::up);
     node.kubectl(&["create", "namespace", NS]);
     let file = example();
     let t0 = Instant::now();
@@ -126,11 +128,21 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     one_cluster(node);
     memory(node, &before);
     volumes_given_back(node);
-    let sides = super::join_observe::Sides {
-        src: node,
-        dst: node,
-    };
-    super::join_expose::through_the_proxy(&sides, m2, None);
+    let seed_b = seed_b
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    super::across::m2_across_from(node, seed_b.node(), m2);
+    drop(seed_b);
+    // Seed a's controller no longer reaches seed b's load balancer range.
+    node.helm_upgrade(&["--set-json", "controller.loadBalancerCIDRs=[]"]);
+    node.kubectl(&[
+        "-n",
+        SYSTEM,
+        "rollout",
+        "status",
+        "deploy/isthmus-controller",
+        "--timeout=240s",
+    ]);
 }
 
 /// The three members form one cluster: the client Service lists them, a value put through it

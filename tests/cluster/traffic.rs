@@ -170,7 +170,10 @@ impl Load {
                         attempted.fetch_add(1, Ordering::Relaxed);
                         if let Err(e) = client.health(&node, None) {
                             failed.fetch_add(1, Ordering::Relaxed);
-                            errors.lock().unwrap().push(e);
+                            errors
+                                .lock()
+                                .unwrap()
+                                .push(format!("ended {} UTC: {e}", utc_now()));
                         }
                     }
                 })
@@ -205,4 +208,19 @@ impl Load {
             errors,
         )
     }
+}
+
+/// Now as `HH:MM:SS.mmm` UTC, to set a failure beside the pods' and the node's times.
+pub fn utc_now() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    let s = t.as_secs() % 86_400;
+    format!(
+        "{:02}:{:02}:{:02}.{:03}",
+        s / 3600,
+        s / 60 % 60,
+        s % 60,
+        t.subsec_millis()
+    )
 }

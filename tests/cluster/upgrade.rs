@@ -3,7 +3,7 @@
 //! pod deleted with open connections draining within its grace period.
 
 use super::checks::proxy_metric;
-use super::node::{poll, Node, ROOT, SYSTEM};
+use super::node::{poll, proxy_admin, Node, ROOT, SYSTEM};
 use super::shoot::SNI;
 use super::traffic::{Client, Ended, Load, Watch, POLL};
 use std::time::{Duration, Instant};
@@ -75,6 +75,47 @@ fn ended(node: &Node, watches: &mut [Watch]) -> (usize, Vec<i32>) {
         }
     }
     (drained, failed)
+}
+
+/// What shows where a new connection of the rolling update was lost: each proxy pod's start
+/// and Ready times, its upstream connect errors and connections, and kube-router's lines on
+/// its NetworkPolicy syncs (its ipsets admit a new proxy pod to the etcd pod's policy only
+/// after a sync: cloudnativelabs/kube-router#873).
+fn why_a_connection_failed(node: &Node) -> String {
+    let pods = node.pods_jsonpath(
+        SYSTEM,
+        "app.kubernetes.io/name=isthmus-proxy",
+        "{range .items[*]}{.metadata.name} started {.status.startTime} ready {.status.conditions[?(@.type==\"Ready\")].lastTransitionTime}{\"\\n\"}{end}",
+    );
+    let metrics: Vec<String> = proxy_admin(node, SYSTEM, "/metrics")
+        .into_iter()
+        .flat_map(|(pod, body)| {
+            body.lines()
+                .filter(|l| {
+                    l.starts_with("isthmus_proxy_upstream_connect_errors_total")
+                        || l.starts_with("isthmus_proxy_connections_total")
+                })
+                .map(|l| format!("{pod}: {l}"))
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let log = node
+        .kubeconfig()
+        .with_file_name("logs")
+        .join("kube-router.log");
+    let router: Vec<String> = std::fs::read_to_string(&log)
+        .unwrap_or_else(|e| format!("{}: {e}", log.display()))
+        .lines()
+        .filter(|l| l.contains("sync") || l.contains("Sync"))
+        .rev()
+        .take(20)
+        .map(str::to_owned)
+        .collect();
+    format!(
+        "proxy pods:\n{pods}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}",
+        metrics.join("\n"),
+        router.join("\n")
+    )
 }
 
 pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
@@ -151,8 +192,10 @@ pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
         reset.len()
     );
     assert_eq!(
-        failed, 0,
-        "new connections failed during the rolling update: {errors:?}"
+        failed,
+        0,
+        "new connections failed during the rolling update: {errors:?}\n{}",
+        why_a_connection_failed(node)
     );
     assert!(
         reset.is_empty(),

@@ -220,10 +220,17 @@ pub fn zone_beside_the_rewrite() {
 
 /// The migration's etcd part from seed a to seed b (both up with isthmus, the link up).
 pub fn m2_across(a: &Node, b: &Node) {
+    m2_across_from(a, b, join_expose::start(a));
+}
+
+/// [`m2_across`] with the source `Etcd` already started in seed a (the node test starts it
+/// beside etcd-druid's example). Seed a's CoreDNS answers seed b's names only while it runs:
+/// its Corefile is put back afterwards, so later steps on seed a resolve as before.
+pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
     let t0 = Instant::now();
     admit(a, b);
     admit(b, a);
-    let source = join_expose::start(a);
+    let corefile = a.jsonpath("kube-system", "configmap/coredns", "{.data.Corefile}");
     let resolve = || {
         resolve_in(b, a);
         resolve_in(a, b);
@@ -239,4 +246,63 @@ pub fn m2_across(a: &Node, b: &Node) {
         "figure: seeds M2: admitted, joined across the link and shrunk: {:.1?}",
         t0.elapsed()
     );
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "coredns", "namespace": "kube-system"},
+        "data": {"Corefile": corefile},
+    });
+    a.apply(&cm.to_string());
+    a.kubectl(&["-n", "kube-system", "rollout", "restart", "deploy/coredns"]);
+    a.kubectl(&[
+        "-n",
+        "kube-system",
+        "rollout",
+        "status",
+        "deploy/coredns",
+        "--timeout=240s",
+    ]);
+}
+
+/// Seed b (`scripts/cluster.sh --seed b up`: its node, etcd-druid and isthmus by the chart)
+/// linked to seed a at the demo's RTT (`link up --seeds a,b --rtt 50ms`), for the node test's
+/// M2 across two real seeds (issue 45 point 5). Dropping it takes seed b and the link down,
+/// also after a failed assertion.
+pub struct SeedB(Node);
+
+impl SeedB {
+    /// Brings seed b up and links it (seed a is up): panics with the scripts' output.
+    pub fn up() -> Self {
+        let b = SeedB(Node::seed('b'));
+        let _ = b.0.command().arg("down").output();
+        for args in [
+            &["up"][..],
+            &["link", "up", "--seeds", "a,b", "--rtt", "50ms"],
+        ] {
+            let t = Instant::now();
+            let out = b.0.command().args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "scripts/cluster.sh --seed b {args:?}:\n{}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            println!(
+                "figure: seeds M2: scripts/cluster.sh --seed b {}: {:.1?}",
+                args.join(" "),
+                t.elapsed()
+            );
+        }
+        b
+    }
+
+    pub fn node(&self) -> &Node {
+        &self.0
+    }
+}
+
+impl Drop for SeedB {
+    fn drop(&mut self) {
+        let _ = self.0.command().arg("down").output();
+        let _ = self.0.command().args(["link", "down"]).output();
+    }
 }
