@@ -78,7 +78,8 @@ fn ended(node: &Node, watches: &mut [Watch]) -> (usize, Vec<i32>) {
 }
 
 /// What shows where a new connection of the rolling update was lost: each proxy pod's start
-/// and Ready times, its upstream connect errors and connections, and kube-router's lines on
+/// and Ready times, its upstream connect errors, name resolutions and connections (a new pod
+/// is Ready before its first resolution of the upstream's name), and kube-router's lines on
 /// its NetworkPolicy syncs (its ipsets admit a new proxy pod to the etcd pod's policy only
 /// after a sync: cloudnativelabs/kube-router#873).
 fn why_a_connection_failed(node: &Node) -> String {
@@ -94,6 +95,7 @@ fn why_a_connection_failed(node: &Node) -> String {
                 .filter(|l| {
                     l.starts_with("isthmus_proxy_upstream_connect_errors_total")
                         || l.starts_with("isthmus_proxy_connections_total")
+                        || l.starts_with("isthmus_proxy_dns_resolutions_total")
                 })
                 .map(|l| format!("{pod}: {l}"))
                 .collect::<Vec<_>>()
