@@ -302,14 +302,7 @@ pub fn source_ranges_and_allowed_sources(node: &Node, client: &Client) {
 /// Both controller replicas run with their projected tokens under the chart's RBAC; deleting
 /// the leader's pod hands the Lease to the other.
 pub fn lease_hand_over(node: &Node) {
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "rollout",
-        "status",
-        "deploy/isthmus-controller",
-        "--timeout=180s",
-    ]);
+    node.rolled_out(SYSTEM, "deploy/isthmus-controller", 180);
     let holder = poll(node, "a Lease holder", LONG, POLL, || {
         let h = node.jsonpath(SYSTEM, "lease/isthmus-controller", "{.spec.holderIdentity}");
         if h.is_empty() {

@@ -135,14 +135,7 @@ pub fn stock_etcd_becomes_ready(node: &Node) {
     drop(seed_b);
     // Seed a's controller no longer reaches seed b's load balancer range.
     node.helm_upgrade(&["--set-json", "controller.loadBalancerCIDRs=[]"]);
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "rollout",
-        "status",
-        "deploy/isthmus-controller",
-        "--timeout=240s",
-    ]);
+    node.rolled_out(SYSTEM, "deploy/isthmus-controller", 240);
 }
 
 /// The three members form one cluster: the client Service lists them, a value put through it

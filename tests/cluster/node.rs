@@ -187,6 +187,19 @@ impl Node {
         self.helm_upgrade(&["--set-json", &source_ranges_value(extra)]);
     }
 
+    /// `kubectl rollout status` of `what` in `ns` (e.g. `deploy/isthmus-controller`), waiting
+    /// up to `timeout_s` seconds.
+    pub fn rolled_out(&self, ns: &str, what: &str, timeout_s: u32) {
+        self.kubectl(&[
+            "-n",
+            ns,
+            "rollout",
+            "status",
+            what,
+            &format!("--timeout={timeout_s}s"),
+        ]);
+    }
+
     /// The script itself (`load`, `node`, ...).
     pub fn script(&self, args: &[&str]) -> Output {
         self.command().args(args).output().unwrap()

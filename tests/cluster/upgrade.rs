@@ -168,14 +168,7 @@ pub fn rolling_update_without_failed_connections(node: &Node, client: &Client) {
         after, routes,
         "helm upgrade changed the controller's routes"
     );
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "rollout",
-        "status",
-        "ds/isthmus-proxy",
-        "--timeout=300s",
-    ]);
+    node.rolled_out(SYSTEM, "ds/isthmus-proxy", 300);
     let rolled = t0.elapsed();
     poll(node, "the old proxy pods gone", LONG, POLL, || {
         let now = proxy_pods(node);
@@ -247,12 +240,5 @@ pub fn drain_on_delete(node: &Node, client: &Client) {
         exits.iter().all(|e| e.starts_with("0/")) && !exits.is_empty(),
         "the proxy did not exit 0 within its grace period (killed?): {seen:?}"
     );
-    node.kubectl(&[
-        "-n",
-        SYSTEM,
-        "rollout",
-        "status",
-        "ds/isthmus-proxy",
-        "--timeout=180s",
-    ]);
+    node.rolled_out(SYSTEM, "ds/isthmus-proxy", 180);
 }

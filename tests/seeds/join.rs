@@ -61,14 +61,7 @@ fn admit(seed: &Node, other: &Node) {
         "--set-json",
         &format!("controller.loadBalancerCIDRs={cidrs}"),
     ]);
-    seed.kubectl(&[
-        "-n",
-        SYSTEM,
-        "rollout",
-        "status",
-        "deploy/isthmus-controller",
-        "--timeout=240s",
-    ]);
+    seed.rolled_out(SYSTEM, "deploy/isthmus-controller", 240);
     println!(
         "figure: seeds M2: seed {} admits {} and reaches {}: {:.1?}",
         seed.seed,
@@ -80,8 +73,7 @@ fn admit(seed: &Node, other: &Node) {
 
 /// `other`'s exposed names answered in `seed` with `other`'s load balancer address: a zone
 /// `seed-<other>.internal.example.com` in `seed`'s Corefile (more specific than the node's
-/// rewrite of the whole domain to its own proxies), read by a restarted CoreDNS (a rollout:
-/// the new pod is Ready before the old one goes, so the seed's DNS never stops answering).
+/// rewrite of the whole domain to its own proxies) ([`set_corefile`]).
 fn resolve_in(seed: &Node, other: &Node) {
     let ip = other.jsonpath(
         SYSTEM,
@@ -101,21 +93,7 @@ fn resolve_in(seed: &Node, other: &Node) {
     );
     let zone = format!("seed-{}.{DOMAIN}", other.seed);
     let block = zone_block(&zone, &ip, 53);
-    let cm = json!({
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "coredns", "namespace": "kube-system"},
-        "data": {"Corefile": format!("{}\n{block}", corefile.trim_end())},
-    });
-    seed.apply(&cm.to_string());
-    seed.kubectl(&["-n", "kube-system", "rollout", "restart", "deploy/coredns"]);
-    seed.kubectl(&[
-        "-n",
-        "kube-system",
-        "rollout",
-        "status",
-        "deploy/coredns",
-        "--timeout=240s",
-    ]);
+    set_corefile(seed, &format!("{}\n{block}", corefile.trim_end()));
     println!(
         "figure: seeds M2: seed {} answers *.{zone} with {ip}",
         seed.seed
@@ -246,21 +224,20 @@ pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
         "figure: seeds M2: admitted, joined across the link and shrunk: {:.1?}",
         t0.elapsed()
     );
+    set_corefile(a, &corefile);
+}
+
+/// `seed`'s CoreDNS serving `corefile`, read by a restarted CoreDNS (a rollout: the new pod is
+/// Ready before the old one goes, so the seed's DNS never stops answering).
+fn set_corefile(seed: &Node, corefile: &str) {
     let cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "coredns", "namespace": "kube-system"},
         "data": {"Corefile": corefile},
     });
-    a.apply(&cm.to_string());
-    a.kubectl(&["-n", "kube-system", "rollout", "restart", "deploy/coredns"]);
-    a.kubectl(&[
-        "-n",
-        "kube-system",
-        "rollout",
-        "status",
-        "deploy/coredns",
-        "--timeout=240s",
-    ]);
+    seed.apply(&cm.to_string());
+    seed.kubectl(&["-n", "kube-system", "rollout", "restart", "deploy/coredns"]);
+    seed.rolled_out("kube-system", "deploy/coredns", 240);
 }
 
 /// Seed b (`scripts/cluster.sh --seed b up`: its node, etcd-druid and isthmus by the chart)
