@@ -40,8 +40,9 @@ pub(super) fn keys(
 /// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
 /// `ok N MS` is an acknowledged write that took MS milliseconds from its first attempt
 /// (`ok N MS retried TIME ERROR` when an earlier attempt failed with ERROR), `fail N TIME
-/// ERROR` one that no attempt got acknowledged within 34 s. Keys are numbered from `after + 1`: a writer on another seed's node carries on
-/// where the first stopped (the destination's, as a shoot's kube-apiserver is pointed there).
+/// ERROR` one that no attempt got acknowledged within 34 s. Keys are numbered from
+/// `after + 1`: a writer on another seed's node carries on where the first stopped (the
+/// destination's, as a shoot's kube-apiserver is pointed there).
 pub(super) struct Writer {
     dir: Scratch,
     child: Child,
