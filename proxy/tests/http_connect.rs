@@ -104,11 +104,11 @@ async fn the_gardener_header_picks_the_upstream_and_pipelined_bytes_follow() {
 #[tokio::test]
 async fn refusals_answer_4xx_or_5xx_and_never_splice() {
     let vpn0 = RawUpstream::start("vpn-0").await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Bound and never listening: connections are refused, and no other process can take
+    // the port meanwhile (as a port merely freed could be).
+    let dead_socket = tokio::net::TcpSocket::new_v4().unwrap();
+    dead_socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = dead_socket.local_addr().unwrap();
     let f = fixture(
         "Reversed-VPN",
         &[("vpn-0", vpn0.addr), ("gone", dead)],

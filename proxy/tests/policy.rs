@@ -166,9 +166,12 @@ async fn a_refusing_endpoint_is_skipped_ejected_and_readmitted() {
     let pki = TestPki::new();
     let hello = capture_hello(&pki, SNI).await;
     let good = RawUpstream::start("good").await;
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    // Bound and never listening: connections are refused, and no other process on the
+    // machine can take the port while the test needs it refused (a port merely freed could
+    // be, and was once: a "400 Bad Request" from some test's HTTP server).
+    let dead = tokio::net::TcpSocket::new_v4().unwrap();
+    dead.bind("127.0.0.1:0".parse().unwrap()).unwrap();
     let dead_addr = dead.local_addr().unwrap();
-    drop(dead);
     let f = Fixture::start(&yaml(
         "",
         "    outlier_detection: { consecutive_failures: 2, base_ejection_time: 400ms }\n",
@@ -194,6 +197,7 @@ async fn a_refusing_endpoint_is_skipped_ejected_and_readmitted() {
     assert_eq!(label, "good");
     assert_eq!(f.metric(&refused).await, 2.0);
     // It comes back: once the ejection has expired it is tried first again.
+    drop(dead);
     let revived = RawUpstream::start_on("revived", dead_addr).await;
     wait_until("endpoint readmitted", WAIT, || async {
         open(&f, &hello).await.1 == "revived"

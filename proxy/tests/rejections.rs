@@ -106,12 +106,11 @@ async fn alerts_can_be_turned_off() {
 #[tokio::test]
 async fn unreachable_upstream_is_counted_and_closed() {
     let pki = TestPki::new();
-    // A port that was free a moment ago: nothing listens there.
-    let dead = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // Bound and never listening: connections are refused, and no other process can take
+    // the port meanwhile (as a port merely freed could be).
+    let dead_socket = tokio::net::TcpSocket::new_v4().unwrap();
+    dead_socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let dead = dead_socket.local_addr().unwrap();
     let yaml = format!(
         "{}listeners:
   - name: l
