@@ -112,7 +112,7 @@ fn proxy_runs_only_where_the_load_balancer_sends_and_is_ready_when_it_accepts() 
     );
     let tol = &find(&docs, "DaemonSet", "isthmus-proxy")["spec"]["template"]["spec"]["tolerations"];
     assert_eq!(tol.as_array().unwrap().len(), 1);
-    // Readiness is the proxy's own /readyz (accepting; 503 only while draining), never an
+    // Readiness is the proxy's own /readyz (503 while its names warm up and while draining), never an
     // upstream check.
     let c = &spec["containers"][0];
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");

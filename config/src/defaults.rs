@@ -55,6 +55,9 @@ pub(crate) fn max_ttl() -> Duration {
 pub(crate) fn retry() -> Duration {
     Duration::from_secs(2)
 }
+pub(crate) fn warm_up() -> Duration {
+    Duration::from_secs(15)
+}
 pub(crate) fn keepalive_time() -> Duration {
     Duration::from_secs(60)
 }

@@ -108,6 +108,13 @@ pub struct ResolverConfig {
     /// use meanwhile). Default `2s`.
     #[serde(default = "defaults::retry")]
     pub retry_after_failure: Duration,
+    /// How long a starting proxy waits for the first answer (addresses, or that it has none) for each
+    /// upstream name before `/readyz` answers 200: a pod the load balancer sends connections
+    /// to can route them at once, instead of holding each until its name resolves. `0s`:
+    /// ready as soon as the listeners are bound. Default `15s` (one lost UDP answer costs the
+    /// resolver's 5 s query timeout, twice with both address families).
+    #[serde(default = "defaults::warm_up")]
+    pub warm_up: Duration,
 }
 
 impl Default for ResolverConfig {
@@ -117,6 +124,7 @@ impl Default for ResolverConfig {
             min_ttl: defaults::min_ttl(),
             max_ttl: defaults::max_ttl(),
             retry_after_failure: defaults::retry(),
+            warm_up: defaults::warm_up(),
         }
     }
 }

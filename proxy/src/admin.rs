@@ -43,7 +43,10 @@ pub async fn serve(
     let ready = state.clone();
     let endpoints = Endpoints {
         registry,
-        ready: Some((Arc::new(move || ready.ready()), "draining\n")),
+        ready: Some((
+            Arc::new(move || ready.ready()),
+            "not ready: warming up or draining\n",
+        )),
         config: Some(Arc::new(Config(state))),
     };
     isthmus_admin::serve(listener, endpoints, gate, stop).await;

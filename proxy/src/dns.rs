@@ -78,8 +78,15 @@ impl Dns {
     /// Starts following `host:port`.
     pub fn follow(&self, host: &str, port: u16) -> Arc<DnsEntry> {
         let (tx, rx) = watch::channel(Arc::<[SocketAddr]>::from(Vec::new()));
-        tokio::spawn(refresh(self.clone(), host.to_owned(), port, tx));
-        Arc::new(DnsEntry { rx })
+        let (answered_tx, answered) = watch::channel(false);
+        tokio::spawn(refresh(
+            self.clone(),
+            host.to_owned(),
+            port,
+            tx,
+            answered_tx,
+        ));
+        Arc::new(DnsEntry { rx, answered })
     }
 }
 
@@ -87,9 +94,19 @@ impl Dns {
 #[derive(Debug)]
 pub struct DnsEntry {
     rx: watch::Receiver<Arc<[SocketAddr]>>,
+    /// True once a DNS server answered for the name: addresses, or that it has none.
+    answered: watch::Receiver<bool>,
 }
 
 impl DnsEntry {
+    /// Waits up to `patience` for the first answer (addresses, or that the name has none; a
+    /// timed-out query is not an answer); whether it came.
+    pub async fn first_answer(&self, patience: Duration) -> bool {
+        let mut answered = self.answered.clone();
+        let waited = tokio::time::timeout(patience, answered.wait_for(|a| *a)).await;
+        matches!(waited, Ok(Ok(_)))
+    }
+
     /// The addresses now; waits up to `patience` for the very first answer.
     pub async fn addrs(&self, patience: Duration) -> Arc<[SocketAddr]> {
         let now = self.rx.borrow().clone();
@@ -105,7 +122,13 @@ impl DnsEntry {
     }
 }
 
-async fn refresh(dns: Dns, host: String, port: u16, tx: watch::Sender<Arc<[SocketAddr]>>) {
+async fn refresh(
+    dns: Dns,
+    host: String,
+    port: u16,
+    tx: watch::Sender<Arc<[SocketAddr]>>,
+    answered: watch::Sender<bool>,
+) {
     let labels = DnsLabels { name: host.clone() };
     let c = &dns.config;
     loop {
@@ -122,6 +145,7 @@ async fn refresh(dns: Dns, host: String, port: u16, tx: watch::Sender<Arc<[Socke
                     .get_or_create(&labels)
                     .set(addrs.len() as i64);
                 debug!(name = %host, ?addrs, ?ttl, "resolved");
+                answered.send_if_modified(|a| !std::mem::replace(a, true));
                 if !addrs.is_empty() {
                     tx.send_if_modified(|old| {
                         let changed = old.as_ref() != addrs.as_slice();
@@ -134,6 +158,10 @@ async fn refresh(dns: Dns, host: String, port: u16, tx: watch::Sender<Arc<[Socke
                 ttl.clamp(c.min_ttl.get(), c.max_ttl.get())
             }
             Err(e) => {
+                // The server said the name has no addresses: an answer. A timeout is not.
+                if e.is_no_records_found() {
+                    answered.send_if_modified(|a| !std::mem::replace(a, true));
+                }
                 dns.metrics.dns_result(&labels, "failure");
                 warn!(name = %host, error = %e, kept = tx.borrow().len(), "resolution failed; keeping the last good addresses");
                 c.retry_after_failure.get()

@@ -4,6 +4,7 @@
 
 mod reload;
 mod start;
+mod warm;
 
 pub use reload::{ReloadError, Reloaded};
 pub use start::{ConnectionThreads, StartError};
@@ -41,7 +42,11 @@ pub struct Proxy {
 struct Inner {
     path: PathBuf,
     shared: Arc<ProxyState>,
+    /// False once draining began.
     ready: AtomicBool,
+    /// True once the first configuration's upstream names had their first answers
+    /// (`warm.rs`).
+    warm: AtomicBool,
     /// Parent of every accept loop's token: cancelling it stops all accepting.
     accepting: CancellationToken,
     /// Held for the whole of a reload, so reloads never interleave.
@@ -126,7 +131,7 @@ impl Proxy {
 
 impl AdminState for Proxy {
     fn ready(&self) -> bool {
-        self.inner.ready.load(Ordering::SeqCst)
+        self.inner.warm.load(Ordering::SeqCst) && self.inner.ready.load(Ordering::SeqCst)
     }
 
     fn config_hash(&self) -> String {

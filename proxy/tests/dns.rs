@@ -1,6 +1,7 @@
 //! Endpoint names resolved with hickory-resolver against a DNS server the test controls: a
-//! changed answer is followed without touching existing connections, and a failing server
-//! leaves the last good addresses in use.
+//! changed answer is followed without touching existing connections, a failing server
+//! leaves the last good addresses in use, and a starting proxy is ready only once its names
+//! answered (`resolver.warm_up`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -9,16 +10,26 @@ mod common;
 use common::*;
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::{rdata, RData, Record, RecordType};
-use isthmus_testkit::{wait_until, TestPki};
+use isthmus_testkit::{http_get, wait_until, TestPki};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UdpSocket;
 
 /// What the test server answers for every A query: addresses, or SERVFAIL when `None`.
 type Answer = Arc<Mutex<Option<Vec<IpAddr>>>>;
+/// Beyond hickory's query timeout (5 s) and a retry, on a busy machine.
+const LONG: std::time::Duration = std::time::Duration::from_secs(60);
+/// While true the server reads queries and never answers (lost answers: the resolver times
+/// out).
+type Silent = Arc<AtomicBool>;
 
 async fn dns_server(answer: Answer) -> SocketAddr {
+    dns_server_silent(answer, Arc::default()).await
+}
+
+async fn dns_server_silent(answer: Answer, silent: Silent) -> SocketAddr {
     let socket = UdpSocket::bind("127.0.0.1:0").await.unwrap();
     let addr = socket.local_addr().unwrap();
     tokio::spawn(async move {
@@ -30,6 +41,9 @@ async fn dns_server(answer: Answer) -> SocketAddr {
             let Ok(query) = Message::from_vec(&buf[..n]) else {
                 continue;
             };
+            if silent.load(Ordering::SeqCst) {
+                continue;
+            }
             let mut reply = Message::new(
                 query.metadata.id,
                 MessageType::Response,
@@ -120,4 +134,85 @@ upstreams:
         assert_eq!(open().await.1, "b", "the last good address stays in use");
     }
     drop(b);
+}
+
+async fn readyz(f: &Fixture) -> (u16, String) {
+    http_get(f.proxy.admin_addr(), "/readyz").await.unwrap()
+}
+
+/// A proxy whose upstream name has not been answered yet would hold every connection the
+/// load balancer sends it until the name resolves (a rolling update's new pod): it says it is
+/// not ready until the DNS server answers, and then at once.
+#[tokio::test]
+async fn a_starting_proxy_is_ready_once_its_names_are_answered() {
+    let upstream = RawUpstream::start("a").await;
+    let port = upstream.addr.port();
+    let answer: Answer = Arc::new(Mutex::new(Some(vec![IpAddr::from([127, 0, 0, 1])])));
+    let silent: Silent = Arc::new(AtomicBool::new(true));
+    let dns = dns_server_silent(answer, silent.clone()).await;
+    let yaml = format!(
+        "{}resolver: {{ nameservers: [\"{dns}\"], retry_after_failure: 100ms, warm_up: 1h }}
+listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:{port}\"] }}
+",
+        admin_yaml()
+    );
+    let f = Fixture::start(&yaml).await;
+    let failures =
+        "isthmus_proxy_dns_resolutions_total{name=\"etcd-0.isthmus.test\",result=\"failure\"}";
+    // hickory gives up on a query after its 5 s timeout.
+    wait_until("a resolution that timed out", LONG, || async {
+        f.metric(failures).await >= 1.0
+    })
+    .await;
+    let (code, body) = readyz(&f).await;
+    assert_eq!(code, 503, "not ready before its name was answered: {body}");
+    assert!(body.contains("warming up"), "{body}");
+
+    silent.store(false, Ordering::SeqCst);
+    wait_until("ready once the name is answered", LONG, || async {
+        readyz(&f).await.0 == 200
+    })
+    .await;
+    let addresses = "isthmus_proxy_dns_addresses{name=\"etcd-0.isthmus.test\"}";
+    assert_eq!(f.metric(addresses).await, 1.0);
+}
+
+/// The warm-up is bounded: a name no server answers delays readiness by `warm_up`, no more,
+/// and a name the server says has no addresses not at all.
+#[tokio::test]
+async fn the_warm_up_ends_after_its_patience_or_an_empty_answer() {
+    let silent: Silent = Arc::new(AtomicBool::new(true));
+    let dns = dns_server_silent(Arc::new(Mutex::new(None)), silent).await;
+    let yaml = |dns: SocketAddr, warm_up: &str| {
+        format!(
+            "{}resolver: {{ nameservers: [\"{dns}\"], warm_up: {warm_up} }}
+listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:2379\"] }}
+",
+            admin_yaml()
+        )
+    };
+    let f = Fixture::start(&yaml(dns, "300ms")).await;
+    wait_until("ready after warm_up", LONG, || async {
+        readyz(&f).await.0 == 200
+    })
+    .await;
+    drop(f);
+
+    // No addresses (NOERROR, no records): the server answered, there is nothing to wait for.
+    let dns = dns_server(Arc::new(Mutex::new(Some(Vec::new())))).await;
+    let f = Fixture::start(&yaml(dns, "1h")).await;
+    wait_until("ready after the server answered", LONG, || async {
+        readyz(&f).await.0 == 200
+    })
+    .await;
 }

@@ -2,6 +2,7 @@
 //! and draining it on shutdown.
 
 use super::reload::watch;
+use super::warm;
 use super::{Inner, Proxy, ServingRuntime};
 use crate::admin;
 use crate::dns::{Dns, DnsError};
@@ -161,6 +162,7 @@ impl Proxy {
                 fd_ceiling,
             }),
             ready: AtomicBool::new(true),
+            warm: AtomicBool::new(false),
             accepting: CancellationToken::new(),
             running: Mutex::new(HashMap::new()),
             admin_addr,
@@ -197,6 +199,7 @@ impl Proxy {
             ),
         );
         tokio::spawn(watch(proxy.clone()));
+        tokio::spawn(warm_up(proxy.clone()));
         info!(config = %path.display(), admin = %admin_addr, "proxy started");
         Ok(proxy)
     }
@@ -227,4 +230,19 @@ impl Proxy {
         let s = self.inner.shared.current();
         (s.config.drain_delay.get(), s.config.drain_timeout.get())
     }
+}
+
+/// Ready once the first configuration's upstream names had their first answers, or its
+/// `resolver.warm_up` passed.
+async fn warm_up(proxy: Proxy) {
+    let snapshot = proxy.inner.shared.current();
+    let patience = snapshot.config.resolver.warm_up.get();
+    let w = warm::first_answers(&snapshot, patience).await;
+    if w.answered < w.names {
+        warn!(names = w.names, answered = w.answered, took = ?w.took,
+            "ready without the first answer for every upstream name (resolver.warm_up)");
+    } else {
+        info!(names = w.names, took = ?w.took, "warmed up: every upstream name answered");
+    }
+    proxy.inner.warm.store(true, Ordering::SeqCst);
 }
