@@ -22,10 +22,16 @@ cgroup_roots() {
   done
 }
 
+# ISTHMUS_NODE_CPU_SHARES: the node's cgroup v1 cpu.shares (default the kernel's 1024). The
+# full test tier sets it low: there the node runs beside the lab, whose shoot requests must
+# answer within 5 s, while the node's steps wait in minutes; under contention the node yields.
 cgroups_make() {
   local r
   for r in $(cgroup_roots); do
     mkdir -p "$r/$CGROUP/system"
+    if [[ -n "${ISTHMUS_NODE_CPU_SHARES:-}" && -f "$r/$CGROUP/cpu.shares" ]]; then
+      echo "$ISTHMUS_NODE_CPU_SHARES" > "$r/$CGROUP/cpu.shares"
+    fi
     if [[ -f "$r/cpuset.cpus" ]]; then
       local c
       for c in "$r/$CGROUP" "$r/$CGROUP/system"; do
