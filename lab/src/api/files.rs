@@ -126,7 +126,7 @@ rules:\n- level: Metadata\n  namespaces: [lab-load]\n  resources: [{group: \"\",
 /// An unguessable token without a random-number crate: std's `RandomState` keys SipHash from
 /// the OS's random source (128 bits, once per thread, stepped per instance), so its outputs
 /// cannot be predicted without that key.
-pub(crate) fn random_token() -> String {
+pub fn random_token() -> String {
     let word = || {
         std::collections::hash_map::RandomState::new()
             .build_hasher()
