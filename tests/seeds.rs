@@ -8,7 +8,9 @@
 //! and the kernel settings kubelet changed in place; `down` of the last leaves the host as it
 //! was. `m2_across_running_seeds` (ignored: on seeds already up with isthmus and linked) runs
 //! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
-//! issue 45 point 3's first step). Needs root and
+//! issue 45 point 3's first step); `shoot_api_across_running_seeds` (ignored, the same seeds)
+//! runs it with the shoot's kube-apiserver as a pod in each seed and the lab's API load and
+//! watch through its name (`seeds/shoot_move.rs`). Needs root and
 //! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
 //! time per machine, beside the lab).
 
@@ -49,6 +51,8 @@ mod node;
 mod shoot_api;
 #[path = "seeds/shoot_load.rs"]
 mod shoot_load;
+#[path = "seeds/shoot_logs.rs"]
+mod shoot_logs;
 #[path = "seeds/shoot_move.rs"]
 mod shoot_move;
 

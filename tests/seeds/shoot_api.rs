@@ -13,10 +13,12 @@
 
 use super::join_tls::ETCD;
 use super::node::{poll, Node, POLL};
+use super::shoot_logs::Logs;
 use isthmus_lab::api::API_NAME;
 use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags};
 use isthmus_testkit::TestPki;
 use serde_json::json;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 pub const NAME: &str = "kube-apiserver";
@@ -51,6 +53,7 @@ impl ShootFiles {
             "tls.crt": serving.cert_pem, "tls.key": serving.key_pem,
             "sa.crt": sa.cert_pem, "sa.key": sa.key_pem,
             "tokens.csv": format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
+            "audit-policy.yaml": isthmus_lab::api::files::AUDIT_POLICY,
         });
         Self {
             ca_pem: pki.ca_pem(),
@@ -94,8 +97,8 @@ fn labels() -> serde_json::Value {
 }
 
 /// kube-apiserver in `ns` of `seed`, on that namespace's `Etcd`: applied, then waited for
-/// until Ready; returns how long that took.
-pub fn deploy(seed: &Node, ns: &str, files: &ShootFiles) -> Duration {
+/// until Ready; returns how long that took and its output, followed into `log`.
+pub fn deploy(seed: &Node, ns: &str, files: &ShootFiles, log: &Path) -> (Duration, Logs) {
     let t0 = Instant::now();
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
@@ -105,7 +108,8 @@ pub fn deploy(seed: &Node, ns: &str, files: &ShootFiles) -> Duration {
     seed.apply(&policy(ns).to_string());
     seed.apply(&deployment(ns).to_string());
     seed.rolled_out(ns, &format!("deploy/{NAME}"), 240);
-    t0.elapsed()
+    let took = t0.elapsed();
+    (took, Logs::follow(seed, ns, log))
 }
 
 /// The Deployment goes and its pod with it (kubelet's SIGTERM, the pod's grace): returns how
@@ -164,6 +168,8 @@ fn deployment(ns: &str) -> serde_json::Value {
         format!("--etcd-cafile={ETCD_CA}/ca.crt"),
         format!("--etcd-certfile={ETCD_CLIENT}/tls.crt"),
         format!("--etcd-keyfile={ETCD_CLIENT}/tls.key"),
+        format!("--audit-policy-file={TLS}/audit-policy.yaml"),
+        "--audit-log-path=-".into(),
     ]);
     let volume = |name: &str, secret: &str| json!({"name": name, "secret": {"secretName": secret}});
     let mount = |name: &str, path: &str| json!({"name": name, "mountPath": path, "readOnly": true});

@@ -6,7 +6,7 @@
 
 use isthmus_lab::api::kubeconfig::{kubeconfig_client, write_kubeconfig};
 use isthmus_lab::api::load::{Load, Recording, NAMESPACE};
-use isthmus_lab::api::report::{ApiReport, Objects};
+use isthmus_lab::api::report::Objects;
 use isthmus_lab::api::watch::{Seen, Watch};
 use isthmus_lab::api::Dns;
 use isthmus_testkit::Scratch;
@@ -25,8 +25,11 @@ const CATCH_UP: Duration = Duration::from_secs(30);
 /// What the load and the watch saw, and what was read back at the end.
 #[derive(Debug)]
 pub struct Outcome {
-    pub api: ApiReport,
+    pub rec: Recording,
+    pub seen: Seen,
     pub objects: Objects,
+    /// When the load started on the wall clock (ms since the Unix epoch): the audit logs'.
+    pub epoch_unix_ms: f64,
 }
 
 /// The running load and watch.
@@ -34,7 +37,7 @@ pub struct Outside {
     pub dns: Dns,
     /// When the load started: phases are measured from here.
     pub epoch: Instant,
-    stop: oneshot::Sender<Vec<(String, f64, f64)>>,
+    stop: oneshot::Sender<()>,
     thread: JoinHandle<Result<Outcome, String>>,
 }
 
@@ -80,10 +83,9 @@ impl Outside {
     }
 
     /// Stops the load after its request in flight, lets the watch catch up and reads every
-    /// acknowledged object back through the name. `phases`: named spans (ms since `epoch`)
-    /// that the slowest requests are placed in.
-    pub fn stop(self, phases: Vec<(String, f64, f64)>) -> Result<Outcome, String> {
-        let _ = self.stop.send(phases);
+    /// acknowledged object back through the name.
+    pub fn stop(self) -> Result<Outcome, String> {
+        let _ = self.stop.send(());
         self.thread
             .join()
             .map_err(|_| "the outside load panicked".to_string())?
@@ -93,7 +95,7 @@ impl Outside {
 async fn run(
     dir: Scratch,
     started: mpsc::Sender<(Dns, Instant)>,
-    stopped: oneshot::Receiver<Vec<(String, f64, f64)>>,
+    stopped: oneshot::Receiver<()>,
 ) -> Result<Outcome, String> {
     let mut clients = Vec::new();
     for i in 0..2 {
@@ -109,11 +111,14 @@ async fn run(
         .await
         .map_err(|e| format!("first list: {e}"))?;
     let epoch = Instant::now();
+    let epoch_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0);
     let load = Load::start(epoch, dns.clone(), INTERVAL);
     started
         .send((dns.clone(), epoch))
         .map_err(|e| e.to_string())?;
-    let phases = stopped.await.unwrap_or_default();
+    let _ = stopped.await;
     let rec: Recording = load.stop().await;
     let last = rec.acks.iter().map(|a| a.rv).max().unwrap_or(0);
     let seen: Seen = watch.stop_after(last, CATCH_UP).await;
@@ -124,6 +129,8 @@ async fn run(
         .map_err(|e| format!("final read: {e}"))?;
     Ok(Outcome {
         objects: Objects::check(&rec, &stored.items),
-        api: ApiReport::new(&rec, &seen, 0, &phases, &[]),
+        rec,
+        seen,
+        epoch_unix_ms,
     })
 }

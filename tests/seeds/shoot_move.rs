@@ -13,8 +13,13 @@ use super::join_observe::{DST, SRC, STEP};
 use super::node::{poll, Node, POLL};
 use super::shoot_api::{self, ShootFiles};
 use super::shoot_load::{Outcome, Outside};
+use isthmus_lab::api::audit;
+use isthmus_lab::api::report::ApiReport;
 use std::cell::RefCell;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a kube-apiserver's log stream may take to end once its pod is gone.
+const LOG_END: Duration = Duration::from_secs(60);
 
 /// Seed `seed`'s outside network namespace (scripts/cluster.sh "Seeds"; seed a's is the
 /// single node's).
@@ -44,7 +49,8 @@ pub fn across(a: &Node, b: &Node) {
         let r = a.jsonpath(SRC, "etcd/etcd-main", "{.status.ready}");
         (r == "true").then_some(()).ok_or(r)
     });
-    let took = shoot_api::deploy(a, SRC, &files);
+    let logs = isthmus_testkit::Scratch::new("seeds-shoot-api");
+    let (took, source_log) = shoot_api::deploy(a, SRC, &files, &logs.path().join("seed-a.log"));
     println!(
         "figure: shoot API: the source kube-apiserver Ready in seed a at {}: {took:.1?}",
         addresses[0]
@@ -68,9 +74,11 @@ pub fn across(a: &Node, b: &Node) {
     };
     let m2_start = tokio::time::Instant::now();
     let handover = RefCell::new(m2_start);
+    let destination_log = RefCell::new(None);
     let before_shrink = || {
         let t = mark("M2 to the destination's voters", m2_start);
-        let took = shoot_api::deploy(b, DST, &files);
+        let (took, log) = shoot_api::deploy(b, DST, &files, &logs.path().join("seed-b.log"));
+        *destination_log.borrow_mut() = Some(log);
         println!(
             "figure: shoot API: the destination kube-apiserver Ready in seed b at {}: {took:.1?}",
             addresses[1]
@@ -89,14 +97,26 @@ pub fn across(a: &Node, b: &Node) {
     let after_shrink = || {
         mark("Shrink", *handover.borrow());
         if let Some(l) = load.borrow_mut().take() {
-            *outcome.borrow_mut() = Some(l.stop(phases.borrow().clone()));
+            *outcome.borrow_mut() = Some(l.stop());
         }
     };
     m2_across_with(a, b, source, &before_shrink, &after_shrink);
     let outcome = outcome.into_inner();
-    let Outcome { api, objects } = outcome
+    let Outcome {
+        mut rec,
+        seen,
+        objects,
+        epoch_unix_ms,
+    } = outcome
         .expect("the load was stopped after Shrink")
         .expect("the load's final read");
+    // Each kube-apiserver's view of the requests: its pod is gone (the source's before
+    // Shrink, the destination's with its namespace), so its log stream has ended.
+    let mut paths = vec![source_log.finish(LOG_END)];
+    paths.extend(destination_log.into_inner().map(|l| l.finish(LOG_END)));
+    let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
+    audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
+    let api = ApiReport::new(&rec, &seen, 0, &phases.into_inner(), &[]);
     println!(
         "figure: shoot API: {} requests ({} via the source, {} via the destination), {} failed, {} retried, worst {:.0} ms, longest gap between acknowledged writes {:.0} ms",
         api.requests, api.via_source, api.via_destination, api.failed, api.retried, api.worst_ms, api.longest_write_gap_ms

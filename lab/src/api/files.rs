@@ -119,7 +119,7 @@ impl Files {
 /// namespace) at `Metadata`, nothing else. Each event carries the server's own view of the
 /// request (received, answered, code), which the report sets beside what the client measured
 /// (`api::audit`).
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
 rules:\n- level: Metadata\n  namespaces: [lab-load]\n  resources: [{group: \"\", resources: [configmaps]}]\n\
 - level: None\n";
 
