@@ -14,7 +14,7 @@ use super::node::{poll, Node, POLL};
 use super::shoot_api::{self, ShootFiles};
 use super::shoot_load::{Outcome, Outside};
 use isthmus_lab::api::audit;
-use isthmus_lab::api::report::ApiReport;
+use isthmus_lab::api::report::{ApiReport, Objects};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -117,6 +117,12 @@ pub fn across(a: &Node, b: &Node) {
     let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
     audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
     let api = ApiReport::new(&rec, &seen, 0, &phases.into_inner(), &[]);
+    println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
+    check(&api, &objects);
+}
+
+/// Prints the load's and the watch's figures and asserts the lab's invariants.
+fn check(api: &ApiReport, objects: &Objects) {
     println!(
         "figure: shoot API: {} requests ({} via the source, {} via the destination), {} failed, {} retried, worst {:.0} ms, longest gap between acknowledged writes {:.0} ms",
         api.requests, api.via_source, api.via_destination, api.failed, api.retried, api.worst_ms, api.longest_write_gap_ms
@@ -131,7 +137,6 @@ pub fn across(a: &Node, b: &Node) {
     for s in &api.slow {
         println!("figure: shoot API: {s}");
     }
-    println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
     assert!(
         objects.written > 100,
         "{} writes acknowledged",
