@@ -14,6 +14,9 @@
 #   isthmus.local/local-path-provisioner:v0.0.30  the node's default StorageClass (root, as upstream)
 #   isthmus.local/busybox:1.35.0        Debian's static busybox: the provisioner's helper pods and
 #                                       druid's `alpine` init container
+#   isthmus.local/kube-apiserver:v1.34.4  the shoot's kube-apiserver as a pod (tests/seeds/
+#                                       shoot_api.rs): the node's own static build, nonroot
+#                                       as Gardener runs it
 # The isthmus image itself comes from scripts/image.sh.
 
 IMAGES="$ISTHMUS_CACHE/node-images"
@@ -78,6 +81,9 @@ images_build_all() {
     /usr/local/bin/etcd "$ETCD_BIN=/usr/local/bin/etcd" /usr/bin/curl=/usr/bin/curl \
     "$IMAGES/pause=/pause"
   druid_images_build
+  IMAGE_NONROOT=1 image_build "$IMAGES/kube-apiserver-$K8S_VERSION.oci.tar" \
+    "isthmus.local/kube-apiserver:$K8S_VERSION" /usr/local/bin/kube-apiserver \
+    "$K8S/kube-apiserver=/usr/local/bin/kube-apiserver"
 }
 
 # images_load ARCHIVE...: import OCI archives into the node's containerd (namespace k8s.io,
@@ -93,5 +99,6 @@ images_load() {
 
 images_import_all() {
   images_load "$IMAGES/pause.oci.tar" "$IMAGES/coredns-$COREDNS_VERSION.oci.tar" \
-    "$IMAGES/test-etcd-v3.6.16.oci.tar" "${DRUID_IMAGES[@]}"
+    "$IMAGES/test-etcd-v3.6.16.oci.tar" "${DRUID_IMAGES[@]}" \
+    "$IMAGES/kube-apiserver-$K8S_VERSION.oci.tar"
 }

@@ -49,6 +49,11 @@ pub struct Across<'a> {
     /// Called once both sides are exposed, before the destination joins: each seed's exposed
     /// names resolve in the other seed to that seed's load balancer (the DNS provider's part).
     pub resolve: &'a dyn Fn(),
+    /// Called once the destination's members are voters, before `Shrink` removes the
+    /// source's (the shoot's kube-apiserver moves to the destination's seed,
+    /// `tests/seeds/shoot_api.rs`), and once `Shrink` is done, before the namespaces go.
+    pub before_shrink: &'a dyn Fn(),
+    pub after_shrink: &'a dyn Fn(),
 }
 
 fn migration(
@@ -82,6 +87,15 @@ pub struct Source {
     t0: Instant,
     pki: TestPki,
     tls: join_tls::Tls,
+}
+
+impl Source {
+    /// The CA of both seeds' etcd Secrets (the shoot's kube-apiservers' too).
+    // Only tests/seeds.rs reads it; tests/cluster.rs compiles this file too.
+    #[allow(dead_code)]
+    pub fn pki(&self) -> &TestPki {
+        &self.pki
+    }
 }
 
 pub fn start(node: &Node) -> Source {
@@ -226,10 +240,16 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     let dst_url = client_url(dst_node, DST);
     let before = writer.stop();
     let writer = Writer::with_flags(dst_node, &dst_url, &flags, before.last());
+    if let Some(a) = across {
+        (a.before_shrink)();
+    }
     let t = Instant::now();
     let tls = pki.client_config(Some(&pki.client_cert("etcd-client")), &["h2"]);
     shrink(sides, &tls, (SRC, DST, PREFIX));
     println!("figure: M2: shrink by the stand-in of etcd-druid#1426 (leadership moved, 3 source members removed, source scaled to 0): {:.1?}", t.elapsed());
+    if let Some(a) = across {
+        (a.after_shrink)();
+    }
 
     let w = before.then(writer.stop());
     let stored = keys(dst_node, &dst_url, &flags);

@@ -73,7 +73,10 @@ pub fn namespace(
     role: &str,
     boundary: bool,
 ) -> Tls {
-    node.kubectl(&["create", "namespace", ns]);
+    // Applied, not created: the shoot's kube-apiserver Service may be there already
+    // (`tests/seeds/shoot_api.rs` needs its address before the migration starts).
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    node.apply(&namespace.to_string());
     let dir = Scratch::new("cluster-join-tls");
     pki.write_ca(dir.path());
     let names = names(ns, seed);

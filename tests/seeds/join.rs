@@ -205,6 +205,18 @@ pub fn m2_across(a: &Node, b: &Node) {
 /// beside etcd-druid's example). Seed a's CoreDNS answers seed b's names only while it runs:
 /// its Corefile is put back afterwards, so later steps on seed a resolve as before.
 pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
+    m2_across_with(a, b, source, &|| {}, &|| {});
+}
+
+/// [`m2_across_from`] calling `before_shrink` once the destination's members are voters and
+/// `after_shrink` once the source's are gone ([`Across`]).
+pub fn m2_across_with(
+    a: &Node,
+    b: &Node,
+    source: join_expose::Source,
+    before_shrink: &dyn Fn(),
+    after_shrink: &dyn Fn(),
+) {
     let t0 = Instant::now();
     admit(a, b);
     admit(b, a);
@@ -218,6 +230,8 @@ pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
         src_from: &src_from,
         dst_from: &dst_from,
         resolve: &resolve,
+        before_shrink,
+        after_shrink,
     };
     join_expose::through_the_proxy(&Sides { src: a, dst: b }, source, Some(&across));
     println!(

@@ -119,14 +119,14 @@ impl Files {
 /// namespace) at `Metadata`, nothing else. Each event carries the server's own view of the
 /// request (received, answered, code), which the report sets beside what the client measured
 /// (`api::audit`).
-const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
+pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\n\
 rules:\n- level: Metadata\n  namespaces: [lab-load]\n  resources: [{group: \"\", resources: [configmaps]}]\n\
 - level: None\n";
 
 /// An unguessable token without a random-number crate: std's `RandomState` keys SipHash from
 /// the OS's random source (128 bits, once per thread, stepped per instance), so its outputs
 /// cannot be predicted without that key.
-pub(crate) fn random_token() -> String {
+pub fn random_token() -> String {
     let word = || {
         std::collections::hash_map::RandomState::new()
             .build_hasher()

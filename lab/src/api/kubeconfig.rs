@@ -6,7 +6,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::Client;
 
 /// Writes a kubeconfig for `server` (its CA file `ca`) with a bearer `token`.
-pub(crate) fn write_kubeconfig(
+pub fn write_kubeconfig(
     path: &std::path::Path,
     server: &str,
     ca: &std::path::Path,

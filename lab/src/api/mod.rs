@@ -133,19 +133,7 @@ impl ShootApi {
 
     /// The objects the shoot's API needs for the run, then one write through the webhook.
     async fn setup(&mut self, c: &Client, webhook: &WebhookLab) -> Result<()> {
-        let pp = PostParams::default();
-        let ns: Namespace = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": NAMESPACE }
-        }))
-        .map_err(json_err)?;
-        Api::<Namespace>::all(c.clone())
-            .create(&pp, &ns)
-            .await
-            .map_err(|e| kube_err("namespace", e))?;
-        Api::<ConfigMap>::namespaced(c.clone(), NAMESPACE)
-            .create(&pp, &load::config_map(load::COUNTER, 0))
-            .await
-            .map_err(|e| kube_err("counter", e))?;
+        load_objects(c).await?;
         admission::register(c, &self.egress[0]).await?;
         admission::first_call(c, webhook).await?;
         self.webhook_calls_at_start = webhook.kube_apiserver_calls();
@@ -230,6 +218,25 @@ impl ShootApi {
             },
         ))
     }
+}
+
+/// What the load needs in the shoot's API before it starts: its namespace and the counter
+/// (also for a kube-apiserver the lab does not run: tests/seeds/shoot_load.rs).
+pub async fn load_objects(c: &Client) -> Result<()> {
+    let pp = PostParams::default();
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": NAMESPACE }
+    }))
+    .map_err(json_err)?;
+    Api::<Namespace>::all(c.clone())
+        .create(&pp, &ns)
+        .await
+        .map_err(|e| kube_err("namespace", e))?;
+    Api::<ConfigMap>::namespaced(c.clone(), NAMESPACE)
+        .create(&pp, &load::config_map(load::COUNTER, 0))
+        .await
+        .map_err(|e| kube_err("counter", e))?;
+    Ok(())
 }
 
 /// Now on the wall clock, ms since the Unix epoch.

@@ -1,0 +1,158 @@
+//! The shoot's API through the M2 across two real seeds, as the lab's migration runs it
+//! (lab/src/migrate, docs/lab.md "The shoot's API"): the source kube-apiserver serves in seed
+//! a on the source `Etcd` before the migration starts; the lab's load and watch run through
+//! the shoot API's name from seed a's outside; once the destination's members are voters the
+//! destination kube-apiserver starts in seed b on the destination `Etcd`, and once it is Ready
+//! the name moves to it; the source kube-apiserver's Deployment goes before `Shrink` removes
+//! the members it reads from. At the end: 0 failed requests, 0 lost objects, 0 missed watch
+//! events.
+
+use super::join::m2_across_with;
+use super::join_expose;
+use super::join_observe::{DST, SRC, STEP};
+use super::node::{poll, Node, POLL};
+use super::shoot_api::{self, ShootFiles};
+use super::shoot_load::{Outcome, Outside};
+use isthmus_lab::api::audit;
+use isthmus_lab::api::report::{ApiReport, Objects};
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+/// How long a kube-apiserver's log stream may take to end once its pod is gone.
+const LOG_END: Duration = Duration::from_secs(60);
+
+/// Seed `seed`'s outside network namespace (scripts/cluster.sh "Seeds"; seed a's is the
+/// single node's).
+fn outside(seed: &Node) -> String {
+    match seed.seed {
+        'a' => super::node::EXT_NS.to_owned(),
+        s => format!("isthmus-{s}-ext"),
+    }
+}
+
+fn ms(t: tokio::time::Instant, epoch: tokio::time::Instant) -> f64 {
+    t.saturating_duration_since(epoch).as_secs_f64() * 1000.0
+}
+
+pub fn across(a: &Node, b: &Node) {
+    let t0 = Instant::now();
+    let source = join_expose::start(a);
+    // Both load balancer addresses first: the serving certificate and the name's two clients
+    // carry them. The destination's namespace is made here (the migration applies it again).
+    b.apply(
+        &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DST}})
+            .to_string(),
+    );
+    let addresses = [shoot_api::service(a, SRC), shoot_api::service(b, DST)];
+    let files = ShootFiles::new(source.pki(), &[&addresses[0], &addresses[1]]);
+    poll(a, "the source Etcd Ready", STEP, POLL, || {
+        let r = a.jsonpath(SRC, "etcd/etcd-main", "{.status.ready}");
+        (r == "true").then_some(()).ok_or(r)
+    });
+    let logs = isthmus_testkit::Scratch::new("seeds-shoot-api");
+    let (took, source_log) = shoot_api::deploy(a, SRC, &files, &logs.path().join("seed-a.log"));
+    println!(
+        "figure: shoot API: the source kube-apiserver Ready in seed a at {}: {took:.1?}",
+        addresses[0]
+    );
+    let load = Outside::start(
+        &outside(a),
+        [&addresses[0], &addresses[1]],
+        &files.ca_pem,
+        &files.token,
+    );
+    let epoch = load.epoch;
+    let load = RefCell::new(Some(load));
+    let phases = RefCell::new(Vec::new());
+    let outcome: RefCell<Option<Result<Outcome, String>>> = RefCell::new(None);
+    let mark = |name: &str, start: tokio::time::Instant| {
+        let now = tokio::time::Instant::now();
+        phases
+            .borrow_mut()
+            .push((name.to_owned(), ms(start, epoch), ms(now, epoch)));
+        now
+    };
+    let m2_start = tokio::time::Instant::now();
+    let handover = RefCell::new(m2_start);
+    let destination_log = RefCell::new(None);
+    let before_shrink = || {
+        let t = mark("M2 to the destination's voters", m2_start);
+        let (took, log) = shoot_api::deploy(b, DST, &files, &logs.path().join("seed-b.log"));
+        *destination_log.borrow_mut() = Some(log);
+        println!(
+            "figure: shoot API: the destination kube-apiserver Ready in seed b at {}: {took:.1?}",
+            addresses[1]
+        );
+        let t = {
+            let moved = mark("destination kube-apiserver starting", t);
+            if let Some(l) = load.borrow().as_ref() {
+                l.dns.move_to_destination();
+            }
+            moved
+        };
+        let took = shoot_api::remove(a, SRC);
+        println!("figure: shoot API: the name moved to seed b; the source kube-apiserver's pod gone {took:.1?} later");
+        *handover.borrow_mut() = mark("the source kube-apiserver stopping", t);
+    };
+    let after_shrink = || {
+        mark("Shrink", *handover.borrow());
+        if let Some(l) = load.borrow_mut().take() {
+            *outcome.borrow_mut() = Some(l.stop());
+        }
+    };
+    m2_across_with(a, b, source, &before_shrink, &after_shrink);
+    let outcome = outcome.into_inner();
+    let Outcome {
+        mut rec,
+        seen,
+        objects,
+        epoch_unix_ms,
+    } = outcome
+        .expect("the load was stopped after Shrink")
+        .expect("the load's final read");
+    // Each kube-apiserver's view of the requests: its pod is gone (the source's before
+    // Shrink, the destination's with its namespace), so its log stream has ended.
+    let mut paths = vec![source_log.finish(LOG_END)];
+    paths.extend(destination_log.into_inner().map(|l| l.finish(LOG_END)));
+    let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
+    audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
+    let api = ApiReport::new(&rec, &seen, 0, &phases.into_inner(), &[]);
+    println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
+    check(&api, &objects);
+}
+
+/// Prints the load's and the watch's figures and asserts the lab's invariants.
+fn check(api: &ApiReport, objects: &Objects) {
+    println!(
+        "figure: shoot API: {} requests ({} via the source, {} via the destination), {} failed, {} retried, worst {:.0} ms, longest gap between acknowledged writes {:.0} ms",
+        api.requests, api.via_source, api.via_destination, api.failed, api.retried, api.worst_ms, api.longest_write_gap_ms
+    );
+    println!(
+        "figure: shoot API: {} writes acknowledged, {} lost; watch {} events, {} missed, {} out of order, {} reconnects, {} relists; {} stale reads",
+        objects.written, objects.missing, api.watch.events, api.watch.missing, api.watch.out_of_order, api.watch.reconnects, api.watch.gone, api.stale_reads
+    );
+    for p in &api.phases {
+        println!("figure: shoot API: phase {p:?}");
+    }
+    for s in &api.slow {
+        println!("figure: shoot API: {s}");
+    }
+    assert!(
+        objects.written > 100,
+        "{} writes acknowledged",
+        objects.written
+    );
+    assert!(
+        api.via_destination > 0,
+        "no request reached the destination"
+    );
+    let failed: Vec<_> = api.samples.iter().filter(|s| !s.ok).take(5).collect();
+    assert_eq!(api.failed, 0, "failed requests, the first: {failed:?}");
+    assert_eq!(objects.missing, 0, "lost: {:?}", objects.missing_examples);
+    assert_eq!(
+        (api.watch.missing, api.watch.out_of_order),
+        (0, 0),
+        "the watch"
+    );
+    assert_eq!(api.stale_reads, 0, "reads behind an acknowledged patch");
+}
