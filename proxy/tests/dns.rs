@@ -76,6 +76,22 @@ async fn dns_server_silent(answer: Answer, silent: Silent) -> SocketAddr {
     addr
 }
 
+/// The proxy's file: one listener routing `d.example.com` to `etcd-0.isthmus.test:{port}`,
+/// resolved by the test's server at `dns` with the other `resolver` settings in `resolver`.
+fn config(dns: SocketAddr, resolver: &str, port: u16) -> String {
+    format!(
+        "{}resolver: {{ nameservers: [\"{dns}\"], {resolver} }}
+listeners:
+  - name: l
+    address: \"127.0.0.1:0\"
+    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
+upstreams:
+  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:{port}\"] }}
+",
+        admin_yaml()
+    )
+}
+
 #[tokio::test]
 async fn a_changed_answer_is_followed_and_a_failure_keeps_the_last_good_addresses() {
     let pki = TestPki::new();
@@ -86,16 +102,10 @@ async fn a_changed_answer_is_followed_and_a_failure_keeps_the_last_good_addresse
     let b = RawUpstream::start_on("b", SocketAddr::from(([127, 0, 0, 2], port))).await;
     let answer: Answer = Arc::new(Mutex::new(Some(vec![IpAddr::from([127, 0, 0, 1])])));
     let dns = dns_server(answer.clone()).await;
-    let yaml = format!(
-        "{}resolver: {{ nameservers: [\"{dns}\"], min_ttl: 100ms, max_ttl: 200ms, retry_after_failure: 100ms }}
-listeners:
-  - name: l
-    address: \"127.0.0.1:0\"
-    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
-upstreams:
-  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:{port}\"] }}
-",
-        admin_yaml()
+    let yaml = config(
+        dns,
+        "min_ttl: 100ms, max_ttl: 200ms, retry_after_failure: 100ms",
+        port,
     );
     let f = Fixture::start(&yaml).await;
     let addr = f.addr("l").await;
@@ -150,17 +160,7 @@ async fn a_starting_proxy_is_ready_once_its_names_are_answered() {
     let answer: Answer = Arc::new(Mutex::new(Some(vec![IpAddr::from([127, 0, 0, 1])])));
     let silent: Silent = Arc::new(AtomicBool::new(true));
     let dns = dns_server_silent(answer, silent.clone()).await;
-    let yaml = format!(
-        "{}resolver: {{ nameservers: [\"{dns}\"], retry_after_failure: 100ms, warm_up: 1h }}
-listeners:
-  - name: l
-    address: \"127.0.0.1:0\"
-    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
-upstreams:
-  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:{port}\"] }}
-",
-        admin_yaml()
-    );
+    let yaml = config(dns, "retry_after_failure: 100ms, warm_up: 1h", port);
     let f = Fixture::start(&yaml).await;
     let failures =
         "isthmus_proxy_dns_resolutions_total{name=\"etcd-0.isthmus.test\",result=\"failure\"}";
@@ -188,19 +188,7 @@ upstreams:
 async fn the_warm_up_ends_after_its_patience_or_an_empty_answer() {
     let silent: Silent = Arc::new(AtomicBool::new(true));
     let dns = dns_server_silent(Arc::new(Mutex::new(None)), silent).await;
-    let yaml = |dns: SocketAddr, warm_up: &str| {
-        format!(
-            "{}resolver: {{ nameservers: [\"{dns}\"], warm_up: {warm_up} }}
-listeners:
-  - name: l
-    address: \"127.0.0.1:0\"
-    routes: [ {{ sni: \"d.example.com\", upstream: u }} ]
-upstreams:
-  - {{ name: u, endpoints: [\"etcd-0.isthmus.test:2379\"] }}
-",
-            admin_yaml()
-        )
-    };
+    let yaml = |dns, warm_up: &str| config(dns, &format!("warm_up: {warm_up}"), 2379);
     let f = Fixture::start(&yaml(dns, "300ms")).await;
     wait_until("ready after warm_up", LONG, || async {
         readyz(&f).await.0 == 200
