@@ -29,8 +29,8 @@ pub struct ProxyConfig {
     #[serde(default = "defaults::drain_timeout")]
     pub drain_timeout: Duration,
     /// How often the file is checked for changes (content, or a ConfigMap symlink swap).
-    /// Default `1s`; `0s` disables watching (SIGHUP still reloads).
-    #[serde(default = "defaults::watch_interval")]
+    /// Default `200ms`; `0s` disables watching (SIGHUP still reloads).
+    #[serde(default = "defaults::proxy_watch_interval")]
     pub watch_interval: Duration,
     /// Most connections open at once over all listeners; beyond it new connections are
     /// closed at once and counted. Default `100000`.
@@ -78,7 +78,7 @@ impl Default for ProxyConfig {
             upstreams: Vec::new(),
             drain_delay: defaults::drain_delay(),
             drain_timeout: defaults::drain_timeout(),
-            watch_interval: defaults::watch_interval(),
+            watch_interval: defaults::proxy_watch_interval(),
             max_connections: defaults::max_connections(),
             resolver: ResolverConfig::default(),
             allow_large_removal: false,

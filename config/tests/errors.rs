@@ -106,6 +106,7 @@ fn null_default_upstream_means_none_and_empty_file_means_defaults() {
     let empty: ProxyConfig = parse_proxy("p.yaml", "").unwrap();
     assert!(empty.listeners.is_empty());
     assert_eq!(empty.admin.address.to_string(), "127.0.0.1:9901");
+    assert_eq!(empty.watch_interval.to_string(), "200ms");
 }
 
 #[test]

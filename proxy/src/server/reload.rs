@@ -224,7 +224,7 @@ impl Proxy {
 /// Polls the file's identity (device, inode, size, mtime — following symlinks, so a ConfigMap's
 /// `..data` swap shows as a new inode) and reloads when it changes. Polling rather than
 /// inotify: ConfigMap updates replace a symlink two levels up, which inotify watches on the
-/// file itself miss, and a stat per second is negligible.
+/// file itself miss, and a stat every `watch_interval` (200 ms by default) is negligible.
 pub(super) async fn watch(proxy: Proxy) {
     let mut last = fingerprint(&proxy.inner.path);
     loop {
