@@ -64,10 +64,7 @@ pub fn destination_ready(steps: &Recorder, seed: &Node, ns: &str, start: Instant
                 at(&p["metadata"]["creationTimestamp"]),
             ),
             ("pod scheduled, container started", at(&started)),
-            (
-                "kube-apiserver starting until Ready",
-                ready.and_then(|r| at(r)),
-            ),
+            ("kube-apiserver starting until Ready", ready.and_then(at)),
         ];
         let mut from = steps.ms(start);
         for (what, to) in marks {
