@@ -11,7 +11,7 @@ use super::node::Node;
 use isthmus_lab::api::report::{ApiReport, Objects};
 use isthmus_lab::report::real::RealRun;
 use isthmus_lab::report::steps::{
-    newest_lab_report, Comparison, Part, Recorder, DESTINATION_API, DNS_MOVE,
+    newest_lab_report, Comparison, Recorder, DESTINATION_API, DNS_MOVE,
 };
 use isthmus_lab::report::Event;
 use std::path::{Path, PathBuf};
@@ -43,47 +43,7 @@ pub fn destination_ready(steps: &Recorder, seed: &Node, ns: &str, start: Instant
         ])
         .unwrap_or_default();
     let pods: serde_json::Value = serde_json::from_str(&pods).unwrap_or_default();
-    // The newest pod: the one the rollout waited for.
-    let pod = pods["items"].as_array().and_then(|p| {
-        p.iter()
-            .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or(""))
-    });
-    let at = |t: &serde_json::Value| t.as_str().and_then(|t| steps.rfc3339_ms(t));
-    let mut parts = Vec::new();
-    if let Some(p) = pod {
-        let ready = p["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|c| c["type"] == "Ready")
-            .map(|c| &c["lastTransitionTime"]);
-        let started = p["status"]["containerStatuses"][0]["state"]["running"]["startedAt"].clone();
-        let marks = [
-            (
-                "Deployment applied, its pod created",
-                at(&p["metadata"]["creationTimestamp"]),
-            ),
-            ("pod scheduled, container started", at(&started)),
-            ("kube-apiserver starting until Ready", ready.and_then(at)),
-        ];
-        let mut from = steps.ms(start);
-        for (what, to) in marks {
-            // Kubernetes' timestamps are whole seconds: never before the previous mark.
-            if let Some(to) = to.map(|t| t.max(from)) {
-                parts.push(Part {
-                    what: what.into(),
-                    start_ms: from,
-                    end_ms: to,
-                });
-                from = to;
-            }
-        }
-        parts.push(Part {
-            what: "rollout seen".into(),
-            start_ms: from,
-            end_ms: steps.ms(end),
-        });
-    }
+    let parts = steps.pod_parts(start, end, &pods);
     steps.step(DESTINATION_API, start, end, &[]);
     steps.add_parts(DESTINATION_API, parts);
 }
@@ -105,6 +65,20 @@ pub fn write(steps: &Recorder, m: Measured) {
         lab.as_ref().map(|(p, v)| (p.as_path(), v)),
         NO_LAB_REPORT,
     );
+    for st in &recorded {
+        let parts: Vec<String> = st
+            .parts
+            .iter()
+            .map(|p| format!("{} {:.1} s", p.what, (p.end_ms - p.start_ms) / 1000.0))
+            .collect();
+        println!(
+            "figure: step {} at {:.1} s: {:.1} s; where the time went: {}",
+            st.name,
+            st.start_ms / 1000.0,
+            st.ms() / 1000.0,
+            parts.join(", ")
+        );
+    }
     for line in comparison.lines() {
         println!("figure: step on the seeds beside the lab: {line}");
     }

@@ -95,6 +95,53 @@ impl Recorder {
         Some(self.wall_ms(SystemTime::from(ts)))
     }
 
+    /// Where a pod's start went, from `start` (its objects applied) to `end` (its rollout
+    /// seen), by the newest pod of `pods` (a `kubectl get pods -o json` list) and its own
+    /// timestamps: created, its first container started, Ready. None without a pod.
+    pub fn pod_parts(&self, start: Instant, end: Instant, pods: &Value) -> Vec<Part> {
+        let Some(pod) = pods["items"].as_array().and_then(|p| {
+            p.iter()
+                .max_by_key(|p| p["metadata"]["creationTimestamp"].as_str().unwrap_or(""))
+        }) else {
+            return Vec::new();
+        };
+        let at = |t: &Value| t.as_str().and_then(|t| self.rfc3339_ms(t));
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| &c["lastTransitionTime"]);
+        let started = &pod["status"]["containerStatuses"][0]["state"]["running"]["startedAt"];
+        let marks = [
+            (
+                "Deployment applied, its pod created",
+                at(&pod["metadata"]["creationTimestamp"]),
+            ),
+            ("pod scheduled, container started", at(started)),
+            ("kube-apiserver starting until Ready", ready.and_then(at)),
+        ];
+        let (mut from, end_ms) = (self.ms(start), self.ms(end));
+        let mut parts = Vec::new();
+        for (what, to) in marks {
+            // Kubernetes' timestamps are whole seconds: each part inside the step, in order.
+            if let Some(to) = to.map(|t| t.clamp(from, end_ms.max(from))) {
+                parts.push(Part {
+                    what: what.into(),
+                    start_ms: from,
+                    end_ms: to,
+                });
+                from = to;
+            }
+        }
+        parts.push(Part {
+            what: "rollout seen".into(),
+            start_ms: from,
+            end_ms,
+        });
+        parts
+    }
+
     /// The etcd writer's totals at the end.
     pub fn writer(&self, w: Writer) {
         if let Ok(mut s) = self.writer.lock() {
@@ -549,5 +596,57 @@ mod tests {
         let ms = r.rfc3339_ms(&stamp).unwrap();
         assert!((3_590_000.0..3_610_000.0).contains(&ms), "{stamp}: {ms}");
         assert_eq!(r.rfc3339_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn a_pods_timestamps_split_its_start_in_order() {
+        let now = SystemTime::now();
+        let epoch = Instant::now();
+        let r = Recorder::new(epoch);
+        let stamp = |secs: u64| {
+            k8s_openapi::jiff::Timestamp::try_from(now + std::time::Duration::from_secs(secs))
+                .unwrap()
+                .to_string()
+        };
+        let pod = |created: u64, ready: u64| {
+            serde_json::json!({
+                "metadata": {"creationTimestamp": stamp(created)},
+                "status": {
+                    "conditions": [{"type": "Ready", "lastTransitionTime": stamp(ready)}],
+                    "containerStatuses": [{"state": {"running": {"startedAt": stamp(created + 5)}}}],
+                },
+            })
+        };
+        // The old pod (created first) is not the one the rollout waited for.
+        let pods = serde_json::json!({"items": [pod(2, 100), pod(10, 30)]});
+        let end = epoch + std::time::Duration::from_secs(40);
+        let parts = r.pod_parts(epoch, end, &pods);
+        let what: Vec<&str> = parts.iter().map(|p| p.what.as_str()).collect();
+        assert_eq!(
+            what,
+            [
+                "Deployment applied, its pod created",
+                "pod scheduled, container started",
+                "kube-apiserver starting until Ready",
+                "rollout seen"
+            ]
+        );
+        // Whole seconds of the wall clock: about 10 s, 5 s, 15 s and 10 s, one after another.
+        let secs: Vec<f64> = parts
+            .iter()
+            .map(|p| ((p.end_ms - p.start_ms) / 1000.0).round())
+            .collect();
+        assert!(
+            secs.iter()
+                .zip([10.0, 5.0, 15.0, 10.0])
+                .all(|(a, b)| (a - b).abs() <= 1.0),
+            "{secs:?}"
+        );
+        assert!(parts.windows(2).all(|w| w[0].end_ms == w[1].start_ms));
+        assert_eq!(parts.last().map(|p| p.end_ms), Some(40_000.0));
+        // No pod, no parts.
+        assert!(r
+            .pod_parts(epoch, end, &serde_json::json!({"items": []}))
+            .is_empty());
     }
 }
