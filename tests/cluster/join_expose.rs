@@ -249,7 +249,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         set_step(dst_node, DST, step);
         let tj = Instant::now();
         let seen = joins(sides, &src, (DST, step, PREFIX));
-        parts.extend(join_parts(&seen, tj, Instant::now()));
+        parts.extend(join_parts(&seen, &joined, tj, Instant::now()));
         let tb = Instant::now();
         added_by_backup_restore(dst_node, DST, added);
         parts.push(("backup-restore's logs read".into(), tb, Instant::now()));
@@ -335,14 +335,16 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
 /// Where a destination step's join went, from `t0` (the step set) to `end` (the step ready),
 /// from when etcd first listed each member and when as a voter ([`joins`]): one stretch per
-/// change, named after it, so the stretches follow one another.
+/// change, named after it, so the stretches follow one another; members of `before` (joined
+/// at an earlier step) are not this step's.
 fn join_parts(
     seen: &std::collections::BTreeMap<String, (Duration, Option<Duration>)>,
+    before: &[String],
     t0: Instant,
     end: Instant,
 ) -> Vec<Waited> {
     let mut marks: Vec<(Duration, String)> = Vec::new();
-    for (name, (listed, voter)) in seen {
+    for (name, (listed, voter)) in seen.iter().filter(|(n, _)| !before.contains(n)) {
         marks.push((*listed, format!("until {name} added as a learner")));
         if let Some(v) = voter {
             marks.push((*v, format!("until {name} promoted")));
