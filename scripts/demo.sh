@@ -16,8 +16,10 @@
 # in seed b, each seed's isthmus controller driving its side), the shoot's kube-apiserver as a
 # pod in each seed serving the lab's API load and watch through its name from outside, a
 # writer straight to etcd. Prints each step's figures and checks 0 failed, 0 lost, 0 missed
-# (tests/seeds/shoot_move.rs); the seeds go down afterwards (`--keep`: they stay up). Not yet
-# in it (issue 45): the webhook through the tunnel, the report file and the picture.
+# (tests/seeds/shoot_move.rs) and writes the lab's report and picture of it to
+# target/demo/seeds-real/ (report.json, timeline.svg: each step's lane beside the lab's newest
+# report in target/demo/); the seeds go down afterwards (`--keep`: they stay up). Not yet in
+# it (issue 45): the webhook through the tunnel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then

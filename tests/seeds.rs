@@ -10,7 +10,8 @@
 //! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
 //! issue 45 point 3's first step); `shoot_api_across_running_seeds` (ignored, the same seeds)
 //! runs it with the shoot's kube-apiserver as a pod in each seed and the lab's API load and
-//! watch through its name (`seeds/shoot_move.rs`). Needs root and
+//! watch through its name (`seeds/shoot_move.rs`), and writes the lab's report and picture of
+//! the run to `target/demo/seeds-real/` (`seeds/shoot_report.rs`). Needs root and
 //! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
 //! time per machine, beside the lab).
 
@@ -55,6 +56,8 @@ mod shoot_load;
 mod shoot_logs;
 #[path = "seeds/shoot_move.rs"]
 mod shoot_move;
+#[path = "seeds/shoot_report.rs"]
+mod shoot_report;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

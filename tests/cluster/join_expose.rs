@@ -24,13 +24,14 @@
 
 use super::join_observe::{
     added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, set_step, Sides,
-    DST, SRC, STEP,
+    Waited, DST, SRC, STEP,
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
 use super::join_watch::{joins, raft_index, restarts, source_members_reported, SNAPSHOT_COUNT};
 use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, POLL, SYSTEM};
+use isthmus_lab::report::steps::{self as report, Writer as WriterTotals};
 use isthmus_seed_world::dns::DnsProviderTask;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
@@ -54,6 +55,8 @@ pub struct Across<'a> {
     /// `tests/seeds/shoot_api.rs`), and once `Shrink` is done, before the namespaces go.
     pub before_shrink: &'a dyn Fn(),
     pub after_shrink: &'a dyn Fn(),
+    /// Each step's start, end and parts, for the run's report (`tests/seeds/shoot_report.rs`).
+    pub steps: Option<&'a report::Recorder>,
 }
 
 fn migration(
@@ -115,6 +118,16 @@ fn client_url(node: &Node, ns: &str) -> String {
 pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>) {
     let Source { t0, pki, tls: src } = source;
     let (node, dst_node) = (sides.src, sides.dst);
+    let steps = across.and_then(|a| a.steps);
+    // A step from `start` to now, with where its time went (runs across two seeds only).
+    let record = |name: &str, start: Instant, parts: &[Waited]| {
+        if let Some(r) = steps {
+            r.step(name, start, Instant::now(), parts);
+        }
+    };
+    let names = |list: &[(String, bool, Vec<String>)]| -> Vec<String> {
+        list.iter().map(|m| m.0.clone()).collect()
+    };
     let (src_from, dst_from): (&[&str], &[&str]) = match across {
         Some(a) => (
             std::slice::from_ref(&a.src_from),
@@ -147,9 +160,14 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     // Expose: druid rolls the source onto its exposed peer URLs.
     let t = Instant::now();
     node.apply(&migration("source", (SRC, "seed-a"), "Expose", src_from, None).to_string());
-    reached(node, SRC, "Expose");
+    let (_, parts) = reached(node, SRC, "Expose");
+    record(&format!("{}: source", report::EXPOSE), t, &parts);
     println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {:.1?}", t.elapsed());
     let list = members(node, &src).unwrap();
+    if let Some(r) = steps {
+        r.members(Instant::now(), names(&list));
+    }
+    let source_names = names(&list);
     for (name, _, urls) in &list {
         assert!(
             urls.iter().any(|u| u.contains(DOMAIN)),
@@ -191,12 +209,15 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         dst_from,
         Some(destination),
     );
+    let t = Instant::now();
     dst_node.apply(&dst_migration.to_string());
-    let took = reached(dst_node, DST, "Expose");
+    let (took, parts) = reached(dst_node, DST, "Expose");
+    record(&format!("{}: destination", report::EXPOSE), t, &parts);
     println!("figure: M2: destination Expose (routes served, records Succeeded): {took:.1?}");
     if let Some(a) = across {
         let t = Instant::now();
         (a.resolve)();
+        record("names resolving across the seeds", t, &[]);
         println!(
             "figure: M2: each seed's exposed names resolving in the other seed: {:.1?}",
             t.elapsed()
@@ -204,7 +225,9 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     }
 
     // Join (2 members) and Grow (the third) through the proxy, by druid and backup-restore.
+    let mut joined: Vec<String> = Vec::new();
     for (step, added) in [("Join", 0..2), ("Grow", 2..3)] {
+        let t = Instant::now();
         // Across two seeds the source's members cannot dial the destination's (druid v0.38.1
         // advertises those by in-cluster names): a member that must be sent a snapshot could
         // not join, and this test does not show that path.
@@ -214,11 +237,31 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
             across.is_none() || index < SNAPSHOT_COUNT,
             "the source's raft index {index} before {step}: past a snapshot"
         );
+        let mut parts: Vec<Waited> =
+            vec![("the source's raft index read".into(), t, Instant::now())];
         set_step(node, SRC, step);
-        reached(node, SRC, step);
+        let (_, source) = reached(node, SRC, step);
+        parts.extend(
+            source
+                .into_iter()
+                .map(|p| (format!("source: {}", p.0), p.1, p.2)),
+        );
         set_step(dst_node, DST, step);
-        joins(sides, &src, (DST, step, PREFIX));
+        let tj = Instant::now();
+        let seen = joins(sides, &src, (DST, step, PREFIX));
+        parts.extend(join_parts(&seen, &joined, tj, Instant::now()));
+        let tb = Instant::now();
         added_by_backup_restore(dst_node, DST, added);
+        parts.push(("backup-restore's logs read".into(), tb, Instant::now()));
+        record(step, t, &parts);
+        let new: Vec<String> = seen.into_keys().filter(|n| !joined.contains(n)).collect();
+        joined.extend(new);
+        if let Some(r) = steps {
+            r.members(
+                Instant::now(),
+                source_names.iter().chain(&joined).cloned().collect(),
+            );
+        }
     }
     let list = members(node, &src).unwrap();
     let voters = list.iter().filter(|m| !m.1).count();
@@ -245,7 +288,11 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     }
     let t = Instant::now();
     let tls = pki.client_config(Some(&pki.client_cert("etcd-client")), &["h2"]);
-    shrink(sides, &tls, (SRC, DST, PREFIX));
+    let parts = shrink(sides, &tls, (SRC, DST, PREFIX));
+    record(report::SHRINK, t, &parts);
+    if let Some(r) = steps {
+        r.members(Instant::now(), joined.clone());
+    }
     println!("figure: M2: shrink by the stand-in of etcd-druid#1426 (leadership moved, 3 source members removed, source scaled to 0): {:.1?}", t.elapsed());
     if let Some(a) = across {
         (a.after_shrink)();
@@ -267,6 +314,13 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         lost.len(),
         w.slow(Duration::from_secs(2)),
     );
+    if let Some(r) = steps {
+        r.writer(WriterTotals {
+            acknowledged: w.ok.len(),
+            failed: w.failed.len(),
+            lost: lost.len(),
+        });
+    }
     assert!(w.ok.len() > 100, "the writer wrote {}", w.ok.len());
     assert!(w.failed.is_empty(), "failed writes: {:?}", w.failed);
     assert!(lost.is_empty(), "acknowledged writes lost: {lost:?}");
@@ -277,4 +331,37 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         cleanup(node, &[SRC]);
     }
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
+}
+
+/// Where a destination step's join went, from `t0` (the step set) to `end` (the step ready),
+/// from when etcd first listed each member and when as a voter ([`joins`]): one stretch per
+/// change, named after it, so the stretches follow one another; members of `before` (joined
+/// at an earlier step) are not this step's.
+fn join_parts(
+    seen: &std::collections::BTreeMap<String, (Duration, Option<Duration>)>,
+    before: &[String],
+    t0: Instant,
+    end: Instant,
+) -> Vec<Waited> {
+    let mut marks: Vec<(Duration, String)> = Vec::new();
+    for (name, (listed, voter)) in seen.iter().filter(|(n, _)| !before.contains(n)) {
+        marks.push((*listed, format!("until {name} added as a learner")));
+        if let Some(v) = voter {
+            marks.push((*v, format!("until {name} promoted")));
+        }
+    }
+    marks.sort();
+    let mut parts = Vec::new();
+    let mut from = t0;
+    for (at, what) in marks {
+        let to = (t0 + at).min(end).max(from);
+        parts.push((what, from, to));
+        from = to;
+    }
+    parts.push((
+        "until the destination reports the step ready".into(),
+        from,
+        end,
+    ));
+    parts
 }

@@ -27,18 +27,67 @@ pub fn status(node: &Node, ns: &str) -> Value {
     serde_json::from_str::<Value>(&s).unwrap()["status"].clone()
 }
 
-/// Polls until `ns`'s migration reports `step` reached; returns the time it took.
-pub fn reached(node: &Node, ns: &str, step: &str) -> Duration {
+/// A stretch of a wait, named after what the status said it waited on, from when to when.
+pub type Waited = (String, Instant, Instant);
+
+/// Polls until `ns`'s migration reports `step` reached; returns the time it took and where
+/// it went: each stretch during which the migration's status named the same thing it waited
+/// on ([`waiting_on`]), as seen at each poll.
+pub fn reached(node: &Node, ns: &str, step: &str) -> (Duration, Vec<Waited>) {
     let t0 = Instant::now();
+    let mut parts: Vec<Waited> = Vec::new();
     poll(node, &format!("{ns} at {step}"), STEP, POLL, || {
         let s = status(node, ns);
+        let now = Instant::now();
+        let on = waiting_on(&s, step);
+        match parts.last_mut() {
+            Some(last) if last.0 == on => last.2 = now,
+            Some(last) => {
+                last.2 = now;
+                parts.push((on, now, now));
+            }
+            None => parts.push((on, t0, now)),
+        }
         if s["step"] == step && s["stepReady"] == true {
             Ok(())
         } else {
             Err(s.to_string())
         }
     });
-    t0.elapsed()
+    // The last stretch is the poll that saw the step reached.
+    parts.retain(|p| p.0 != READY);
+    (t0.elapsed(), parts)
+}
+
+const READY: &str = "ready";
+
+/// What a migration's `status` says it waits on for `step`: the controller not having
+/// planned it yet, its `Progressing` conditions (`type: reason`), or ready.
+pub fn waiting_on(s: &Value, step: &str) -> String {
+    if s["step"] != step {
+        return format!("the controller planning {step}");
+    }
+    if s["stepReady"] == true {
+        return READY.into();
+    }
+    let progressing: Vec<String> = s["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "Progressing")
+        .map(|c| {
+            format!(
+                "{}: {}",
+                c["type"].as_str().unwrap_or("?"),
+                c["reason"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    if progressing.is_empty() {
+        "not ready, nothing Progressing".into()
+    } else {
+        progressing.join(", ")
+    }
 }
 
 pub fn set_step(node: &Node, ns: &str, step: &str) {

@@ -17,6 +17,7 @@ use rustls::pki_types::ServerName;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::sync::Arc;
+use std::time::Instant;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsConnector;
 
@@ -97,12 +98,14 @@ fn member(name: String, peer: String) -> MemberDef {
 
 /// The source `src` (pods `<etcd>-<i>` in `src_ns` on `sides.src`, members by pod name)
 /// leaves the cluster to the destination's three (pods in `dest_ns` on `sides.dst`, members
-/// `<prefix>-<pod>`); `tls` is the members' client TLS.
+/// `<prefix>-<pod>`); `tls` is the members' client TLS. Returns where the time went (what,
+/// from, to).
 pub fn shrink(
     sides: &Sides,
     tls: &Arc<rustls::ClientConfig>,
     (src_ns, dest_ns, prefix): (&str, &str, &str),
-) {
+) -> Vec<(String, Instant, Instant)> {
+    let t0 = Instant::now();
     let etcd = super::join_tls::ETCD;
     let rt = tokio::runtime::Runtime::new().unwrap();
     let forward = |node: &Node, ns: &str| -> Vec<Forward> {
@@ -130,9 +133,12 @@ pub fn shrink(
         })
     };
     let first = member(format!("{prefix}-{etcd}-0"), String::new());
+    let forwarded = Instant::now();
     rt.block_on(etcd::move_leader(&all, &first)).unwrap();
+    let moved = Instant::now();
     removals(&rt).unwrap();
     drop(sources);
+    let removed = Instant::now();
 
     // gardenlet's cleanup of the source: druid allows no decrease of `replicas` but to 0, and
     // its CEL rule no advertised member at an index >= `replicas` (the controller, at `Grow`,
@@ -177,4 +183,18 @@ pub fn shrink(
             }
         },
     );
+    vec![
+        ("port-forwards to the 6 members".into(), t0, forwarded),
+        (
+            format!("leadership moved to {}", first.name),
+            forwarded,
+            moved,
+        ),
+        ("3 source members removed".into(), moved, removed),
+        (
+            "source Etcd scaled to 0, its pods gone".into(),
+            removed,
+            Instant::now(),
+        ),
+    ]
 }

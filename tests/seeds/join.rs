@@ -205,21 +205,29 @@ pub fn m2_across(a: &Node, b: &Node) {
 /// beside etcd-druid's example). Seed a's CoreDNS answers seed b's names only while it runs:
 /// its Corefile is put back afterwards, so later steps on seed a resolve as before.
 pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
-    m2_across_with(a, b, source, &|| {}, &|| {});
+    m2_across_with(a, b, source, (&|| {}, &|| {}), None);
 }
 
 /// [`m2_across_from`] calling `before_shrink` once the destination's members are voters and
-/// `after_shrink` once the source's are gone ([`Across`]).
+/// `after_shrink` once the source's are gone ([`Across`]), recording each step in `steps`.
 pub fn m2_across_with(
     a: &Node,
     b: &Node,
     source: join_expose::Source,
-    before_shrink: &dyn Fn(),
-    after_shrink: &dyn Fn(),
+    (before_shrink, after_shrink): (&dyn Fn(), &dyn Fn()),
+    steps: Option<&isthmus_lab::report::steps::Recorder>,
 ) {
     let t0 = Instant::now();
     admit(a, b);
     admit(b, a);
+    if let Some(s) = steps {
+        s.step(
+            "chart values: each seed admits the other",
+            t0,
+            Instant::now(),
+            &[],
+        );
+    }
     let corefile = a.jsonpath("kube-system", "configmap/coredns", "{.data.Corefile}");
     let resolve = || {
         resolve_in(b, a);
@@ -232,6 +240,7 @@ pub fn m2_across_with(
         resolve: &resolve,
         before_shrink,
         after_shrink,
+        steps,
     };
     join_expose::through_the_proxy(&Sides { src: a, dst: b }, source, Some(&across));
     println!(

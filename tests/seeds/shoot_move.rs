@@ -13,8 +13,10 @@ use super::join_observe::{DST, SRC, STEP};
 use super::node::{poll, Node, POLL};
 use super::shoot_api::{self, ShootFiles};
 use super::shoot_load::{Outcome, Outside};
+use super::shoot_report;
 use isthmus_lab::api::audit;
 use isthmus_lab::api::report::{ApiReport, Objects};
+use isthmus_lab::report::steps::{DNS_MOVE, SOURCE_API_GONE};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -62,6 +64,7 @@ pub fn across(a: &Node, b: &Node) {
         &files.token,
     );
     let epoch = load.epoch;
+    let steps = isthmus_lab::report::steps::Recorder::new(epoch.into_std());
     let load = RefCell::new(Some(load));
     let phases = RefCell::new(Vec::new());
     let outcome: RefCell<Option<Result<Outcome, String>>> = RefCell::new(None);
@@ -78,6 +81,7 @@ pub fn across(a: &Node, b: &Node) {
     let before_shrink = || {
         let t = mark("M2 to the destination's voters", m2_start);
         let (took, log) = shoot_api::deploy(b, DST, &files, &logs.path().join("seed-b.log"));
+        shoot_report::destination_ready(&steps, b, DST, t.into_std());
         *destination_log.borrow_mut() = Some(log);
         println!(
             "figure: shoot API: the destination kube-apiserver Ready in seed b at {}: {took:.1?}",
@@ -88,9 +92,12 @@ pub fn across(a: &Node, b: &Node) {
             if let Some(l) = load.borrow().as_ref() {
                 l.dns.move_to_destination();
             }
+            steps.step(DNS_MOVE, moved.into_std(), Instant::now(), &[]);
             moved
         };
+        let gone = Instant::now();
         let took = shoot_api::remove(a, SRC);
+        steps.step(SOURCE_API_GONE, gone, Instant::now(), &[]);
         println!("figure: shoot API: the name moved to seed b; the source kube-apiserver's pod gone {took:.1?} later");
         *handover.borrow_mut() = mark("the source kube-apiserver stopping", t);
     };
@@ -100,7 +107,7 @@ pub fn across(a: &Node, b: &Node) {
             *outcome.borrow_mut() = Some(l.stop());
         }
     };
-    m2_across_with(a, b, source, &before_shrink, &after_shrink);
+    m2_across_with(a, b, source, (&before_shrink, &after_shrink), Some(&steps));
     let outcome = outcome.into_inner();
     let Outcome {
         mut rec,
@@ -116,8 +123,15 @@ pub fn across(a: &Node, b: &Node) {
     paths.extend(destination_log.into_inner().map(|l| l.finish(LOG_END)));
     let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
     audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
-    let api = ApiReport::new(&rec, &seen, 0, &phases.into_inner(), &[]);
+    let phases = phases.into_inner();
+    let api = ApiReport::new(&rec, &seen, 0, &phases, &[]);
     println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
+    let measured = shoot_report::Measured {
+        api: &api,
+        objects: &objects,
+        phases: &phases,
+    };
+    shoot_report::write(&steps, measured);
     check(&api, &objects);
 }
 

@@ -110,6 +110,8 @@ impl<D: Driver> Run<D> {
             fault,
             join_ms: self.join_ms,
             violations,
+            steps: Vec::new(),
+            comparison: None,
             samples: rec.samples,
         })
     }

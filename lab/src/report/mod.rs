@@ -1,6 +1,8 @@
 //! The run's report: JSON (the contract of `isthmus-lab demo --report`), its human summary
 //! (`summary.rs`) and the parts the SVG timeline draws (`crate::svg`).
 
+pub mod real;
+pub mod steps;
 mod summary;
 
 pub use crate::api::report::{ApiReport, ControlPlane, Objects};
@@ -176,6 +178,13 @@ pub struct Report {
     pub join_ms: Option<f64>,
     /// Invariants that failed; empty when the run is good.
     pub violations: Vec<String>,
+    /// The migration's steps as timed lanes with where their time went (a run on real seeds,
+    /// [`real`]; the lab's own runs have its phases instead).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<steps::Step>,
+    /// Each step's duration beside the lab's (a run on real seeds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comparison: Option<steps::Comparison>,
     #[serde(skip)]
     pub samples: Vec<Sample>,
 }

@@ -8,6 +8,7 @@ impl Report {
     pub fn summary(&self) -> String {
         let mut s = self.totals();
         s += &self.phase_tables();
+        s += &self.steps_part();
         s += &self.quorum_and_events();
         s += &self.control_plane_part();
         s += &self.verdict();
@@ -78,6 +79,36 @@ impl Report {
                 "  webhook {:<12} {:>6} {:>6} {:>8.1} {:>8.1} {:>8.1}\n",
                 p.name, p.requests, p.failed, p.p50_ms, p.p99_ms, p.max_ms
             );
+        }
+        s
+    }
+
+    /// A run on real seeds: each step with where its time went, and the steps beside the lab's.
+    fn steps_part(&self) -> String {
+        let mut s = String::new();
+        if !self.steps.is_empty() {
+            s += "steps (start, duration; where the time went):\n";
+        }
+        for st in &self.steps {
+            s += &format!(
+                "  {:<40} {:>8.1} s {:>8.1} s\n",
+                st.name,
+                st.start_ms / 1000.0,
+                st.ms() / 1000.0
+            );
+            for p in &st.parts {
+                s += &format!(
+                    "      {:<50} {:>8.1} s\n",
+                    p.what,
+                    (p.end_ms - p.start_ms) / 1000.0
+                );
+            }
+        }
+        if let Some(c) = &self.comparison {
+            s += "each step on the real seeds beside the lab's:\n";
+            for line in c.lines() {
+                s += &format!("  {line}\n");
+            }
         }
         s
     }

@@ -2,11 +2,12 @@
 //! one square per shoot API request and one dot per etcd request (log scale), failures in red,
 //! phase boundaries as dashed lines; below it a band with one dot per webhook call
 //! through the tunnel (by the tunnel server it went through) and the tunnel's handover steps;
-//! the member count along the bottom.
+//! the member count along the bottom; under it, for a run on real seeds, a lane per step.
 
 mod lanes;
 mod members;
 mod plot;
+mod steps;
 
 use crate::report::Report;
 
@@ -57,11 +58,13 @@ pub fn timeline(r: &Report) -> String {
     };
     // Runs the controllers drove get two lanes under the picture: each seed's conditions and
     // the objects its controller wrote.
-    let total_h = if r.control.is_some() {
-        H + lanes::LANES_H
+    let control_h = if r.control.is_some() {
+        lanes::LANES_H
     } else {
-        H
+        0.0
     };
+    // A run on real seeds gets a lane per migration step under that.
+    let total_h = H + control_h + steps::height(r);
     let mut s = String::new();
     plot::header(&mut s, r, total_h);
     plot::axes(&mut s, &f);
@@ -73,6 +76,9 @@ pub fn timeline(r: &Report) -> String {
     plot::legend(&mut s, &f);
     if let Some(c) = &r.control {
         lanes::lanes(&mut s, c, &f);
+    }
+    if !r.steps.is_empty() {
+        steps::lanes(&mut s, r, &f, H + control_h);
     }
     s.push_str("</svg>\n");
     s
@@ -211,6 +217,8 @@ mod tests {
             ],
             join_ms: None,
             violations: vec![],
+            steps: Vec::new(),
+            comparison: None,
             samples: [(true, 3.0), (false, 6000.0)]
                 .map(|(ok, latency_ms)| Sample {
                     kind: Kind::Write,
