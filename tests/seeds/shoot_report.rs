@@ -9,10 +9,9 @@
 
 use super::node::Node;
 use isthmus_lab::api::report::{ApiReport, Objects};
+use isthmus_lab::report::compare::{newest_lab_report, Comparison};
 use isthmus_lab::report::real::RealRun;
-use isthmus_lab::report::steps::{
-    newest_lab_report, Comparison, Recorder, DESTINATION_API, DNS_MOVE,
-};
+use isthmus_lab::report::steps::{Recorder, DESTINATION_API, DNS_MOVE};
 use isthmus_lab::report::Event;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

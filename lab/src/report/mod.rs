@@ -1,6 +1,7 @@
 //! The run's report: JSON (the contract of `isthmus-lab demo --report`), its human summary
 //! (`summary.rs`) and the parts the SVG timeline draws (`crate::svg`).
 
+pub mod compare;
 pub mod real;
 pub mod steps;
 mod summary;
@@ -184,7 +185,7 @@ pub struct Report {
     pub steps: Vec<steps::Step>,
     /// Each step's duration beside the lab's (a run on real seeds).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub comparison: Option<steps::Comparison>,
+    pub comparison: Option<compare::Comparison>,
     #[serde(skip)]
     pub samples: Vec<Sample>,
 }

@@ -3,7 +3,8 @@
 //! the shoot API's requests and invariants as the lab's load and watch saw them, the steps as
 //! timed lanes with where their time went, and each step's duration beside the lab's.
 
-use super::steps::{Comparison, Step, Writer, DESTINATION_API};
+use super::compare::Comparison;
+use super::steps::{Step, Writer, DESTINATION_API};
 use super::{
     ApiReport, ControlPlane, Etcd, Event, Members, Membership, Objects, Report, Webhook, Writes,
 };
