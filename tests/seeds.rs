@@ -55,6 +55,8 @@ mod shoot_load;
 mod shoot_logs;
 #[path = "seeds/shoot_move.rs"]
 mod shoot_move;
+#[path = "seeds/shoot_webhook.rs"]
+mod shoot_webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

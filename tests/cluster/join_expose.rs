@@ -54,6 +54,9 @@ pub struct Across<'a> {
     /// `tests/seeds/shoot_api.rs`), and once `Shrink` is done, before the namespaces go.
     pub before_shrink: &'a dyn Fn(),
     pub after_shrink: &'a dyn Fn(),
+    /// The destination migration's `spec.vpn` (its seed's controller then runs the temporary
+    /// VPN's tunnel server from `Join`, `tests/seeds/shoot_webhook.rs`); `None`: no VPN.
+    pub vpn: Option<&'a Value>,
 }
 
 fn migration(
@@ -184,13 +187,16 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         "etcdVersion": "3.5",
         "etcdTemplate": {"labels": template["labels"], "spec": template},
     });
-    let dst_migration = migration(
+    let mut dst_migration = migration(
         "destination",
         (DST, "seed-b"),
         "Expose",
         dst_from,
         Some(destination),
     );
+    if let Some(vpn) = across.and_then(|a| a.vpn) {
+        dst_migration["spec"]["vpn"] = vpn.clone();
+    }
     dst_node.apply(&dst_migration.to_string());
     let took = reached(dst_node, DST, "Expose");
     println!("figure: M2: destination Expose (routes served, records Succeeded): {took:.1?}");
