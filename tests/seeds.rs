@@ -10,9 +10,9 @@
 //! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
 //! issue 45 point 3's first step); `shoot_api_across_running_seeds` (ignored, the same seeds)
 //! runs it with the shoot's kube-apiserver as a pod in each seed and the lab's API load and
-//! watch through its name (`seeds/shoot_move.rs`). Needs root and
-//! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
-//! time per machine, beside the lab).
+//! watch through its name (`seeds/shoot_move.rs`), its webhook through each seed's tunnel
+//! server (`seeds/shoot_webhook.rs`). Needs root and what `scripts/install-deps.sh` installs;
+//! runs in nextest's `node` group (one node at a time per machine, beside the lab).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -258,8 +258,9 @@ fn m2_across_running_seeds() {
 
 /// The shoot's kube-apiserver as a pod in each seed through the migration's etcd part from seed
 /// a to seed b (`seeds/shoot_move.rs`), the lab's API load and watch through the shoot API's
-/// name from seed a's outside: 0 failed requests, 0 lost objects, 0 missed watch events. On
-/// seeds that are up with isthmus and linked (as for [`m2_across_running_seeds`]): `flock -o
+/// name from seed a's outside, its webhook through the tunnel (`seeds/shoot_webhook.rs`): 0
+/// failed requests, 0 lost objects, 0 missed watch events, 0 failed webhook calls. On seeds
+/// that are up with isthmus and linked (as for [`m2_across_running_seeds`]): `flock -o
 /// /tmp/isthmus-node.lock cargo test --test seeds shoot_api_across_running_seeds -- --ignored
 /// --nocapture`.
 #[test]

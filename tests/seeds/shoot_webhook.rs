@@ -47,6 +47,7 @@ use isthmus_controller::tunnel_server::{
     self as server, objects, Owner, Proxies, TunnelServers, AGENTS_PORT, CONNECT_PORT,
     CONNECT_SERVICE,
 };
+use isthmus_lab::api::files;
 use isthmus_lab::webhook::endpoint::{self, Served};
 use isthmus_lab::webhook::WEBHOOK_SERVICE;
 use isthmus_testkit::{CertKey, Scratch, TestPki};
@@ -166,22 +167,23 @@ impl Tunnel {
 
     /// Each seed's kube-apiserver calls the webhook through its own seed's CONNECT front
     /// (`cluster` egress) with its own client certificate, also towards the webhook.
-    pub fn kube_apiservers(&self, files: &mut ShootFiles) {
+    pub fn kube_apiservers(&self, shoot: &mut ShootFiles) {
         let f = |name: &str| Path::new(TLS).join(name);
         for (i, ns) in [SRC, DST].into_iter().enumerate() {
             let url = format!("https://{CONNECT_SERVICE}.{ns}.svc.cluster.local:{CONNECT_PORT}");
             let (crt, key) = (f("tunnel-client.crt"), f("tunnel-client.key"));
+            let ca = f("tunnel-ca.crt");
             let own = json!({
                 "tunnel-ca.crt": self.pki.ca_pem(),
                 "tunnel-client.crt": self.callers[i].cert_pem,
                 "tunnel-client.key": self.callers[i].key_pem,
-                "egress.yaml": isthmus_lab::api::files::egress_config(&url, &f("tunnel-ca.crt"), &crt, &key),
-                "webhook.kubeconfig": isthmus_lab::api::files::webhook_kubeconfig(&crt, &key),
-                "admission.yaml": isthmus_lab::api::files::admission_config(&f("webhook.kubeconfig")),
+                "egress.yaml": files::egress_config(&url, &ca, &crt, &key),
+                "webhook.kubeconfig": files::webhook_kubeconfig(&crt, &key),
+                "admission.yaml": files::admission_config(&f("webhook.kubeconfig")),
             });
-            files.per_namespace.insert(ns.to_owned(), own);
+            shoot.per_namespace.insert(ns.to_owned(), own);
         }
-        files.args.extend([
+        shoot.args.extend([
             format!(
                 "--egress-selector-config-file={}",
                 f("egress.yaml").display()
