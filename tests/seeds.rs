@@ -243,6 +243,13 @@ fn the_other_seeds_zone_answers_beside_the_rewrite() {
     join::zone_beside_the_rewrite();
 }
 
+/// Seed a's stand-in for `vpn-seed-server` is the controller's tunnel server rendered by its
+/// own code (`seeds/shoot_webhook.rs`); no node.
+#[test]
+fn the_stand_in_for_vpn_seed_server_is_the_controllers_tunnel_server() {
+    shoot_webhook::the_stand_in_is_the_controllers_server();
+}
+
 /// The migration's etcd part from seed a to seed b through the link (`seeds/join.rs`), on
 /// seeds that are up with isthmus and linked, left up afterwards:
 /// `flock -o /tmp/isthmus-node.lock sh -c 'scripts/cluster.sh --seed a up && scripts/cluster.sh

@@ -199,6 +199,20 @@ impl Tunnel {
 /// Seed a's stand-in for `vpn-seed-server` ([module docs](self)): applied, rolled out, its
 /// load balancer's address.
 fn stand_in(a: &Node) -> String {
+    let image = a.jsonpath(
+        SYSTEM,
+        "ds/isthmus-proxy",
+        "{.spec.template.spec.containers[0].image}",
+    );
+    for body in stand_in_objects(a, image) {
+        a.apply(&body.to_string());
+    }
+    a.rolled_out(SRC, &format!("deploy/{}", server::NAME), 240);
+    lb_address(a, SRC, STAND_IN)
+}
+
+/// The stand-in's objects in seed `a` running `image`, in the order they are applied.
+fn stand_in_objects(a: &Node, image: String) -> Vec<Value> {
     let spec: EtcdMigrationSpec = serde_json::from_value(json!({
         "role": "destination", "step": "Join", "etcdName": ETCD, "seedName": seed_name(a),
         "internalDomain": DOMAIN,
@@ -207,11 +221,6 @@ fn stand_in(a: &Node) -> String {
         "vpn": vpn_spec(SRC, VPN_A, a),
     }))
     .unwrap();
-    let image = a.jsonpath(
-        SYSTEM,
-        "ds/isthmus-proxy",
-        "{.spec.template.spec.containers[0].image}",
-    );
     let labels = BTreeMap::from([("kubernetes.io/metadata.name".to_owned(), SYSTEM.to_owned())]);
     let settings = TunnelServers {
         image,
@@ -230,8 +239,8 @@ fn stand_in(a: &Node) -> String {
         namespace_labels: &labels,
         alias: "all-shoots",
     };
-    let bodies = objects(&spec, SRC, &owner, &proxies, &settings).unwrap();
-    for mut body in bodies {
+    let mut out = Vec::new();
+    for mut body in objects(&spec, SRC, &owner, &proxies, &settings).unwrap() {
         let (kind, name) = (body["kind"].clone(), body["metadata"]["name"].clone());
         let only_controllers = kind == "PodDisruptionBudget"
             || (kind == "Service" && name == server::NAME)
@@ -242,21 +251,18 @@ fn stand_in(a: &Node) -> String {
         if let Some(m) = body["metadata"].as_object_mut() {
             m.remove("ownerReferences");
         }
-        a.apply(&body.to_string());
+        out.push(body);
     }
-    a.apply(
-        &json!({
+    out.extend([
+        json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": STAND_IN, "namespace": SRC},
             "spec": {
                 "type": "LoadBalancer", "selector": server::selector(),
                 "ports": [{"name": "agents", "port": VPN_PORT, "targetPort": AGENTS_PORT}],
             },
-        })
-        .to_string(),
-    );
-    a.apply(
-        &json!({
+        }),
+        json!({
             "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
             "metadata": {"name": STAND_IN_POLICY, "namespace": SRC},
             "spec": {
@@ -264,11 +270,51 @@ fn stand_in(a: &Node) -> String {
                 "policyTypes": ["Ingress"],
                 "ingress": [{"ports": [{"protocol": "TCP", "port": AGENTS_PORT}]}],
             },
+        }),
+    ]);
+    out
+}
+
+/// Seed a's stand-in as [`stand_in`] applies it, without a node: the controller's server
+/// (its configuration, CONNECT front and its policy, Deployment) without its owner, behind a
+/// load balancer of its own; the configuration admits the agents' and the source
+/// kube-apiserver's names and trusts no proxy.
+pub fn the_stand_in_is_the_controllers_server() {
+    let objects = stand_in_objects(&Node::seed('a'), "isthmus:latest".into());
+    let names: Vec<String> = objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
         })
-        .to_string(),
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "ConfigMap/isthmus-tunnel-server",
+            "Service/isthmus-tunnel-connect",
+            "NetworkPolicy/isthmus-tunnel-server-connect",
+            "Deployment/isthmus-tunnel-server",
+            "Service/vpn-seed-server",
+            "NetworkPolicy/allow-vpn-seed-server",
+        ]
     );
-    a.rolled_out(SRC, &format!("deploy/{}", server::NAME), 240);
-    lb_address(a, SRC, STAND_IN)
+    assert!(objects
+        .iter()
+        .all(|o| o["metadata"].get("ownerReferences").is_none()));
+    let config = objects[0]["data"][server::CONFIG_KEY].as_str().unwrap();
+    assert!(
+        config.contains(AGENT) && config.contains("kube-apiserver.seed-a"),
+        "{config}"
+    );
+    assert!(!config.contains("trusted_proxies"), "{config}");
+    assert_eq!(
+        objects[3]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "isthmus:latest"
+    );
 }
 
 fn lb_address(seed: &Node, ns: &str, svc: &str) -> String {
