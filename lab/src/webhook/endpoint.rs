@@ -153,6 +153,51 @@ fn uid(body: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::{start, Served};
+    use isthmus_testkit::TestPki;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Each caller's reviews under the certificate it presented.
+    #[tokio::test]
+    async fn reviews_are_counted_per_client_certificate() {
+        let pki = TestPki::new();
+        let tls = pki.server_config(&pki.server_cert(&["webhook.lab"]), true, &["http/1.1"]);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let served = Served::default();
+        let addr = start(
+            ([127, 0, 0, 1], 0).into(),
+            tls,
+            stop.clone(),
+            served.clone(),
+        )
+        .await
+        .unwrap();
+        let callers = [pki.client_cert("a"), pki.client_cert("b")];
+        for (caller, n) in callers.iter().zip([2, 1]) {
+            for _ in 0..n {
+                let config = pki.client_config(Some(caller), &["http/1.1"]);
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let name = rustls::pki_types::ServerName::try_from("webhook.lab").unwrap();
+                let mut io = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .unwrap();
+                let body = r#"{"kind":"AdmissionReview","request":{"uid":"1"}}"#;
+                let req = format!(
+                    "POST /validate HTTP/1.1\r\nHost: webhook.lab\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                io.write_all(req.as_bytes()).await.unwrap();
+                let mut answer = String::new();
+                io.read_to_string(&mut answer).await.unwrap();
+                assert!(answer.contains(r#""uid":"1""#), "{answer}");
+            }
+        }
+        stop.cancel();
+        let [a, b] = callers.each_ref().map(|c| served.from(&c.chain[0]));
+        assert_eq!((a, b, served.total(), served.failed()), (2, 1, 3, 0));
+    }
+
     #[test]
     fn a_review_from_kube_apiserver_has_its_uid_echoed_and_the_labs_own_has_none() {
         let review =
