@@ -14,12 +14,13 @@
 # (scripts/cluster.sh: kubelet, containerd, etcd-druid, isthmus installed by its chart in each),
 # linked at RTT 50 ms: the shoot's etcd as etcd-druid `Etcd`s (source in seed a, destination
 # in seed b, each seed's isthmus controller driving its side), the shoot's kube-apiserver as a
-# pod in each seed serving the lab's API load and watch through its name from outside, a
-# writer straight to etcd. Prints each step's figures and checks 0 failed, 0 lost, 0 missed
-# (tests/seeds/shoot_move.rs) and writes the lab's report and picture of it to
-# target/demo/seeds-real/ (report.json, timeline.svg: each step's lane beside the lab's newest
-# report in target/demo/); the seeds go down afterwards (`--keep`: they stay up). Not yet in
-# it (issue 45): the webhook through the tunnel.
+# pod in each seed serving the lab's API load and watch through its name from outside, its
+# admission webhook (failurePolicy Fail) called through each seed's tunnel server (seed b's
+# the controller's temporary VPN) into the shoot, a writer straight to etcd. Prints each
+# step's figures and checks 0 failed, 0 lost, 0 missed, 0 failed webhook calls
+# (tests/seeds/shoot_move.rs, shoot_webhook.rs) and writes the lab's report and picture of it
+# to target/demo/seeds-real/ (report.json, timeline.svg: each step's lane beside the lab's
+# newest report in target/demo/); the seeds go down afterwards (`--keep`: they stay up).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [[ $(id -u) -ne 0 ]]; then

@@ -10,10 +10,11 @@
 //! the single-node test's druid join from seed a to seed b through the link (`seeds/join.rs`,
 //! issue 45 point 3's first step); `shoot_api_across_running_seeds` (ignored, the same seeds)
 //! runs it with the shoot's kube-apiserver as a pod in each seed and the lab's API load and
-//! watch through its name (`seeds/shoot_move.rs`), and writes the lab's report and picture of
-//! the run to `target/demo/seeds-real/` (`seeds/shoot_report.rs`). Needs root and
-//! what `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a
-//! time per machine, beside the lab).
+//! watch through its name (`seeds/shoot_move.rs`), its webhook through each seed's tunnel
+//! server (`seeds/shoot_webhook.rs`), and writes the lab's report and picture of the run to
+//! `target/demo/seeds-real/` (`seeds/shoot_report.rs`). Needs root and what
+//! `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a time per
+//! machine, beside the lab).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -58,6 +59,8 @@ mod shoot_logs;
 mod shoot_move;
 #[path = "seeds/shoot_report.rs"]
 mod shoot_report;
+#[path = "seeds/shoot_webhook.rs"]
+mod shoot_webhook;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -244,6 +247,13 @@ fn the_other_seeds_zone_answers_beside_the_rewrite() {
     join::zone_beside_the_rewrite();
 }
 
+/// Seed a's stand-in for `vpn-seed-server` is the controller's tunnel server rendered by its
+/// own code (`seeds/shoot_webhook.rs`); no node.
+#[test]
+fn the_stand_in_for_vpn_seed_server_is_the_controllers_tunnel_server() {
+    shoot_webhook::the_stand_in_is_the_controllers_server();
+}
+
 /// The migration's etcd part from seed a to seed b through the link (`seeds/join.rs`), on
 /// seeds that are up with isthmus and linked, left up afterwards:
 /// `flock -o /tmp/isthmus-node.lock sh -c 'scripts/cluster.sh --seed a up && scripts/cluster.sh
@@ -259,8 +269,9 @@ fn m2_across_running_seeds() {
 
 /// The shoot's kube-apiserver as a pod in each seed through the migration's etcd part from seed
 /// a to seed b (`seeds/shoot_move.rs`), the lab's API load and watch through the shoot API's
-/// name from seed a's outside: 0 failed requests, 0 lost objects, 0 missed watch events. On
-/// seeds that are up with isthmus and linked (as for [`m2_across_running_seeds`]): `flock -o
+/// name from seed a's outside, its webhook through the tunnel (`seeds/shoot_webhook.rs`): 0
+/// failed requests, 0 lost objects, 0 missed watch events, 0 failed webhook calls. On seeds
+/// that are up with isthmus and linked (as for [`m2_across_running_seeds`]): `flock -o
 /// /tmp/isthmus-node.lock cargo test --test seeds shoot_api_across_running_seeds -- --ignored
 /// --nocapture`.
 #[test]

@@ -57,6 +57,9 @@ pub struct Across<'a> {
     pub after_shrink: &'a dyn Fn(),
     /// Each step's start, end and parts, for the run's report (`tests/seeds/shoot_report.rs`).
     pub steps: Option<&'a report::Recorder>,
+    /// The destination migration's `spec.vpn` (its seed's controller then runs the temporary
+    /// VPN's tunnel server from `Join`, `tests/seeds/shoot_webhook.rs`); `None`: no VPN.
+    pub vpn: Option<&'a Value>,
 }
 
 fn migration(
@@ -202,13 +205,16 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         "etcdVersion": "3.5",
         "etcdTemplate": {"labels": template["labels"], "spec": template},
     });
-    let dst_migration = migration(
+    let mut dst_migration = migration(
         "destination",
         (DST, "seed-b"),
         "Expose",
         dst_from,
         Some(destination),
     );
+    if let Some(vpn) = across.and_then(|a| a.vpn) {
+        dst_migration["spec"]["vpn"] = vpn.clone();
+    }
     let t = Instant::now();
     dst_node.apply(&dst_migration.to_string());
     let (took, parts) = reached(dst_node, DST, "Expose");

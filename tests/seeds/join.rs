@@ -205,15 +205,17 @@ pub fn m2_across(a: &Node, b: &Node) {
 /// beside etcd-druid's example). Seed a's CoreDNS answers seed b's names only while it runs:
 /// its Corefile is put back afterwards, so later steps on seed a resolve as before.
 pub fn m2_across_from(a: &Node, b: &Node, source: join_expose::Source) {
-    m2_across_with(a, b, source, (&|| {}, &|| {}), None);
+    m2_across_with(a, b, source, None, (&|| {}, &|| {}), None);
 }
 
-/// [`m2_across_from`] calling `before_shrink` once the destination's members are voters and
+/// [`m2_across_from`] with `vpn` as the destination migration's `spec.vpn` (none: no
+/// temporary VPN), calling `before_shrink` once the destination's members are voters and
 /// `after_shrink` once the source's are gone ([`Across`]), recording each step in `steps`.
 pub fn m2_across_with(
     a: &Node,
     b: &Node,
     source: join_expose::Source,
+    vpn: Option<&serde_json::Value>,
     (before_shrink, after_shrink): (&dyn Fn(), &dyn Fn()),
     steps: Option<&isthmus_lab::report::steps::Recorder>,
 ) {
@@ -241,6 +243,7 @@ pub fn m2_across_with(
         before_shrink,
         after_shrink,
         steps,
+        vpn,
     };
     join_expose::through_the_proxy(&Sides { src: a, dst: b }, source, Some(&across));
     println!(

@@ -17,7 +17,7 @@ use super::shoot_logs::Logs;
 use isthmus_lab::api::API_NAME;
 use isthmus_testkit::flags::{ApiServerAuth, ApiServerFlags};
 use isthmus_testkit::TestPki;
-use serde_json::json;
+use serde_json::{json, Value};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -26,8 +26,8 @@ const IMAGE: &str = "isthmus.local/kube-apiserver:v1.34.4";
 /// The Service's port, and the pod's (nonroot: no port below 1024).
 const PORT: u16 = 443;
 const POD_PORT: u16 = 6443;
-/// Where the pod mounts its Secrets.
-const TLS: &str = "/srv/kubernetes/tls";
+/// Where the pod mounts its Secrets (its own: [`ShootFiles`]).
+pub const TLS: &str = "/srv/kubernetes/tls";
 const ETCD_CA: &str = "/srv/kubernetes/etcd-ca";
 const ETCD_CLIENT: &str = "/srv/kubernetes/etcd-client";
 
@@ -37,6 +37,11 @@ pub struct ShootFiles {
     pub ca_pem: String,
     pub token: String,
     secret: serde_json::Value,
+    /// Files of one namespace's Secret only (each seed's egress to its own tunnel server,
+    /// `shoot_webhook.rs`), by namespace.
+    pub per_namespace: std::collections::BTreeMap<String, serde_json::Value>,
+    /// Further flags of kube-apiserver (their files under [`TLS`]).
+    pub args: Vec<String>,
 }
 
 impl ShootFiles {
@@ -59,6 +64,8 @@ impl ShootFiles {
             ca_pem: pki.ca_pem(),
             token,
             secret,
+            per_namespace: std::collections::BTreeMap::new(),
+            args: Vec::new(),
         }
     }
 }
@@ -100,13 +107,18 @@ fn labels() -> serde_json::Value {
 /// until Ready; returns how long that took and its output, followed into `log`.
 pub fn deploy(seed: &Node, ns: &str, files: &ShootFiles, log: &Path) -> (Duration, Logs) {
     let t0 = Instant::now();
+    let mut data = files.secret.clone();
+    if let (Some(d), Some(Value::Object(own))) = (data.as_object_mut(), files.per_namespace.get(ns))
+    {
+        d.extend(own.clone());
+    }
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": NAME, "namespace": ns}, "stringData": files.secret,
+        "metadata": {"name": NAME, "namespace": ns}, "stringData": data,
     });
     seed.apply(&secret.to_string());
     seed.apply(&policy(ns).to_string());
-    seed.apply(&deployment(ns).to_string());
+    seed.apply(&deployment(ns, &files.args).to_string());
     seed.rolled_out(ns, &format!("deploy/{NAME}"), 240);
     let took = t0.elapsed();
     (took, Logs::follow(seed, ns, log))
@@ -146,7 +158,7 @@ fn policy(ns: &str) -> serde_json::Value {
     })
 }
 
-fn deployment(ns: &str) -> serde_json::Value {
+fn deployment(ns: &str, extra: &[String]) -> serde_json::Value {
     let mut args = ApiServerFlags {
         etcd_servers: format!("https://{ETCD}-client:2379"),
         address: [0, 0, 0, 0].into(),
@@ -171,6 +183,7 @@ fn deployment(ns: &str) -> serde_json::Value {
         format!("--audit-policy-file={TLS}/audit-policy.yaml"),
         "--audit-log-path=-".into(),
     ]);
+    args.extend_from_slice(extra);
     let volume = |name: &str, secret: &str| json!({"name": name, "secret": {"secretName": secret}});
     let mount = |name: &str, path: &str| json!({"name": name, "mountPath": path, "readOnly": true});
     json!({

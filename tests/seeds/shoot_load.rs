@@ -2,15 +2,20 @@
 //! in the real seeds, from seed a's outside network (a client of the seeds' load balancers):
 //! a thread of its own that joins that network namespace (setns; every socket its runtime
 //! opens is then there) and runs its own tokio runtime. The shoot API's name ([`Dns`]) holds
-//! a client for each seed's load balancer address; seed b's crosses the link.
+//! a client for each seed's load balancer address; seed b's crosses the link. With a webhook
+//! ([`Admission`], `shoot_webhook.rs`) it is registered through the source before the watch
+//! and the load start, and a write is seen through it, as the lab's `ShootApi` does.
 
 use isthmus_lab::api::kubeconfig::{kubeconfig_client, write_kubeconfig};
 use isthmus_lab::api::load::{Load, Recording, NAMESPACE};
 use isthmus_lab::api::report::Objects;
 use isthmus_lab::api::watch::{Seen, Watch};
-use isthmus_lab::api::Dns;
+use isthmus_lab::api::{admission, Dns};
+use isthmus_lab::webhook::endpoint::Served;
 use isthmus_testkit::Scratch;
 use kube::api::{Api, ListParams};
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -32,6 +37,26 @@ pub struct Outcome {
     pub epoch_unix_ms: f64,
 }
 
+/// The shoot's webhook as the load registers it: its address in the shoot, the CA of its
+/// serving certificate (a file), and what it has answered.
+pub struct Admission {
+    pub webhook: SocketAddr,
+    pub ca: PathBuf,
+    pub served: Served,
+}
+
+/// Moves the calling thread into the network namespace `netns` (`/run/netns/<netns>`):
+/// every socket it opens from then on is there.
+pub fn enter(netns: &str) -> Result<(), String> {
+    let path = format!("/run/netns/{netns}");
+    let ns = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&ns),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(|e| format!("setns {path}: {e}"))
+}
+
 /// The running load and watch.
 pub struct Outside {
     pub dns: Dns,
@@ -43,8 +68,15 @@ pub struct Outside {
 
 impl Outside {
     /// Joins `netns`, makes the load's objects through the source's address, starts the watch
-    /// and the load. `addresses`: the source's and the destination's load balancer.
-    pub fn start(netns: &str, addresses: [&str; 2], ca_pem: &str, token: &str) -> Self {
+    /// and the load (`webhook`: registered first). `addresses`: the source's and the
+    /// destination's load balancer.
+    pub fn start(
+        netns: &str,
+        addresses: [&str; 2],
+        ca_pem: &str,
+        token: &str,
+        webhook: Option<Admission>,
+    ) -> Self {
         let dir = Scratch::new("seeds-shoot-load");
         std::fs::write(dir.path().join("ca.crt"), ca_pem).unwrap();
         for (i, a) in addresses.iter().enumerate() {
@@ -57,19 +89,14 @@ impl Outside {
             )
             .unwrap();
         }
-        let netns = format!("/run/netns/{netns}");
+        let netns = netns.to_owned();
         let (started, ready) = mpsc::channel();
         let (stop, stopped) = oneshot::channel();
         let thread = std::thread::spawn(move || {
-            let ns = std::fs::File::open(&netns).map_err(|e| format!("{netns}: {e}"))?;
-            rustix::thread::move_into_link_name_space(
-                std::os::fd::AsFd::as_fd(&ns),
-                Some(rustix::thread::LinkNameSpaceType::Network),
-            )
-            .map_err(|e| format!("setns {netns}: {e}"))?;
+            enter(&netns)?;
             // Built after setns: its worker and blocking threads are created in the namespace.
             let rt = tokio::runtime::Runtime::new().map_err(|e| e.to_string())?;
-            rt.block_on(run(dir, started, stopped))
+            rt.block_on(run(dir, webhook, started, stopped))
         });
         match ready.recv() {
             Ok((dns, epoch)) => Self {
@@ -94,6 +121,7 @@ impl Outside {
 
 async fn run(
     dir: Scratch,
+    webhook: Option<Admission>,
     started: mpsc::Sender<(Dns, Instant)>,
     stopped: oneshot::Receiver<()>,
 ) -> Result<Outcome, String> {
@@ -106,6 +134,14 @@ async fn run(
     isthmus_lab::api::load_objects(&source)
         .await
         .map_err(|e| e.to_string())?;
+    if let Some(w) = &webhook {
+        admission::register(&source, w.webhook, &w.ca)
+            .await
+            .map_err(|e| e.to_string())?;
+        admission::first_call(&source, || w.served.total())
+            .await
+            .map_err(|e| e.to_string())?;
+    }
     let dns = Dns::new([source, destination]);
     let watch = Watch::start(dns.clone())
         .await

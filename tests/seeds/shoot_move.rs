@@ -14,6 +14,7 @@ use super::node::{poll, Node, POLL};
 use super::shoot_api::{self, ShootFiles};
 use super::shoot_load::{Outcome, Outside};
 use super::shoot_report;
+use super::shoot_webhook;
 use isthmus_lab::api::audit;
 use isthmus_lab::api::report::{ApiReport, Objects};
 use isthmus_lab::report::steps::{DNS_MOVE, SOURCE_API_GONE};
@@ -45,8 +46,10 @@ pub fn across(a: &Node, b: &Node) {
         &serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": DST}})
             .to_string(),
     );
+    let tunnel = shoot_webhook::Tunnel::new(a, b);
     let addresses = [shoot_api::service(a, SRC), shoot_api::service(b, DST)];
-    let files = ShootFiles::new(source.pki(), &[&addresses[0], &addresses[1]]);
+    let mut files = ShootFiles::new(source.pki(), &[&addresses[0], &addresses[1]]);
+    tunnel.kube_apiservers(&mut files);
     poll(a, "the source Etcd Ready", STEP, POLL, || {
         let r = a.jsonpath(SRC, "etcd/etcd-main", "{.status.ready}");
         (r == "true").then_some(()).ok_or(r)
@@ -57,12 +60,16 @@ pub fn across(a: &Node, b: &Node) {
         "figure: shoot API: the source kube-apiserver Ready in seed a at {}: {took:.1?}",
         addresses[0]
     );
+    let webhook =
+        shoot_webhook::Shoot::start(&tunnel, &outside(a), super::node::EXT_IP.parse().unwrap());
     let load = Outside::start(
         &outside(a),
         [&addresses[0], &addresses[1]],
         &files.ca_pem,
         &files.token,
+        Some(webhook.admission()),
     );
+    webhook.load_started();
     let epoch = load.epoch;
     let steps = isthmus_lab::report::steps::Recorder::new(epoch.into_std());
     let load = RefCell::new(Some(load));
@@ -80,6 +87,7 @@ pub fn across(a: &Node, b: &Node) {
     let destination_log = RefCell::new(None);
     let before_shrink = || {
         let t = mark("M2 to the destination's voters", m2_start);
+        webhook.join_temporary(b);
         let (took, log) = shoot_api::deploy(b, DST, &files, &logs.path().join("seed-b.log"));
         shoot_report::destination_ready(&steps, b, DST, t.into_std());
         *destination_log.borrow_mut() = Some(log);
@@ -106,8 +114,17 @@ pub fn across(a: &Node, b: &Node) {
         if let Some(l) = load.borrow_mut().take() {
             *outcome.borrow_mut() = Some(l.stop());
         }
+        webhook.after_load(a, b);
     };
-    m2_across_with(a, b, source, (&before_shrink, &after_shrink), Some(&steps));
+    let vpn = tunnel.destination_vpn(b);
+    m2_across_with(
+        a,
+        b,
+        source,
+        Some(&vpn),
+        (&before_shrink, &after_shrink),
+        Some(&steps),
+    );
     let outcome = outcome.into_inner();
     let Outcome {
         mut rec,
@@ -133,6 +150,7 @@ pub fn across(a: &Node, b: &Node) {
     };
     shoot_report::write(&steps, measured);
     check(&api, &objects);
+    webhook.check();
 }
 
 /// Prints the load's and the watch's figures and asserts the lab's invariants.

@@ -1,16 +1,18 @@
 //! The shoot's admission webhook as kube-apiserver knows it: an `ExternalName` Service and a
 //! `ValidatingWebhookConfiguration` (`failurePolicy: Fail`) on the load's ConfigMaps, reached
 //! through the `cluster` egress, the tunnel. Registered before the load starts, and waited
-//! for until a write went through it.
+//! for until a write went through it (also by tests/seeds/shoot_load.rs, on real seeds).
 
 use super::load::{self, NAMESPACE};
 use crate::error::{Error, Result};
-use crate::webhook::{Egress, WebhookLab, WEBHOOK_SERVICE};
+use crate::webhook::WEBHOOK_SERVICE;
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::ByteString;
 use kube::api::{Api, PostParams};
 use kube::Client;
+use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -26,10 +28,10 @@ fn json_err(e: serde_json::Error) -> Error {
     Error::State(format!("shoot API object: {e}"))
 }
 
-/// Registers the webhook behind `egress` (its address in the shoot, its CA).
-pub(super) async fn register(c: &Client, egress: &Egress) -> Result<()> {
+/// Registers the webhook at `hook` (its address in the shoot) whose serving certificate
+/// chains to the CA in the file `ca`.
+pub async fn register(c: &Client, hook: SocketAddr, ca: &Path) -> Result<()> {
     let pp = PostParams::default();
-    let hook = egress.webhook;
     // An ExternalName Service: kube-apiserver's service resolver turns it into
     // `https://<address>:<port>`, dialled through the `cluster` egress (the tunnel), where
     // the shoot's agents reach the webhook.
@@ -44,7 +46,7 @@ pub(super) async fn register(c: &Client, egress: &Egress) -> Result<()> {
         .create(&pp, &svc)
         .await
         .map_err(|e| kube_err("webhook service", e))?;
-    let ca = std::fs::read(&egress.ca).map_err(|e| Error::io(egress.ca.display(), e))?;
+    let ca = std::fs::read(ca).map_err(|e| Error::io(ca.display(), e))?;
     let mut vwc: ValidatingWebhookConfiguration = serde_json::from_value(serde_json::json!({
         "metadata": { "name": "isthmus-lab" },
         "webhooks": [{
@@ -75,14 +77,14 @@ pub(super) async fn register(c: &Client, egress: &Egress) -> Result<()> {
     Ok(())
 }
 
-/// Writes probe ConfigMaps until the webhook answered one: until kube-apiserver's informer
-/// has the configuration, writes skip the webhook.
-pub(super) async fn first_call(c: &Client, webhook: &WebhookLab) -> Result<()> {
+/// Writes probe ConfigMaps until the webhook answered one (`calls`: the reviews it answered
+/// so far): until kube-apiserver's informer has the configuration, writes skip the webhook.
+pub async fn first_call(c: &Client, calls: impl Fn() -> usize) -> Result<()> {
     let pp = PostParams::default();
     let cms = Api::<ConfigMap>::namespaced(c.clone(), NAMESPACE);
     let deadline = Instant::now() + WEBHOOK_READY;
     let mut n = 0;
-    while webhook.kube_apiserver_calls() == 0 {
+    while calls() == 0 {
         if Instant::now() >= deadline {
             return Err(Error::Timeout {
                 what: "a write through the webhook (kube-apiserver → tunnel → shoot)".into(),

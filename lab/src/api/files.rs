@@ -45,31 +45,13 @@ impl Files {
             &tokens,
             &format!("{token},isthmus-lab,isthmus-lab,system:masters\n"),
         )?;
-        // kube-apiserver's client certificate towards webhooks: a kubeconfig whose user `*`
-        // matches every webhook (WebhookAdmissionConfiguration).
         let kubeconfig = dir.join("webhook.kubeconfig");
         write(
             &kubeconfig,
-            &format!(
-                "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    \
-                 client-certificate: {}\n    client-key: {}\n",
-                webhook.cert.display(),
-                webhook.key.display()
-            ),
+            &webhook_kubeconfig(&webhook.cert, &webhook.key),
         )?;
         let admission = dir.join("admission.yaml");
-        let webhook_config = format!(
-            "    apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    \
-             kubeConfigFile: {}\n",
-            kubeconfig.display()
-        );
-        write(
-            &admission,
-            &format!(
-                "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
-                 - name: ValidatingAdmissionWebhook\n  configuration:\n{webhook_config}"
-            ),
-        )?;
+        write(&admission, &admission_config(&kubeconfig))?;
         let audit_policy = dir.join("audit-policy.yaml");
         write(&audit_policy, AUDIT_POLICY)?;
         Ok(Self {
@@ -99,20 +81,51 @@ impl Files {
     /// Writes seed `label`'s egress: the `cluster` network (service-referenced webhooks, logs,
     /// exec) over HTTPConnect with mTLS to the seed's tunnel server.
     pub fn write_egress(&self, label: &str, e: &Egress) -> Result<()> {
+        let url = format!("https://{}", e.connect);
         write(
             &self.egress(label),
-            &format!(
-                "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n\
-                 egressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    \
-                 transport:\n      tcp:\n        url: https://{}\n        tlsConfig:\n          \
-                 caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
-                e.connect,
-                e.ca.display(),
-                e.cert.display(),
-                e.key.display()
-            ),
+            &egress_config(&url, &e.ca, &e.cert, &e.key),
         )
     }
+}
+
+/// kube-apiserver's `EgressSelectorConfiguration`: the `cluster` network (service-referenced
+/// webhooks, logs, exec) over HTTPConnect to `url` (`https://host:port`, a tunnel server's
+/// CONNECT front), trusting `ca`, with the client certificate `cert`/`key`. Also the shoot's
+/// kube-apiserver pods' (tests/seeds/shoot_webhook.rs), with the paths they mount.
+pub fn egress_config(url: &str, ca: &Path, cert: &Path, key: &Path) -> String {
+    format!(
+        "apiVersion: apiserver.k8s.io/v1beta1\nkind: EgressSelectorConfiguration\n\
+         egressSelections:\n- name: cluster\n  connection:\n    proxyProtocol: HTTPConnect\n    \
+         transport:\n      tcp:\n        url: {url}\n        tlsConfig:\n          \
+         caBundle: {}\n          clientCert: {}\n          clientKey: {}\n",
+        ca.display(),
+        cert.display(),
+        key.display()
+    )
+}
+
+/// kube-apiserver's client certificate towards webhooks: a kubeconfig whose user `*` matches
+/// every webhook (WebhookAdmissionConfiguration).
+pub fn webhook_kubeconfig(cert: &Path, key: &Path) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: '*'\n  user:\n    \
+         client-certificate: {}\n    client-key: {}\n",
+        cert.display(),
+        key.display()
+    )
+}
+
+/// The `AdmissionConfiguration` that gives the validating webhooks' plugin `kubeconfig`
+/// ([`webhook_kubeconfig`]).
+pub fn admission_config(kubeconfig: &Path) -> String {
+    format!(
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n\
+         - name: ValidatingAdmissionWebhook\n  configuration:\n    \
+         apiVersion: apiserver.config.k8s.io/v1\n    kind: WebhookAdmissionConfiguration\n    \
+         kubeConfigFile: {}\n",
+        kubeconfig.display()
+    )
 }
 
 /// What kube-apiserver audits: the load's and the watch's requests (ConfigMaps in the load's

@@ -10,7 +10,7 @@
 //! moves; the source kube-apiserver stops (SIGTERM, graceful) before `Shrink` removes the
 //! members it reads from.
 
-mod admission;
+pub mod admission;
 pub mod audit;
 pub mod dns;
 pub mod files;
@@ -134,8 +134,9 @@ impl ShootApi {
     /// The objects the shoot's API needs for the run, then one write through the webhook.
     async fn setup(&mut self, c: &Client, webhook: &WebhookLab) -> Result<()> {
         load_objects(c).await?;
-        admission::register(c, &self.egress[0]).await?;
-        admission::first_call(c, webhook).await?;
+        let e = &self.egress[0];
+        admission::register(c, e.webhook, &e.ca).await?;
+        admission::first_call(c, || webhook.kube_apiserver_calls()).await?;
         self.webhook_calls_at_start = webhook.kube_apiserver_calls();
         Ok(())
     }

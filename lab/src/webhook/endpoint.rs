@@ -1,13 +1,15 @@
 //! The HTTPS webhook of the shoot: answers every request with an allowing AdmissionReview,
 //! `/slow` after [`SLOW`]. It is served by the lab process on the host end of the shoot's
 //! veth, where the shoot's agents dial it. A review from a real kube-apiserver carries
-//! `request.uid`, which the answer must echo; those reviews are counted ([`Served`]).
+//! `request.uid`, which the answer must echo; those reviews are counted ([`Served`]), per
+//! caller: the client certificate it presented, so that each seed's kube-apiserver is told
+//! apart (tests/seeds/shoot_webhook.rs, where the webhook runs on its own).
 
 use super::http::{answer_json, read_request};
 use crate::error::{Error, Result};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
@@ -20,11 +22,41 @@ pub(super) const SLOW: Duration = Duration::from_millis(300);
 pub(super) const ALLOWED: &str =
     r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"allowed":true}}"#;
 
-/// AdmissionReviews with a `request.uid` (kube-apiserver's) answered.
-pub(super) type Served = Arc<AtomicUsize>;
+/// AdmissionReviews with a `request.uid` (kube-apiserver's) answered, and connections that
+/// failed before an answer (TLS, a short request), per caller.
+pub type Served = Arc<Reviews>;
+
+/// See [`Served`]. Callers are keyed by the leaf certificate they presented (DER; empty
+/// without one).
+#[derive(Debug, Default)]
+pub struct Reviews {
+    answered: Mutex<BTreeMap<Vec<u8>, usize>>,
+    failed: Mutex<usize>,
+}
+
+impl Reviews {
+    /// Every caller's answered reviews.
+    pub fn total(&self) -> usize {
+        self.answered().values().sum()
+    }
+
+    /// Answered reviews of the caller that presented `cert` (DER).
+    pub fn from(&self, cert: &[u8]) -> usize {
+        self.answered().get(cert).copied().unwrap_or(0)
+    }
+
+    /// Connections that ended without an answer.
+    pub fn failed(&self) -> usize {
+        *self.failed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn answered(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, usize>> {
+        self.answered.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
 
 /// Serves the webhook on `listen` (port 0: any) until `stop`; returns the bound address.
-pub(super) async fn start(
+pub async fn start(
     listen: SocketAddr,
     tls: Arc<rustls::ServerConfig>,
     stop: CancellationToken,
@@ -53,9 +85,10 @@ pub(super) async fn start(
             let acceptor = acceptor.clone();
             let served = served.clone();
             tokio::spawn(async move {
-                if let Err(e) = serve(acceptor, tcp, served).await {
+                if let Err(e) = serve(acceptor, tcp, &served).await {
                     // The caller records the failure; this says what the webhook saw.
                     tracing::warn!(error = %e, "webhook connection failed");
+                    *served.failed.lock().unwrap_or_else(PoisonError::into_inner) += 1;
                 }
             });
         }
@@ -63,7 +96,7 @@ pub(super) async fn start(
     Ok(addr)
 }
 
-async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io::Result<()> {
+async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: &Reviews) -> std::io::Result<()> {
     let accepted = std::time::Instant::now();
     let mut io = acceptor.accept(tcp).await?;
     let tls_ms = crate::clock::ms(accepted.elapsed());
@@ -81,7 +114,14 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: Served) -> std::io
     }
     let review = match uid(&body) {
         Some(uid) => {
-            served.fetch_add(1, Ordering::Relaxed);
+            let caller = io
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| c.to_vec())
+                .unwrap_or_default();
+            *served.answered().entry(caller).or_default() += 1;
             serde_json::json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
@@ -113,6 +153,51 @@ fn uid(body: &[u8]) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::{start, Served};
+    use isthmus_testkit::TestPki;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Each caller's reviews under the certificate it presented.
+    #[tokio::test]
+    async fn reviews_are_counted_per_client_certificate() {
+        let pki = TestPki::new();
+        let tls = pki.server_config(&pki.server_cert(&["webhook.lab"]), true, &["http/1.1"]);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let served = Served::default();
+        let addr = start(
+            ([127, 0, 0, 1], 0).into(),
+            tls,
+            stop.clone(),
+            served.clone(),
+        )
+        .await
+        .unwrap();
+        let callers = [pki.client_cert("a"), pki.client_cert("b")];
+        for (caller, n) in callers.iter().zip([2, 1]) {
+            for _ in 0..n {
+                let config = pki.client_config(Some(caller), &["http/1.1"]);
+                let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+                let name = rustls::pki_types::ServerName::try_from("webhook.lab").unwrap();
+                let mut io = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, tcp)
+                    .await
+                    .unwrap();
+                let body = r#"{"kind":"AdmissionReview","request":{"uid":"1"}}"#;
+                let req = format!(
+                    "POST /validate HTTP/1.1\r\nHost: webhook.lab\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                io.write_all(req.as_bytes()).await.unwrap();
+                let mut answer = String::new();
+                io.read_to_string(&mut answer).await.unwrap();
+                assert!(answer.contains(r#""uid":"1""#), "{answer}");
+            }
+        }
+        stop.cancel();
+        let [a, b] = callers.each_ref().map(|c| served.from(&c.chain[0]));
+        assert_eq!((a, b, served.total(), served.failed()), (2, 1, 3, 0));
+    }
+
     #[test]
     fn a_review_from_kube_apiserver_has_its_uid_echoed_and_the_labs_own_has_none() {
         let review =

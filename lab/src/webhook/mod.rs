@@ -17,7 +17,7 @@
 
 mod caller;
 mod certs;
-mod endpoint;
+pub mod endpoint;
 mod http;
 pub use http::{answer_json, read_request};
 mod process;
@@ -251,7 +251,7 @@ impl WebhookLab {
 
     /// AdmissionReviews from the real kube-apiservers the webhook answered so far.
     pub fn kube_apiserver_calls(&self) -> usize {
-        self.served.load(Ordering::Relaxed)
+        self.served.total()
     }
 
     /// Waits until seed `seed`'s tunnel server has exactly `n` active sessions.
