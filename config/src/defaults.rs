@@ -31,9 +31,6 @@ pub(crate) fn drain_delay() -> Duration {
 pub(crate) fn drain_timeout() -> Duration {
     Duration::from_secs(30)
 }
-pub(crate) fn watch_interval() -> Duration {
-    Duration::from_secs(1)
-}
 /// The proxy's: a route change crosses kubelet's volume sync and then this poll, and the
 /// controller waits for every pod to serve it before a migration step goes on (issue 45: a
 /// change served in a second). A stat every 200 ms costs 5 syscalls a second.

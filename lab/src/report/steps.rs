@@ -6,7 +6,6 @@
 
 use serde::Serialize;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Instant, SystemTime};
 
