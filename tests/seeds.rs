@@ -44,6 +44,8 @@ mod join_watch;
 #[allow(dead_code)]
 #[path = "cluster/join_writer.rs"]
 mod join_writer;
+#[path = "seeds/lease.rs"]
+mod lease;
 #[path = "seeds/link.rs"]
 mod link;
 #[allow(dead_code)]
@@ -211,6 +213,7 @@ fn two_seeds_run_side_by_side_and_leave_the_host_as_it_was() {
         );
     }
 
+    lease::kube_router_takes_its_lease_back("b");
     link::joins_seeds_a_and_b();
 
     // b down: a keeps serving, the host's kernel settings stay as the running node needs them.

@@ -200,7 +200,10 @@ node_start() {
   kubectl_admin apply -f "$root/scripts/cluster/addons.yaml" >/dev/null
   # --v=1: its NetworkPolicy syncs and how long they took, which tests/cluster/upgrade.rs
   # prints when a new connection fails (a new pod is admitted by a policy only after a sync).
-  start kube-router env POD_NAMESPACE=kube-system POD_NAME="$NODE_NAME" "$ISTHMUS_CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" \
+  # kube-router.sh: restarted when it loses its load-balancer lease (why: that script).
+  start kube-router env POD_NAMESPACE=kube-system POD_NAME="$NODE_NAME" \
+    "$root/scripts/cluster/kube-router.sh" "$STATE/logs/kube-router.log" "$STATE/pids/kube-router.process" \
+    "$ISTHMUS_CACHE/kube-router-$KUBE_ROUTER_VERSION/kube-router" \
     --kubeconfig "$STATE/etc/kube-router.kubeconfig" --hostname-override "$NODE_NAME" \
     --run-router=false --run-service-proxy=false --run-firewall=true --run-loadbalancer=true \
     --loadbalancer-ip-range "$LB_RANGE" --enable-cni=false --enable-ipv4=true --enable-ipv6=false \

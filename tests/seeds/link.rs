@@ -57,7 +57,7 @@ fn curl_in(ns: &str, url: &str) -> Result<(String, [f64; 3]), String> {
 }
 
 /// Polls `f` until it returns `Ok`, at most `secs` seconds.
-fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> Result<T, String>) -> T {
+pub fn poll<T>(what: &str, secs: u64, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         match f() {
