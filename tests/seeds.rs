@@ -11,8 +11,8 @@
 //! issue 45 point 3's first step); `shoot_api_across_running_seeds` (ignored, the same seeds)
 //! runs it with the shoot's kube-apiserver as a pod in each seed and the lab's API load and
 //! watch through its name (`seeds/shoot_move.rs`), its webhook through each seed's tunnel
-//! server (`seeds/shoot_webhook.rs`), and writes the lab's report and picture of the run to
-//! `target/demo/seeds-real/` (`seeds/shoot_report.rs`). Needs root and what
+//! server (`seeds/shoot_webhook.rs`, `shoot_side.rs`, `shoot_stand_in.rs`), and writes the
+//! lab's report and picture of the run to `target/demo/seeds-real/` (`seeds/shoot_report.rs`). Needs root and what
 //! `scripts/install-deps.sh` installs; runs in nextest's `node` group (one node at a time per
 //! machine, beside the lab).
 
@@ -61,6 +61,10 @@ mod shoot_logs;
 mod shoot_move;
 #[path = "seeds/shoot_report.rs"]
 mod shoot_report;
+#[path = "seeds/shoot_side.rs"]
+mod shoot_side;
+#[path = "seeds/shoot_stand_in.rs"]
+mod shoot_stand_in;
 #[path = "seeds/shoot_webhook.rs"]
 mod shoot_webhook;
 
@@ -251,10 +255,10 @@ fn the_other_seeds_zone_answers_beside_the_rewrite() {
 }
 
 /// Seed a's stand-in for `vpn-seed-server` is the controller's tunnel server rendered by its
-/// own code (`seeds/shoot_webhook.rs`); no node.
+/// own code (`seeds/shoot_stand_in.rs`); no node.
 #[test]
 fn the_stand_in_for_vpn_seed_server_is_the_controllers_tunnel_server() {
-    shoot_webhook::the_stand_in_is_the_controllers_server();
+    shoot_stand_in::the_stand_in_is_the_controllers_server();
 }
 
 /// The migration's etcd part from seed a to seed b through the link (`seeds/join.rs`), on

@@ -14,7 +14,7 @@ use super::node::{poll, Node, POLL};
 use super::shoot_api::{self, ShootFiles};
 use super::shoot_load::{Outcome, Outside};
 use super::shoot_report;
-use super::shoot_webhook;
+use super::{shoot_side, shoot_webhook};
 use isthmus_lab::api::audit;
 use isthmus_lab::api::report::{ApiReport, Objects};
 use isthmus_lab::report::steps::{DNS_MOVE, SOURCE_API_GONE};
@@ -61,7 +61,7 @@ pub fn across(a: &Node, b: &Node) {
         addresses[0]
     );
     let webhook =
-        shoot_webhook::Shoot::start(&tunnel, &outside(a), super::node::EXT_IP.parse().unwrap());
+        shoot_side::Shoot::start(&tunnel, &outside(a), super::node::EXT_IP.parse().unwrap());
     let load = Outside::start(
         &outside(a),
         [&addresses[0], &addresses[1]],
@@ -141,12 +141,15 @@ pub fn across(a: &Node, b: &Node) {
     let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
     audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
     let phases = phases.into_inner();
-    let api = ApiReport::new(&rec, &seen, 0, &phases, &[]);
+    let calls = webhook.calls(epoch.into_std());
+    let api = ApiReport::new(&rec, &seen, calls.len(), &phases, &[]);
     println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
     let measured = shoot_report::Measured {
         api: &api,
         objects: &objects,
         phases: &phases,
+        webhook: &calls,
+        webhook_failed: webhook.failed(),
     };
     shoot_report::write(&steps, measured);
     check(&api, &objects);

@@ -13,6 +13,7 @@ use isthmus_lab::report::compare::{newest_lab_report, Comparison};
 use isthmus_lab::report::real::RealRun;
 use isthmus_lab::report::steps::{Recorder, DESTINATION_API, DNS_MOVE};
 use isthmus_lab::report::Event;
+use isthmus_lab::webhook::Call;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -52,6 +53,9 @@ pub struct Measured<'a> {
     pub api: &'a ApiReport,
     pub objects: &'a Objects,
     pub phases: &'a [(String, f64, f64)],
+    /// The reviews the shoot's webhook answered, and the failed calls however seen.
+    pub webhook: &'a [Call],
+    pub webhook_failed: usize,
 }
 
 /// Writes the report and the picture to `target/demo/seeds-real/`, prints the summary, the
@@ -104,6 +108,8 @@ pub fn write(steps: &Recorder, m: Measured) {
         events,
         writer: steps.written(),
         comparison,
+        webhook: m.webhook.to_vec(),
+        webhook_failed: m.webhook_failed,
     }
     .report();
     let dir = demo_dir().join("seeds-real");

@@ -16,8 +16,14 @@ pub const STAND_INS: &[&str] = &[
     "DNS provider: seed-world's stand-in marks the DNSRecords Succeeded; each seed's CoreDNS answers the other seed's exposed names (a zone per seed)",
     "gardenlet: the test advances both EtcdMigrations, starts the destination kube-apiserver and moves the shoot API's name (the load's client per seed's load balancer)",
     "etcd (lab client) is an etcdctl writer through the source's client Service, then the destination's: acknowledged writes, no latencies",
-    "not yet in this run (issue 45): the webhook through the tunnel",
+    "webhook: the lab's HTTPS endpoint in seed a's outside network namespace (the shoot), reached through two `isthmus tunnel-agent`s; seed a's VPN server is a stand-in for Gardener's vpn-seed-server (an `isthmus tunnel-server` rendered by the controller's code), seed b's is the controller's temporary VPN",
 ];
+
+/// The scenario's name in the report (the picture's headline says so).
+pub const SCENARIO: &str = "two real seeds";
+
+/// What a real run's webhook figures are.
+const WEBHOOK_NOTE: &str = "AdmissionReviews answered by the shoot's webhook, told apart by each seed's kube-apiserver client certificate; a call's latency is the webhook's own, from its connection's accept (through the tunnel) to its answer";
 
 /// What a run on real seeds measured.
 #[derive(Debug, Clone)]
@@ -35,6 +41,11 @@ pub struct RealRun {
     pub events: Vec<Event>,
     pub writer: Option<Writer>,
     pub comparison: Comparison,
+    /// The reviews the shoot's webhook answered (`start_ms` since the load's start).
+    pub webhook: Vec<crate::webhook::Call>,
+    /// Failed webhook calls, however seen: connections the webhook dropped, agents' dials
+    /// not connected, CONNECTs not answered 200.
+    pub webhook_failed: usize,
 }
 
 impl RealRun {
@@ -50,7 +61,12 @@ impl RealRun {
             None => phases.push(("migration".into(), 0.0, steps_end)),
         }
         let writer = self.writer.unwrap_or_default();
-        let violations = violations(&self.api, &self.objects, self.writer.as_ref());
+        let mut violations = violations(&self.api, &self.objects, self.writer.as_ref());
+        if self.webhook_failed > 0 {
+            violations.push(format!("{} failed webhook calls", self.webhook_failed));
+        }
+        let mut webhook = Webhook::from_calls(&self.webhook, &phases, Some(WEBHOOK_NOTE.into()));
+        webhook.failed += self.webhook_failed;
         let destination_ready_ms = self
             .steps
             .iter()
@@ -60,7 +76,7 @@ impl RealRun {
             stand_ins: STAND_INS.iter().map(|s| s.to_string()).collect(),
             control: None,
             quorum: Vec::new(),
-            scenario: "two real seeds".into(),
+            scenario: SCENARIO.into(),
             rtt_ms: self.rtt_ms,
             control_plane: ControlPlane {
                 kube_apiserver: self.kube_apiserver,
@@ -73,11 +89,7 @@ impl RealRun {
                 writes: writer.acknowledged + writer.failed,
                 reads: 0,
             },
-            webhook: Webhook::from_calls(
-                &[],
-                &[],
-                Some("not yet in the run on real seeds (issue 45)".into()),
-            ),
+            webhook,
             writes: Writes {
                 acknowledged: writer.acknowledged,
                 missing: writer.lost,
@@ -214,6 +226,8 @@ mod tests {
                 lost: 0,
             }),
             comparison,
+            webhook: Vec::new(),
+            webhook_failed: 0,
         }
     }
 
@@ -254,6 +268,44 @@ mod tests {
         let json = serde_json::to_value(&r).unwrap();
         assert_eq!(json["steps"].as_array().map(Vec::len), Some(3));
         assert_eq!(json["comparison"]["rows"][0]["step"], EXPOSE);
+    }
+
+    #[test]
+    fn the_shoots_reviews_fill_the_webhook_band_and_a_failed_call_is_a_violation() {
+        use crate::webhook::{Call, Via};
+        let call = |start_ms: f64, via: Via| Call {
+            start_ms,
+            latency_ms: 60.0,
+            via,
+            ok: true,
+            error: None,
+        };
+        let mut run = run(false);
+        run.webhook = vec![call(1_000.0, Via::Source), call(70_000.0, Via::Destination)];
+        let r = run.clone().report();
+        assert!(r.violations.is_empty(), "{:?}", r.violations);
+        assert_eq!(
+            (
+                r.webhook.requests,
+                r.webhook.via_source,
+                r.webhook.via_destination
+            ),
+            (2, 1, 1)
+        );
+        let svg = crate::svg::timeline(&r);
+        assert_eq!(svg.matches("<circle cx=").count(), 2);
+        assert!(
+            svg.contains(">isthmus: two real seeds — RTT 50 ms"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains("webhook (the shoot's reviews through the tunnels): 2 calls, 0 failed")
+        );
+
+        run.webhook_failed = 1;
+        let r = run.report();
+        assert_eq!(r.violations, ["1 failed webhook calls"]);
+        assert_eq!(r.webhook.failed, 1);
     }
 
     #[test]

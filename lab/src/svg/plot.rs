@@ -11,12 +11,22 @@ use std::fmt::Write;
 
 /// The `<svg>` head (`total_h` high) and the two headlines of what the clients saw.
 pub(super) fn header(s: &mut String, r: &Report, total_h: f64) {
+    // A run on real seeds has no lab caller: its webhook figures are the shoot's reviews.
+    let real = r.scenario == crate::report::real::SCENARIO;
+    let (title, webhook) = if real {
+        (
+            "isthmus",
+            "webhook (the shoot's reviews through the tunnels)",
+        )
+    } else {
+        ("isthmus lab", "webhook (lab caller through the tunnel)")
+    };
     let _ = write!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="11">
 <rect width="{W}" height="{total_h}" fill="white"/>
-<text x="{LEFT}" y="16" font-size="13">isthmus lab: {} — RTT {} ms — kube-apiserver {}: {} API requests, {} failed, worst {:.0} ms, longest write gap {:.0} ms — {} objects written, {} lost — webhook {} calls, {} failed</text>
-<text x="{LEFT}" y="31" font-size="11" fill="dimgray">etcd (lab client): {} requests, {} failed, {} writes acknowledged, {} missing — webhook (lab caller through the tunnel): {} calls, {} failed</text>
+<text x="{LEFT}" y="16" font-size="13">{title}: {} — RTT {} ms — kube-apiserver {}: {} API requests, {} failed, worst {:.0} ms, longest write gap {:.0} ms — {} objects written, {} lost — webhook {} calls, {} failed</text>
+<text x="{LEFT}" y="31" font-size="11" fill="dimgray">etcd (lab client): {} requests, {} failed, {} writes acknowledged, {} missing — {webhook}: {} calls, {} failed</text>
 "#,
         esc(&r.scenario),
         r.rtt_ms,

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -30,19 +30,33 @@ pub type Served = Arc<Reviews>;
 /// without one).
 #[derive(Debug, Default)]
 pub struct Reviews {
-    answered: Mutex<BTreeMap<Vec<u8>, usize>>,
+    answered: Mutex<BTreeMap<Vec<u8>, Vec<Answered>>>,
     failed: Mutex<usize>,
+}
+
+/// One answered review: when its connection was accepted, and how long the webhook took from
+/// there to its answer (the TLS handshake, which crosses the tunnel to the caller and back,
+/// and the request's read; not the caller's own wait).
+#[derive(Debug, Clone, Copy)]
+pub struct Answered {
+    pub accepted: Instant,
+    pub ms: f64,
 }
 
 impl Reviews {
     /// Every caller's answered reviews.
     pub fn total(&self) -> usize {
-        self.answered().values().sum()
+        self.answered().values().map(Vec::len).sum()
     }
 
     /// Answered reviews of the caller that presented `cert` (DER).
     pub fn from(&self, cert: &[u8]) -> usize {
-        self.answered().get(cert).copied().unwrap_or(0)
+        self.answered().get(cert).map_or(0, Vec::len)
+    }
+
+    /// Each answered review of the caller that presented `cert`, in the order answered.
+    pub fn answered_to(&self, cert: &[u8]) -> Vec<Answered> {
+        self.answered().get(cert).cloned().unwrap_or_default()
     }
 
     /// Connections that ended without an answer.
@@ -50,7 +64,7 @@ impl Reviews {
         *self.failed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn answered(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, usize>> {
+    fn answered(&self) -> std::sync::MutexGuard<'_, BTreeMap<Vec<u8>, Vec<Answered>>> {
         self.answered.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -97,7 +111,7 @@ pub async fn start(
 }
 
 async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: &Reviews) -> std::io::Result<()> {
-    let accepted = std::time::Instant::now();
+    let accepted = Instant::now();
     let mut io = acceptor.accept(tcp).await?;
     let tls_ms = crate::clock::ms(accepted.elapsed());
     let (head, body) = read_request(&mut io).await?;
@@ -112,7 +126,7 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: &Reviews) -> std::
     if head.starts_with("POST /slow ") {
         tokio::time::sleep(SLOW).await;
     }
-    let review = match uid(&body) {
+    match uid(&body) {
         Some(uid) => {
             let caller = io
                 .get_ref()
@@ -121,17 +135,23 @@ async fn serve(acceptor: TlsAcceptor, tcp: TcpStream, served: &Reviews) -> std::
                 .and_then(|c| c.first())
                 .map(|c| c.to_vec())
                 .unwrap_or_default();
-            *served.answered().entry(caller).or_default() += 1;
-            serde_json::json!({
+            let review = serde_json::json!({
                 "apiVersion": "admission.k8s.io/v1",
                 "kind": "AdmissionReview",
                 "response": {"uid": uid, "allowed": true},
             })
-            .to_string()
+            .to_string();
+            answer_json(&mut io, &review).await?;
+            let ms = crate::clock::ms(accepted.elapsed());
+            served
+                .answered()
+                .entry(caller)
+                .or_default()
+                .push(Answered { accepted, ms });
+            Ok(())
         }
-        None => ALLOWED.to_string(),
-    };
-    answer_json(&mut io, &review).await
+        None => answer_json(&mut io, ALLOWED).await,
+    }
 }
 
 /// `OPERATION name` of an AdmissionReview's request (empty for the lab caller's).
@@ -196,6 +216,10 @@ mod tests {
         stop.cancel();
         let [a, b] = callers.each_ref().map(|c| served.from(&c.chain[0]));
         assert_eq!((a, b, served.total(), served.failed()), (2, 1, 3, 0));
+        // Each answered review's time: it took the handshake and the request at least.
+        let times = served.answered_to(&callers[0].chain[0]);
+        assert_eq!(times.len(), 2);
+        assert!(times.iter().all(|t| t.ms > 0.0), "{times:?}");
     }
 
     #[test]
