@@ -41,6 +41,24 @@ impl Logs {
     }
 }
 
+/// At most `max` of kube-apiserver's own error and warning lines (klog's `E`/`W`, not the audit
+/// events) in the file at `path` that name the webhook, etcd or a timeout: where a slow or
+/// failed request's time went, which the audit event does not say (`api::audit`).
+pub fn troubles(path: &Path, max: usize) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with('E') || l.starts_with('W'))
+        .filter(|l| {
+            let l = l.to_ascii_lowercase();
+            ["webhook", "etcd", "timeout", "deadline"]
+                .iter()
+                .any(|w| l.contains(w))
+        })
+        .take(max)
+        .map(|l| l.chars().take(400).collect())
+        .collect()
+}
+
 impl Drop for Logs {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -18,6 +18,7 @@ use super::{shoot_side, shoot_webhook};
 use isthmus_lab::api::audit;
 use isthmus_lab::api::report::{ApiReport, Objects};
 use isthmus_lab::report::steps::{DNS_MOVE, SOURCE_API_GONE};
+use isthmus_lab::webhook::{Call, Via};
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
@@ -138,11 +139,17 @@ pub fn across(a: &Node, b: &Node) {
     // Shrink, the destination's with its namespace), so its log stream has ended.
     let mut paths = vec![source_log.finish(LOG_END)];
     paths.extend(destination_log.into_inner().map(|l| l.finish(LOG_END)));
+    for (seed, path) in ["a", "b"].iter().zip(&paths) {
+        for line in super::shoot_logs::troubles(path, 20) {
+            println!("figure: shoot API: seed {seed}'s kube-apiserver logged: {line}");
+        }
+    }
     let paths: Vec<&std::path::Path> = paths.iter().map(std::path::PathBuf::as_path).collect();
     audit::attach(&mut rec.samples, &paths, epoch_unix_ms);
     let phases = phases.into_inner();
     let calls = webhook.calls(epoch.into_std());
     let api = ApiReport::new(&rec, &seen, calls.len(), &phases, &[]);
+    webhook_during_slow(&rec.samples, &calls);
     println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
     let measured = shoot_report::Measured {
         api: &api,
@@ -154,6 +161,42 @@ pub fn across(a: &Node, b: &Node) {
     shoot_report::write(&steps, measured);
     check(&api, &objects);
     webhook.check();
+}
+
+/// For each failed request and each of 2 s or more: the reviews the webhook accepted from
+/// the same kube-apiserver while it waited, and the one before. None while the request
+/// waited, with reviews before and after: its time went before the webhook (kube-apiserver,
+/// the tunnel) or after it; reviews answered at once: it went elsewhere (etcd).
+fn webhook_during_slow(samples: &[isthmus_lab::api::load::ApiSample], calls: &[Call]) {
+    for s in samples.iter().filter(|s| !s.ok || s.latency_ms >= 2000.0) {
+        let via = if s.via == "source" {
+            Via::Source
+        } else {
+            Via::Destination
+        };
+        let end = s.start_ms + s.latency_ms;
+        let from: Vec<&Call> = calls.iter().filter(|c| c.via == via).collect();
+        let during: Vec<String> = from
+            .iter()
+            .filter(|c| (s.start_ms..=end).contains(&c.start_ms))
+            .map(|c| format!("{:.1} s ({:.0} ms)", c.start_ms / 1000.0, c.latency_ms))
+            .collect();
+        let before = from
+            .iter()
+            .filter(|c| c.start_ms < s.start_ms)
+            .map(|c| c.start_ms / 1000.0)
+            .fold(f64::NAN, f64::max);
+        println!(
+            "figure: shoot webhook while {:?} {} via {} waited ({:.1} s to {:.1} s, ok {}): reviews accepted from its kube-apiserver [{}], the one before at {before:.1} s",
+            s.op,
+            s.object,
+            s.via,
+            s.start_ms / 1000.0,
+            end / 1000.0,
+            s.ok,
+            during.join(", ")
+        );
+    }
 }
 
 /// Prints the load's and the watch's figures and asserts the lab's invariants.
