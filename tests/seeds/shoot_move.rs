@@ -140,7 +140,8 @@ pub fn across(a: &Node, b: &Node) {
     let mut paths = vec![source_log.finish(LOG_END)];
     paths.extend(destination_log.into_inner().map(|l| l.finish(LOG_END)));
     for (seed, path) in ["a", "b"].iter().zip(&paths) {
-        for line in super::shoot_logs::troubles(path, 20) {
+        let secs = t0.elapsed().as_secs_f64();
+        for line in super::shoot_logs::troubles(path, epoch_unix_ms, secs, 20) {
             println!("figure: shoot API: seed {seed}'s kube-apiserver logged: {line}");
         }
     }
