@@ -90,6 +90,18 @@ pub struct Webhook {
     pub calls: Vec<crate::webhook::Call>,
 }
 
+impl Report {
+    /// What the report's webhook figures are: the lab's own caller through the tunnel, or on
+    /// real seeds (no lab caller) the reviews the shoot's webhook answered.
+    pub fn webhook_label(&self) -> &'static str {
+        if self.scenario == real::SCENARIO {
+            "webhook (the shoot's reviews through the tunnels)"
+        } else {
+            "webhook (lab caller through the tunnel)"
+        }
+    }
+}
+
 impl Webhook {
     /// Totals and per-phase statistics of `calls`; `phases` are (name, start, end) in ms.
     pub fn from_calls(

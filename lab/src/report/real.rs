@@ -302,6 +302,12 @@ mod tests {
             svg.contains("webhook (the shoot's reviews through the tunnels): 2 calls, 0 failed")
         );
 
+        let text = r.summary();
+        assert!(
+            text.contains("webhook (the shoot's reviews through the tunnels) 2 requests, 0 failed"),
+            "{text}"
+        );
+
         run.webhook_failed = 1;
         let r = run.report();
         assert_eq!(r.violations, ["1 failed webhook calls"]);

@@ -26,9 +26,9 @@ impl Report {
             a.webhook.calls, a.webhook.failed
         );
         s += &format!(
-            "etcd (lab client): {} requests, {} failed; {} writes acknowledged, {} missing; longest write gap {:.0} ms; webhook (lab caller) {} requests, {} failed\n",
+            "etcd (lab client): {} requests, {} failed; {} writes acknowledged, {} missing; longest write gap {:.0} ms; {} {} requests, {} failed\n",
             self.etcd.requests, self.etcd.failed, self.writes.acknowledged,
-            self.writes.missing, self.writes.longest_gap_ms, self.webhook.requests, self.webhook.failed
+            self.writes.missing, self.writes.longest_gap_ms, self.webhook_label(), self.webhook.requests, self.webhook.failed
         );
         if let Some(j) = self.join_ms {
             s += &format!("join (3 -> 5): {j:.0} ms\n");
@@ -71,8 +71,10 @@ impl Report {
             s += &format!("  api {line}\n");
         }
         s += &format!(
-            "webhook (lab caller) via source {} / destination {} tunnel server\n",
-            self.webhook.via_source, self.webhook.via_destination
+            "{} via source {} / destination {} tunnel server\n",
+            self.webhook_label(),
+            self.webhook.via_source,
+            self.webhook.via_destination
         );
         for p in &self.webhook.phases {
             s += &format!(

@@ -11,16 +11,12 @@ use std::fmt::Write;
 
 /// The `<svg>` head (`total_h` high) and the two headlines of what the clients saw.
 pub(super) fn header(s: &mut String, r: &Report, total_h: f64) {
-    // A run on real seeds has no lab caller: its webhook figures are the shoot's reviews.
-    let real = r.scenario == crate::report::real::SCENARIO;
-    let (title, webhook) = if real {
-        (
-            "isthmus",
-            "webhook (the shoot's reviews through the tunnels)",
-        )
+    let title = if r.scenario == crate::report::real::SCENARIO {
+        "isthmus"
     } else {
-        ("isthmus lab", "webhook (lab caller through the tunnel)")
+        "isthmus lab"
     };
+    let webhook = r.webhook_label();
     let _ = write!(
         s,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" font-family="sans-serif" font-size="11">
