@@ -141,15 +141,19 @@ impl Node {
         c
     }
 
-    /// The admin kubeconfig `up` wrote for the host (kube-apiserver forwarded to 127.0.0.1).
-    pub fn kubeconfig(&self) -> PathBuf {
+    /// The seed's state directory (scripts/cluster.sh's `$STATE`: pids, logs, kubeconfig).
+    pub fn state_dir(&self) -> PathBuf {
         let default = match self.seed {
             'a' => "target/cluster".to_owned(),
             s => format!("target/cluster-{s}"),
         };
         std::env::var_os("ISTHMUS_CLUSTER_DIR")
             .map_or_else(|| Path::new(ROOT).join(default), PathBuf::from)
-            .join("kubeconfig")
+    }
+
+    /// The admin kubeconfig `up` wrote for the host (kube-apiserver forwarded to 127.0.0.1).
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state_dir().join("kubeconfig")
     }
 
     /// `helm` against the node (`scripts/cluster.sh helm`): stdout, or panics with the output

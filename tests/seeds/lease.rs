@@ -5,20 +5,12 @@
 //! on this machine: one stayed `<pending>` for 45 s with the lease's holder empty); under the
 //! script it is restarted, and a Service made after the thaw gets one.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
 use super::link::poll;
 use super::text;
-
-fn state(seed: &str) -> PathBuf {
-    let target = Path::new(env!("CARGO_MANIFEST_DIR")).join("target");
-    match seed {
-        "a" => target.join("cluster"),
-        s => target.join(format!("cluster-{s}")),
-    }
-}
 
 /// `scripts/cluster.sh --seed SEED kubectl ARGS…`; its stdout, or why it failed.
 fn kubectl(seed: &str, args: &[&str]) -> Result<String, String> {
@@ -61,8 +53,9 @@ fn pid(path: &Path) -> Result<String, String> {
 /// and checks that kube-router was restarted and a LoadBalancer Service made afterwards gets an
 /// address.
 pub fn kube_router_takes_its_lease_back(seed: &str) {
-    let pids = state(seed).join("pids");
-    let log = state(seed).join("logs/kube-router.log");
+    let state = super::node::Node::seed(seed.chars().next().unwrap_or('a')).state_dir();
+    let pids = state.join("pids");
+    let log = state.join("logs/kube-router.log");
     let before = pid(&pids.join("kube-router.process")).unwrap_or_else(|e| panic!("{e}"));
     let api = pid(&pids.join("kube-apiserver")).unwrap_or_else(|e| panic!("{e}"));
     let seen = std::fs::read_to_string(&log).map(|l| l.len()).unwrap_or(0);
