@@ -81,8 +81,9 @@ fn ended(node: &Node, watches: &mut [Watch]) -> (usize, Vec<i32>) {
 /// and Ready times, its upstream connect errors, name resolutions and connections (a new pod
 /// is Ready before its first resolution of the upstream's name), and kube-router's lines on
 /// its NetworkPolicy syncs (its ipsets admit a new proxy pod to the etcd pod's policy only
-/// after a sync: cloudnativelabs/kube-router#873).
-fn why_a_connection_failed(node: &Node) -> String {
+/// after a sync: cloudnativelabs/kube-router#873), and the failed connections' conntrack
+/// entries (a SYN translated to an old pod's address, or to none).
+fn why_a_connection_failed(node: &Node, old_ips: &str, errors: &[String]) -> String {
     let pods = node.pods_jsonpath(
         SYSTEM,
         "app.kubernetes.io/name=isthmus-proxy",
@@ -114,9 +115,35 @@ fn why_a_connection_failed(node: &Node) -> String {
         .map(str::to_owned)
         .collect();
     format!(
-        "proxy pods:\n{pods}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}",
+        "proxy pods:\n{pods}\nold proxy pods' addresses: {old_ips}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}\nthe failed connections' conntrack entries in the node (where the load balancer's address was sent):\n{}",
         metrics.join("\n"),
-        router.join("\n")
+        router.join("\n"),
+        conntrack(node, errors)
+    )
+}
+
+/// The node's conntrack entries of the failed connections, found by the local port each
+/// error names (traffic.rs): its state and the pod address its SYN was translated to.
+fn conntrack(node: &Node, errors: &[String]) -> String {
+    let ports: Vec<&str> = errors
+        .iter()
+        .filter_map(|e| e.split("(local port ").nth(1)?.split(')').next())
+        .collect();
+    let out = node.script(&["node", "cat", "/proc/net/nf_conntrack"]);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = table
+        .lines()
+        .filter(|l| {
+            l.contains("dport=2379 ") && ports.iter().any(|p| l.contains(&format!(" sport={p} ")))
+        })
+        .collect();
+    format!(
+        "local ports {ports:?}: {}",
+        if lines.is_empty() {
+            "no entry".to_owned()
+        } else {
+            lines.join("\n")
+        }
     )
 }
 
@@ -195,6 +222,11 @@ fn rolling_update(node: &Node, client: &Client, tag: &str) -> Rolled {
         String::from_utf8_lossy(&out.stderr)
     );
     let old = proxy_pods(node);
+    let old_ips = node.pods_jsonpath(
+        SYSTEM,
+        "app.kubernetes.io/name=isthmus-proxy",
+        "{.items[*].status.podIP}",
+    );
     let mut watches = open_watches(node, client, 3);
     let load = Load::start(client, 2);
     // Some traffic before the update starts.
@@ -238,7 +270,7 @@ fn rolling_update(node: &Node, client: &Client, tag: &str) -> Rolled {
     );
     // Taken now: the failed connection's new pod is still the one running.
     let report = if failed > 0 {
-        let r = why_a_connection_failed(node);
+        let r = why_a_connection_failed(node, &old_ips, &errors);
         println!(
             "figure: the rolling update to {tag}: {failed} new connections failed: {errors:?}\n{r}"
         );
