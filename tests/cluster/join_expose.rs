@@ -321,10 +321,17 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         w.slow(Duration::from_secs(2)),
     );
     if let Some(r) = steps {
+        let epoch = r.wall_ms(std::time::UNIX_EPOCH);
         r.writer(WriterTotals {
             acknowledged: w.ok.len(),
             failed: w.failed.len(),
             lost: lost.len(),
+            slow: w
+                .ok
+                .iter()
+                .filter(|o| o.1 >= 1000)
+                .map(|o| (epoch + o.2 as f64, o.1 as f64))
+                .collect(),
         });
     }
     assert!(w.ok.len() > 100, "the writer wrote {}", w.ok.len());

@@ -38,8 +38,9 @@ pub(super) fn keys(
 
 /// A client writing one key after another through `endpoints`, each write a fresh
 /// Debian `etcdctl put` in the node's network namespace, with the flags of `flags` (TLS):
-/// `ok N MS` is an acknowledged write that took MS milliseconds from its first attempt
-/// (`ok N MS retried TIME ERROR` when an earlier attempt failed with ERROR), `fail N TIME
+/// `ok N MS AT` is an acknowledged write that took MS milliseconds from its first attempt at
+/// AT (Unix milliseconds; `ok N MS AT retried TIME ERROR` when an earlier attempt failed with
+/// ERROR), `fail N TIME
 /// ERROR` one that no attempt got acknowledged within 34 s. Keys are numbered from
 /// `after + 1`: a writer on another seed's node carries on where the first stopped (the
 /// destination's, as a shoot's kube-apiserver is pointed there).
@@ -56,7 +57,7 @@ while [ ! -e "$d/stop" ]; do
     # shellcheck disable=SC2046 # the flags are words without blanks
     if etcdctl $(cat "$d/flags") --endpoints "$(cat "$d/endpoints")" --dial-timeout 20s \
         --command-timeout 34s put "isthmus-writer/$i" "$i" >/dev/null 2>"$d/err"; then
-      echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 ))${first:+ retried $first}"
+      echo "ok $i $(( ($(date +%s%N) - t0) / 1000000 )) $((t0 / 1000000))${first:+ retried $first}"
       break
     fi
     [ -n "$first" ] || first="$(date -u +%T.%N) $(tr '\n' ' ' <"$d/err")"
@@ -68,9 +69,10 @@ while [ ! -e "$d/stop" ]; do
   done
 done >>"$d/log""#;
 
-/// What the writer did: the acknowledged writes (number, milliseconds) and the failures' lines.
+/// What the writer did: the acknowledged writes (number, milliseconds, first attempt's Unix
+/// milliseconds) and the failures' lines.
 pub(super) struct Written {
-    pub ok: Vec<(u64, u64)>,
+    pub ok: Vec<(u64, u64, u64)>,
     /// Acknowledged after a failed attempt: the number and the first attempt's error.
     pub retried: Vec<(u64, String)>,
     pub failed: Vec<String>,
@@ -97,7 +99,12 @@ impl Written {
     /// The acknowledged writes that took longer than `over`, slowest first.
     pub fn slow(&self, over: Duration) -> Vec<(u64, u64)> {
         let ms = u64::try_from(over.as_millis()).unwrap();
-        let mut s: Vec<(u64, u64)> = self.ok.iter().copied().filter(|w| w.1 > ms).collect();
+        let mut s: Vec<(u64, u64)> = self
+            .ok
+            .iter()
+            .filter(|w| w.1 > ms)
+            .map(|w| (w.0, w.1))
+            .collect();
         s.sort_by_key(|w| std::cmp::Reverse(w.1));
         s
     }
@@ -139,17 +146,18 @@ impl Writer {
         let lines = log.split_inclusive('\n').filter(|l| l.ends_with('\n'));
         for line in lines.map(str::trim_end) {
             let ok = line.strip_prefix("ok ").and_then(|r| {
-                let mut f = r.splitn(3, ' ');
+                let mut f = r.splitn(4, ' ');
                 let n: u64 = f.next()?.parse().ok()?;
                 let ms: u64 = f.next()?.parse().ok()?;
+                let at: u64 = f.next()?.parse().ok()?;
                 let retried = f
                     .next()
                     .map(|e| e.trim_start_matches("retried ").to_owned());
-                Some((n, ms, retried))
+                Some((n, ms, at, retried))
             });
             match ok {
-                Some((n, ms, retried)) => {
-                    w.ok.push((n, ms));
+                Some((n, ms, at, retried)) => {
+                    w.ok.push((n, ms, at));
                     w.retried.extend(retried.map(|e| (n, e)));
                 }
                 None => w.failed.push(line.to_owned()),

@@ -60,7 +60,7 @@ impl RealRun {
             Some(_) => {}
             None => phases.push(("migration".into(), 0.0, steps_end)),
         }
-        let writer = self.writer.unwrap_or_default();
+        let writer = self.writer.clone().unwrap_or_default();
         let mut violations = violations(&self.api, &self.objects, self.writer.as_ref());
         if self.webhook_failed > 0 {
             violations.push(format!("{} failed webhook calls", self.webhook_failed));
@@ -224,6 +224,7 @@ mod tests {
                 acknowledged: 100,
                 failed: 0,
                 lost: 0,
+                slow: Vec::new(),
             }),
             comparison,
             webhook: Vec::new(),

@@ -39,11 +39,14 @@ impl Step {
 }
 
 /// The etcd writer beside the shoot API (straight to etcd).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Writer {
     pub acknowledged: usize,
     pub failed: usize,
     pub lost: usize,
+    /// Its writes of a second or more: (start, milliseconds from the epoch to it; took,
+    /// milliseconds), to set beside the shoot API's slow requests (etcd's own share).
+    pub slow: Vec<(f64, f64)>,
 }
 
 /// Records steps as they run, against one epoch (the shoot API load's start): shared by
@@ -149,7 +152,7 @@ impl Recorder {
     }
 
     pub fn written(&self) -> Option<Writer> {
-        self.writer.lock().ok().and_then(|w| *w)
+        self.writer.lock().ok().and_then(|w| w.clone())
     }
 
     /// A step from `start` to `end` with its parts (each from, to).
