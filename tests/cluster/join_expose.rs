@@ -28,7 +28,9 @@ use super::join_observe::{
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
-use super::join_watch::{joins, raft_index, restarts, source_members_reported, SNAPSHOT_COUNT};
+use super::join_watch::{
+    joins, leadership_since, raft_index, restarts, source_members_reported, SNAPSHOT_COUNT,
+};
 use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, POLL, SYSTEM};
 use isthmus_lab::report::steps::{self as report, Writer as WriterTotals};
@@ -234,6 +236,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     let mut joined: Vec<String> = Vec::new();
     for (step, added) in [("Join", 0..2), ("Grow", 2..3)] {
         let t = Instant::now();
+        let since = utc_rfc3339();
         // Across two seeds the source's members cannot dial the destination's (druid v0.38.1
         // advertises those by in-cluster names): a member that must be sent a snapshot could
         // not join, and this test does not show that path.
@@ -260,6 +263,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         added_by_backup_restore(dst_node, DST, added);
         parts.push(("backup-restore's logs read".into(), tb, Instant::now()));
         record(step, t, &parts);
+        leadership_since(sides, &since, step);
         let new: Vec<String> = seen.into_keys().filter(|n| !joined.contains(n)).collect();
         joined.extend(new);
         if let Some(r) = steps {
@@ -377,4 +381,13 @@ fn join_parts(
         end,
     ));
     parts
+}
+
+/// Now in UTC as RFC 3339 to the millisecond (etcd's log timestamps, compared as text).
+fn utc_rfc3339() -> String {
+    let out = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.%3N"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

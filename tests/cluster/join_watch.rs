@@ -90,13 +90,85 @@ pub fn restarts(node: &Node) {
             "{.status.containerStatuses[?(@.name==\"etcd\")].state.running.startedAt}",
         );
         let log = node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]);
-        let elections: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
-            .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
-            .collect();
+        let elections = elections(&log);
         println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
     }
+}
+
+/// The times (UTC, to the millisecond) of the leader elections and leadership transfers an
+/// etcd log shows.
+fn elections(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
+        .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
+        .collect()
+}
+
+/// Each warning an etcd log shows since `since` (an RFC 3339 prefix, compared as text): how
+/// often, first and last time. etcd says itself why a request waited: "apply request took
+/// too long", "leader failed to send out heartbeat on time", "slow fdatasync", a lost leader.
+fn warnings<'a>(log: &'a str, since: &str) -> BTreeMap<&'a str, (usize, &'a str, &'a str)> {
+    let mut seen: BTreeMap<&str, (usize, &str, &str)> = BTreeMap::new();
+    for l in log.lines() {
+        if !(l.contains("\"level\":\"warn\"") || l.contains("\"level\":\"error\"")) {
+            continue;
+        }
+        let field = |k: &str| {
+            l.split(&format!("\"{k}\":\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+        };
+        let (Some(ts), Some(msg)) = (field("ts"), field("msg")) else {
+            continue;
+        };
+        let ts = ts.get(..23).unwrap_or(ts);
+        if ts < since {
+            continue;
+        }
+        let e = seen.entry(msg).or_insert((0, ts, ts));
+        e.0 += 1;
+        e.2 = ts;
+    }
+    seen
+}
+
+/// What every member of both sides logged about leadership and its own slowness since
+/// `since` (UTC, RFC 3339): the cause of a write that waited in `step`, which the client
+/// cannot see (issue 45 point 4).
+pub fn leadership_since(sides: &Sides, since: &str, step: &str) {
+    for (node, ns) in [(sides.src, SRC), (sides.dst, super::join_observe::DST)] {
+        for i in 0..3 {
+            let pod = format!("{ETCD}-{i}");
+            let Ok(log) = node.try_kubectl(&["-n", ns, "logs", &pod, "-c", "etcd"]) else {
+                continue;
+            };
+            let elected: Vec<&str> = elections(&log)
+                .into_iter()
+                .filter(|t| *t >= since)
+                .collect();
+            println!(
+                "figure: M2: {step}: {ns}/{pod}: leader elections {elected:?}; warnings (count, first, last) {:?}",
+                warnings(&log, since)
+            );
+        }
+    }
+}
+
+#[test]
+fn etcd_warnings_are_counted_since_a_time() {
+    let log = r#"{"level":"warn","ts":"2026-11-30T07:20:00.000Z","msg":"slow fdatasync"}
+{"level":"warn","ts":"2026-11-30T07:23:31.100Z","caller":"etcdserver/util.go:170","msg":"apply request took too long","took":"1.2s"}
+{"level":"info","ts":"2026-11-30T07:23:32.000Z","msg":"raft.node: 1 elected leader 2 at term 5"}
+{"level":"warn","ts":"2026-11-30T07:23:40.500Z","msg":"apply request took too long","took":"2s"}"#;
+    let w = warnings(log, "2026-11-30T07:23:00");
+    assert_eq!(
+        w.into_iter().collect::<Vec<_>>(),
+        [(
+            "apply request took too long",
+            (2, "2026-11-30T07:23:31.100", "2026-11-30T07:23:40.500")
+        )]
+    );
+    assert_eq!(elections(log), ["2026-11-30T07:23:32.000"]);
 }
 
 /// druid's `snapshot-count` when the `Etcd` sets none (v0.38.1
