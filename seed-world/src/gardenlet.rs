@@ -4,7 +4,8 @@
 //! namespace with each `EtcdMigration` (`isthmus_controller::access`, `deploy/examples/`), the
 //! migration's steps (`spec.step`), and the source's `status.exposedMembers` copied into the
 //! destination's `spec.destination.sourceMembers`. Waiting for `status.stepReady` between
-//! steps is the caller's (a test's body, the lab's driver).
+//! steps is the caller's (a test's body, the lab's driver). The same functions orchestrate
+//! the migration between two real seeds (`tests/cluster/join_expose.rs`).
 
 use crate::error::{Error, Result};
 use isthmus_controller::access::{self, Subject};

@@ -23,8 +23,8 @@
 //! controller, and what crossing the link needs ([`Across`]).
 
 use super::join_observe::{
-    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, set_step, Sides,
-    Waited, DST, SRC, STEP,
+    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, Sides, Waited,
+    DST, SRC, STEP,
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
@@ -33,8 +33,10 @@ use super::join_watch::{
 };
 use super::join_writer::{keys, Writer};
 use super::node::{poll, Node, POLL, SYSTEM};
+use isthmus_controller::crd::{EtcdMigrationSpec, Step};
 use isthmus_lab::report::steps::{self as report, Writer as WriterTotals};
 use isthmus_seed_world::dns::DnsProviderTask;
+use isthmus_seed_world::gardenlet;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -154,6 +156,17 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
             &n.kubeconfig(),
         ))
     };
+    // gardenlet's part, by its stand-in (seed-world/src/gardenlet.rs), as in the lab: the
+    // migrations, created with a typed spec, and their steps.
+    let create = |n: &Node, ns: &str, m: Value| {
+        let spec: EtcdMigrationSpec = serde_json::from_value(m["spec"].clone()).unwrap();
+        rt.block_on(gardenlet::create_migration(&client(n), ns, ETCD, &spec))
+            .unwrap();
+    };
+    let advance = |n: &Node, ns: &str, step: Step| {
+        rt.block_on(gardenlet::set_step(&client(n), ns, ETCD, step))
+            .unwrap();
+    };
     let _dns_src = {
         let c = client(node);
         let _g = rt.enter();
@@ -164,7 +177,11 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
     // Expose: druid rolls the source onto its exposed peer URLs.
     let t = Instant::now();
-    node.apply(&migration("source", (SRC, "seed-a"), "Expose", src_from, None).to_string());
+    create(
+        node,
+        SRC,
+        migration("source", (SRC, "seed-a"), "Expose", src_from, None),
+    );
     let (_, parts) = reached(node, SRC, "Expose");
     record(&format!("{}: source", report::EXPOSE), t, &parts);
     println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {:.1?}", t.elapsed());
@@ -218,7 +235,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         dst_migration["spec"]["vpn"] = vpn.clone();
     }
     let t = Instant::now();
-    dst_node.apply(&dst_migration.to_string());
+    create(dst_node, DST, dst_migration);
     let (took, parts) = reached(dst_node, DST, "Expose");
     record(&format!("{}: destination", report::EXPOSE), t, &parts);
     println!("figure: M2: destination Expose (routes served, records Succeeded): {took:.1?}");
@@ -234,7 +251,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
     // Join (2 members) and Grow (the third) through the proxy, by druid and backup-restore.
     let mut joined: Vec<String> = Vec::new();
-    for (step, added) in [("Join", 0..2), ("Grow", 2..3)] {
+    for (step, kind, added) in [("Join", Step::Join, 0..2), ("Grow", Step::Grow, 2..3)] {
         let t = Instant::now();
         let since = utc_rfc3339();
         // Across two seeds the source's members cannot dial the destination's (druid v0.38.1
@@ -248,14 +265,14 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         );
         let mut parts: Vec<Waited> =
             vec![("the source's raft index read".into(), t, Instant::now())];
-        set_step(node, SRC, step);
+        advance(node, SRC, kind);
         let (_, source) = reached(node, SRC, step);
         parts.extend(
             source
                 .into_iter()
                 .map(|p| (format!("source: {}", p.0), p.1, p.2)),
         );
-        set_step(dst_node, DST, step);
+        advance(dst_node, DST, kind);
         let tj = Instant::now();
         let seen = joins(sides, &src, (DST, step, PREFIX));
         parts.extend(join_parts(&seen, &joined, tj, Instant::now()));
@@ -390,4 +407,25 @@ fn utc_rfc3339() -> String {
         .output()
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+#[test]
+fn the_migrations_are_typed_specs() {
+    let source = migration("source", (SRC, "seed-a"), "Expose", &["10.99.0.2"], None);
+    let spec: EtcdMigrationSpec = serde_json::from_value(source["spec"].clone()).unwrap();
+    assert_eq!(spec.step, Step::Expose);
+    let members = json!([{"name": "etcd-main-0", "peerUrls": ["https://etcd-main-0.x:2380"]}]);
+    let destination = json!({
+        "memberNamePrefix": PREFIX, "sourceMembers": members, "etcdVersion": "3.5",
+        "etcdTemplate": {"labels": {}, "spec": join_tls::etcd_spec(3)},
+    });
+    let d = migration(
+        "destination",
+        (DST, "seed-b"),
+        "Expose",
+        &[],
+        Some(destination),
+    );
+    let spec: EtcdMigrationSpec = serde_json::from_value(d["spec"].clone()).unwrap();
+    assert!(spec.destination.is_some());
 }

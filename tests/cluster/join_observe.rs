@@ -5,7 +5,7 @@
 
 use super::join_tls::{Tls, ETCD};
 use super::node::{etcdctl, poll, proxy_admin, Node, POLL, SYSTEM};
-use serde_json::{json, Value};
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 pub const SRC: &str = "druid-src";
@@ -88,20 +88,6 @@ pub fn waiting_on(s: &Value, step: &str) -> String {
     } else {
         progressing.join(", ")
     }
-}
-
-pub fn set_step(node: &Node, ns: &str, step: &str) {
-    let patch = json!({"spec": {"step": step}}).to_string();
-    node.kubectl(&[
-        "-n",
-        ns,
-        "patch",
-        "etcdmigration",
-        ETCD,
-        "--type=merge",
-        "-p",
-        &patch,
-    ]);
 }
 
 /// etcd's members as the source's client Service lists them: (name, learner, peer URLs).

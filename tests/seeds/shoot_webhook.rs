@@ -183,3 +183,10 @@ pub fn lb_address(seed: &Node, ns: &str, svc: &str) -> String {
         },
     )
 }
+
+#[test]
+fn the_vpn_spec_is_the_controllers_type() {
+    let v = vpn_spec(DST, VPN_B, &Node::seed('b'));
+    let spec: isthmus_controller::crd::VpnSpec = serde_json::from_value(v).unwrap();
+    assert_eq!(spec.dns_name, VPN_B);
+}
