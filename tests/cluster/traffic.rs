@@ -39,11 +39,8 @@ impl Client {
 
     /// One request to etcd's `/health` through the proxy: `Ok(body)` or the error.
     pub fn health(&self, node: &Node, source: Option<&str>) -> Result<String, String> {
-        // The local port goes to stderr, so a failure names its connection's conntrack entry
-        // (upgrade.rs, `why_a_connection_failed`).
         let out = self
             .curl(node, source, 5)
-            .args(["-w", "%{stderr}(local port %{local_port})\n"])
             .arg(format!("https://{SNI}:2379/health"))
             .output()
             .map_err(|e| e.to_string())?;

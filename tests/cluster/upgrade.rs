@@ -81,9 +81,9 @@ fn ended(node: &Node, watches: &mut [Watch]) -> (usize, Vec<i32>) {
 /// and Ready times, its upstream connect errors, name resolutions and connections (a new pod
 /// is Ready before its first resolution of the upstream's name), and kube-router's lines on
 /// its NetworkPolicy syncs (its ipsets admit a new proxy pod to the etcd pod's policy only
-/// after a sync: cloudnativelabs/kube-router#873), and the failed connections' conntrack
-/// entries (a SYN translated to an old pod's address, or to none).
-fn why_a_connection_failed(node: &Node, old_ips: &str, errors: &[String]) -> String {
+/// after a sync: cloudnativelabs/kube-router#873), and the node's unanswered connections (a
+/// SYN translated to an old pod's address, to the new one, or dropped before).
+fn why_a_connection_failed(node: &Node, old_ips: &str) -> String {
     let pods = node.pods_jsonpath(
         SYSTEM,
         "app.kubernetes.io/name=isthmus-proxy",
@@ -115,36 +115,29 @@ fn why_a_connection_failed(node: &Node, old_ips: &str, errors: &[String]) -> Str
         .map(str::to_owned)
         .collect();
     format!(
-        "proxy pods:\n{pods}\nold proxy pods' addresses: {old_ips}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}\nthe failed connections' conntrack entries in the node (where the load balancer's address was sent):\n{}",
+        "proxy pods:\n{pods}\nold proxy pods' addresses: {old_ips}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}\nthe node's unanswered connections to 2379 (conntrack: where each SYN was sent):\n{}",
         metrics.join("\n"),
         router.join("\n"),
-        conntrack(node, errors)
+        unanswered(node)
     )
 }
 
-/// The node's conntrack entries of the failed connections, found by the local port each
-/// error names (traffic.rs): its state and the pod address its SYN was translated to.
-fn conntrack(node: &Node, errors: &[String]) -> String {
-    let ports: Vec<&str> = errors
-        .iter()
-        .filter_map(|e| e.split("(local port ").nth(1)?.split(')').next())
-        .collect();
+/// The node's conntrack entries of connections to 2379 that were never answered (a
+/// connect that timed out leaves one for 120 s, `nf_conntrack_tcp_timeout_syn_sent`): the pod
+/// address its SYN was translated to. None: the SYN was dropped before the node let it
+/// through (an entry is kept only for a packet that passed its filter).
+fn unanswered(node: &Node) -> String {
     let out = node.script(&["node", "cat", "/proc/net/nf_conntrack"]);
     let table = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = table
         .lines()
-        .filter(|l| {
-            l.contains("dport=2379 ") && ports.iter().any(|p| l.contains(&format!(" sport={p} ")))
-        })
+        .filter(|l| l.contains("dport=2379 ") && l.contains("UNREPLIED"))
         .collect();
-    format!(
-        "local ports {ports:?}: {}",
-        if lines.is_empty() {
-            "no entry".to_owned()
-        } else {
-            lines.join("\n")
-        }
-    )
+    if lines.is_empty() {
+        "none".to_owned()
+    } else {
+        lines.join("\n")
+    }
 }
 
 /// What one rolling update did to the load: new connections attempted and failed (the first
@@ -270,7 +263,7 @@ fn rolling_update(node: &Node, client: &Client, tag: &str) -> Rolled {
     );
     // Taken now: the failed connection's new pod is still the one running.
     let report = if failed > 0 {
-        let r = why_a_connection_failed(node, &old_ips, &errors);
+        let r = why_a_connection_failed(node, &old_ips);
         println!(
             "figure: the rolling update to {tag}: {failed} new connections failed: {errors:?}\n{r}"
         );
