@@ -143,20 +143,31 @@ fn meanwhile(s: &ApiSample, events: &[crate::stats::Event]) -> String {
     const BEFORE_MS: f64 = 1000.0;
     const SHOWN: usize = 4;
     let window = (s.start_ms - BEFORE_MS)..=(s.start_ms + s.latency_ms);
-    let near: Vec<String> = events
+    let near: Vec<&crate::stats::Event> =
+        events.iter().filter(|e| window.contains(&e.t_ms)).collect();
+    // etcd's leadership moves always show (the likeliest cause), the rest up to SHOWN.
+    let moves = near.iter().filter(|e| is_move(e)).count();
+    let mut room = SHOWN.saturating_sub(moves);
+    let shown: Vec<String> = near
         .iter()
-        .filter(|e| window.contains(&e.t_ms))
+        .filter(|e| {
+            is_move(e) || {
+                let fits = room > 0;
+                room = room.saturating_sub(1);
+                fits
+            }
+        })
         .map(|e| format!("{:.1} s {}", e.t_ms / 1000.0, e.what))
         .collect();
-    match near.len() {
-        0 => String::new(),
-        n if n > SHOWN => format!(
-            "; meanwhile: {}, +{} more",
-            near[..SHOWN].join(", "),
-            n - SHOWN
-        ),
-        _ => format!("; meanwhile: {}", near.join(", ")),
+    match near.len() - shown.len() {
+        _ if shown.is_empty() => String::new(),
+        0 => format!("; meanwhile: {}", shown.join(", ")),
+        more => format!("; meanwhile: {}, +{more} more", shown.join(", ")),
     }
+}
+
+fn is_move(e: &crate::stats::Event) -> bool {
+    e.what.starts_with("etcd: leadership")
 }
 
 /// The worst request the issue allows outside a forced leader loss (issue 45 point 4).
@@ -221,5 +232,20 @@ mod tests {
         );
         // None of 1 s or more: the slowest is named.
         assert!(slow(&samples[..1], &phases, &[])[0].starts_with("worst shrink: Patch"));
+        // Past four events, etcd's leadership move still shows; the rest is counted.
+        let busy: Vec<_> = (0..6)
+            .map(|i| event(63_000.0 + f64::from(i) * 100.0, "step"))
+            .chain([event(
+                64_000.0,
+                "etcd: leadership a -> b (201ms, etcd's log)",
+            )])
+            .collect();
+        let line = &slow(&samples[1..], &phases, &busy)[0];
+        assert!(
+            line.ends_with(
+                "63.2 s step, 64.0 s etcd: leadership a -> b (201ms, etcd's log), +3 more"
+            ),
+            "{line}"
+        );
     }
 }

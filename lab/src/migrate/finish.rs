@@ -54,6 +54,16 @@ impl<D: Driver> Run<D> {
     ) -> Result<Report> {
         self.lab.record.end_phases();
         let rec = self.client.stop().await;
+        // etcd's own account of the leadership moves (the controller's at `Shrink` runs in
+        // its process, outside the journal): a slow request's "meanwhile" names them.
+        let record = &mut self.lab.record;
+        let epoch = std::time::SystemTime::now()
+            .checked_sub(record.epoch().elapsed())
+            .unwrap_or_else(std::time::SystemTime::now);
+        record
+            .events
+            .extend(super::leadership::transfers(&self.lab.world.dir, epoch));
+        record.events.sort_by(|a, b| a.t_ms.total_cmp(&b.t_ms));
         let mut violations = Vec::new();
         let (api, objects, control_plane) = self.shoot_api(&mut violations).await?;
         let fault = self

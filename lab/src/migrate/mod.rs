@@ -22,6 +22,7 @@
 
 mod faults;
 mod finish;
+mod leadership;
 mod start;
 
 use crate::api::API_NAME;
