@@ -280,7 +280,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         added_by_backup_restore(dst_node, DST, added);
         parts.push(("backup-restore's logs read".into(), tb, Instant::now()));
         record(step, t, &parts);
-        leadership_since(sides, &since, step);
+        leadership_since(sides, &since, step, steps);
         let new: Vec<String> = seen.into_keys().filter(|n| !joined.contains(n)).collect();
         joined.extend(new);
         if let Some(r) = steps {

@@ -6,6 +6,7 @@
 use super::join_observe::{members, status, Sides, SRC, STEP};
 use super::join_tls::{Tls, ETCD};
 use super::node::{etcdctl, poll, Node, POLL};
+use isthmus_lab::report::steps::Recorder;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -135,7 +136,7 @@ fn warnings<'a>(log: &'a str, since: &str) -> BTreeMap<&'a str, (usize, &'a str,
 /// What every member of both sides logged about leadership and its own slowness since
 /// `since` (UTC, RFC 3339): the cause of a write that waited in `step`, which the client
 /// cannot see (issue 45 point 4).
-pub fn leadership_since(sides: &Sides, since: &str, step: &str) {
+pub fn leadership_since(sides: &Sides, since: &str, step: &str, steps: Option<&Recorder>) {
     for (node, ns) in [(sides.src, SRC), (sides.dst, super::join_observe::DST)] {
         for i in 0..3 {
             let pod = format!("{ETCD}-{i}");
@@ -150,7 +151,38 @@ pub fn leadership_since(sides: &Sides, since: &str, step: &str) {
                 "figure: M2: {step}: {ns}/{pod}: leader elections {elected:?}; warnings (count, first, last) {:?}",
                 warnings(&log, since)
             );
+            if let Some(r) = steps {
+                for (end, took) in too_long(&log).into_iter().filter(|(t, _)| *t >= since) {
+                    r.etcd_slow(&format!("{ns}/{pod}"), &format!("{end}Z"), took);
+                }
+            }
         }
+    }
+}
+
+/// etcd's `apply request took too long` lines: (end, UTC to the millisecond without the zone;
+/// took, ms), so that a slow shoot request can be set beside etcd's own slow ones.
+fn too_long(log: &str) -> Vec<(&str, f64)> {
+    log.lines()
+        .filter(|l| l.contains("\"msg\":\"apply request took too long\""))
+        .filter_map(|l| {
+            let ts = l.split("\"ts\":\"").nth(1)?.get(..23)?;
+            let took = l.split("\"took\":\"").nth(1)?.split('"').next()?;
+            Some((ts, go_duration_ms(took)?))
+        })
+        .collect()
+}
+
+/// A Go duration as etcd prints it (`1.2s`, `988.1ms`, `93.2µs`), in milliseconds.
+fn go_duration_ms(d: &str) -> Option<f64> {
+    let (n, unit) = d.split_at(d.find(|c: char| c.is_alphabetic() || c == 'µ')?);
+    let n: f64 = n.parse().ok()?;
+    match unit {
+        "s" => Some(n * 1000.0),
+        "ms" => Some(n),
+        "µs" | "us" => Some(n / 1000.0),
+        "ns" => Some(n / 1e6),
+        _ => None,
     }
 }
 
@@ -169,6 +201,16 @@ fn etcd_warnings_are_counted_since_a_time() {
         )]
     );
     assert_eq!(elections(log), ["2026-11-30T07:23:32.000"]);
+    assert_eq!(
+        too_long(log),
+        [
+            ("2026-11-30T07:23:31.100", 1200.0),
+            ("2026-11-30T07:23:40.500", 2000.0)
+        ]
+    );
+    assert_eq!(go_duration_ms("988.5ms"), Some(988.5));
+    assert_eq!(go_duration_ms("93µs"), Some(0.093));
+    assert_eq!(go_duration_ms("1m2s"), None);
 }
 
 /// druid's `snapshot-count` when the `Etcd` sets none (v0.38.1

@@ -154,6 +154,7 @@ pub fn across(a: &Node, b: &Node) {
     etcd_during_slow(
         &rec.samples,
         steps.written().unwrap_or_default().slow.as_slice(),
+        &steps.etcd_slow_requests(),
     );
     println!("figure: shoot API across the seeds: {:.1?}", t0.elapsed());
     let measured = shoot_report::Measured {
@@ -206,53 +207,62 @@ fn webhook_during_slow(samples: &[isthmus_lab::api::load::ApiSample], calls: &[C
 
 /// Where the time of each request of a second or more went, on etcd's side (issue 45 point
 /// 4): the puts of a second or more the etcd writer (straight to etcd, no kube-apiserver, no
-/// webhook) had in flight at the same time. A slow request beside a slow put waited on etcd
-/// itself; one with none waited elsewhere.
-fn etcd_during_slow(samples: &[isthmus_lab::api::load::ApiSample], puts: &[(f64, f64)]) {
+/// webhook) had in flight at the same time, and the requests of 500 ms or more etcd itself
+/// logged as too long then (`etcd`: start, took, member; from `Join` and `Grow`). A slow
+/// request beside either waited on etcd; one beside neither waited elsewhere.
+fn etcd_during_slow(
+    samples: &[isthmus_lab::api::load::ApiSample],
+    puts: &[(f64, f64)],
+    etcd: &[(f64, f64, String)],
+) {
     let slow: Vec<_> = samples
         .iter()
         .filter(|s| !s.ok || s.latency_ms >= 1000.0)
         .collect();
     let mut beside = 0;
     for s in &slow {
-        let during: Vec<String> = overlapping(puts, s.start_ms, s.latency_ms)
+        let during: Vec<String> = puts
+            .iter()
+            .filter(|(at, ms)| overlaps(*at, *ms, s.start_ms, s.latency_ms))
             .map(|(at, ms)| format!("{:.1} s ({ms:.0} ms)", at / 1000.0))
             .collect();
-        beside += usize::from(!during.is_empty());
+        let logged: Vec<String> = etcd
+            .iter()
+            .filter(|(at, ms, _)| *ms >= 500.0 && overlaps(*at, *ms, s.start_ms, s.latency_ms))
+            .map(|(at, ms, who)| format!("{who} {:.1} s ({ms:.0} ms)", at / 1000.0))
+            .collect();
+        beside += usize::from(!during.is_empty() || !logged.is_empty());
         println!(
-            "figure: shoot API: {:?} {} via {} at {:.1} s, {:.0} ms: the etcd writer's puts of 1 s or more then [{}]",
+            "figure: shoot API: {:?} {} via {} at {:.1} s, {:.0} ms: the etcd writer's puts of 1 s or more then [{}]; etcd's own requests of 500 ms or more then [{}]",
             s.op,
             s.object,
             s.via,
             s.start_ms / 1000.0,
             s.latency_ms,
-            during.join(", ")
+            during.join(", "),
+            logged.join(", ")
         );
     }
     println!(
-        "figure: shoot API: {} requests of 1 s or more (or failed), {beside} of them while a put straight to etcd took 1 s or more ({} such puts in all)",
+        "figure: shoot API: {} requests of 1 s or more (or failed), {beside} of them while a put straight to etcd took 1 s or more or etcd logged one of 500 ms or more ({} such puts in all)",
         slow.len(),
         puts.len()
     );
 }
 
-/// The spans (start, length; milliseconds) of `spans` that overlap the one from `start` for
-/// `length`.
-fn overlapping(spans: &[(f64, f64)], start: f64, length: f64) -> impl Iterator<Item = &(f64, f64)> {
-    spans
-        .iter()
-        .filter(move |(at, ms)| *at <= start + length && at + ms >= start)
+/// Whether the span from `at` for `ms` overlaps the one from `start` for `length` (ms).
+fn overlaps(at: f64, ms: f64, start: f64, length: f64) -> bool {
+    at <= start + length && at + ms >= start
 }
 
 #[test]
 fn a_put_in_flight_during_a_request_overlaps_it() {
-    let puts = [(0.0, 1000.0), (4000.0, 1500.0), (9000.0, 1000.0)];
-    let hit: Vec<_> = overlapping(&puts, 4500.0, 2000.0).collect();
-    assert_eq!(hit, [&(4000.0, 1500.0)]);
-    // A put that began inside the request, and one that ended inside it.
-    assert_eq!(overlapping(&puts, 8000.0, 1500.0).count(), 1);
-    assert_eq!(overlapping(&puts, 500.0, 100.0).count(), 1);
-    assert_eq!(overlapping(&puts, 2000.0, 1000.0).count(), 0);
+    // Inside, begun inside, ended inside, and apart.
+    assert!(overlaps(4000.0, 1500.0, 4500.0, 2000.0));
+    assert!(overlaps(9000.0, 1000.0, 8000.0, 1500.0));
+    assert!(overlaps(0.0, 1000.0, 500.0, 100.0));
+    assert!(!overlaps(0.0, 1000.0, 2000.0, 1000.0));
+    assert!(!overlaps(4000.0, 1500.0, 2000.0, 1000.0));
 }
 
 /// Prints the load's and the watch's figures and asserts the lab's invariants.

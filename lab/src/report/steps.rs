@@ -59,6 +59,8 @@ pub struct Recorder {
     steps: Mutex<Vec<Step>>,
     members: Mutex<Vec<super::Membership>>,
     writer: Mutex<Option<Writer>>,
+    /// etcd's own slow requests, from its members' logs: (start, took; ms) and who said so.
+    etcd_slow: Mutex<Vec<(f64, f64, String)>>,
 }
 
 impl Recorder {
@@ -72,6 +74,7 @@ impl Recorder {
             steps: Mutex::new(Vec::new()),
             members: Mutex::new(Vec::new()),
             writer: Mutex::new(None),
+            etcd_slow: Mutex::new(Vec::new()),
         }
     }
 
@@ -149,6 +152,19 @@ impl Recorder {
         if let Ok(mut s) = self.writer.lock() {
             *s = Some(w);
         }
+    }
+
+    /// A request etcd logged as slow (`apply request took too long`) by `member`, which ended
+    /// at `end` (RFC 3339) after `took_ms`.
+    pub fn etcd_slow(&self, member: &str, end: &str, took_ms: f64) {
+        if let (Some(end), Ok(mut s)) = (self.rfc3339_ms(end), self.etcd_slow.lock()) {
+            s.push((end - took_ms, took_ms, member.to_owned()));
+        }
+    }
+
+    /// What [`Recorder::etcd_slow`] noted, in the order noted.
+    pub fn etcd_slow_requests(&self) -> Vec<(f64, f64, String)> {
+        self.etcd_slow.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
     pub fn written(&self) -> Option<Writer> {
