@@ -177,6 +177,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 
     // Expose: druid rolls the source onto its exposed peer URLs.
     let t = Instant::now();
+    let since = utc_rfc3339();
     create(
         node,
         SRC,
@@ -197,6 +198,9 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         );
     }
     restarts(node);
+    // What each member logged through the roll: a write that waits or fails then (a member
+    // restarting while the others reach each other through the proxy) has its cause there.
+    leadership_since(sides, &since, "Expose", steps);
     let w = writer.peek();
     println!(
         "figure: M2: writer through Expose's roll: {} acknowledged, failed {:?}, retried (number, first error) {:?}, acknowledged after more than 2 s (number, ms): {:?}",
