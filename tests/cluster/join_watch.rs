@@ -108,29 +108,33 @@ fn elections(log: &str) -> Vec<&str> {
 /// Each warning an etcd log shows since `since` (an RFC 3339 prefix, compared as text): how
 /// often, first and last time. etcd says itself why a request waited: "apply request took
 /// too long", "leader failed to send out heartbeat on time", "slow fdatasync", a lost leader.
-fn warnings<'a>(log: &'a str, since: &str) -> BTreeMap<&'a str, (usize, &'a str, &'a str)> {
-    let mut seen: BTreeMap<&str, (usize, &str, &str)> = BTreeMap::new();
-    for l in log.lines() {
-        if !(l.contains("\"level\":\"warn\"") || l.contains("\"level\":\"error\"")) {
-            continue;
-        }
-        let field = |k: &str| {
-            l.split(&format!("\"{k}\":\""))
-                .nth(1)
-                .and_then(|r| r.split('"').next())
-        };
-        let (Some(ts), Some(msg)) = (field("ts"), field("msg")) else {
+fn warnings(log: &str, since: &str) -> BTreeMap<String, (usize, String, String)> {
+    let mut seen: BTreeMap<String, (usize, String, String)> = BTreeMap::new();
+    for e in entries(log).filter(|e| e["level"] == "warn" || e["level"] == "error") {
+        let (Some(ts), Some(msg)) = (stamp(&e), e["msg"].as_str()) else {
             continue;
         };
-        let ts = ts.get(..23).unwrap_or(ts);
-        if ts < since {
+        if ts.as_str() < since {
             continue;
         }
-        let e = seen.entry(msg).or_insert((0, ts, ts));
-        e.0 += 1;
-        e.2 = ts;
+        let s = seen
+            .entry(msg.to_owned())
+            .or_insert((0, ts.clone(), ts.clone()));
+        s.0 += 1;
+        s.2 = ts;
     }
     seen
+}
+
+/// etcd's JSON log lines (zap), each parsed; other lines skipped.
+fn entries(log: &str) -> impl Iterator<Item = Value> + '_ {
+    log.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+}
+
+/// An entry's time, UTC to the millisecond without the zone (compared as text).
+fn stamp(e: &Value) -> Option<String> {
+    Some(e["ts"].as_str()?.get(..23)?.to_owned())
 }
 
 /// What every member of both sides logged about leadership and its own slowness since
@@ -152,7 +156,10 @@ pub fn leadership_since(sides: &Sides, since: &str, step: &str, steps: Option<&R
                 warnings(&log, since)
             );
             if let Some(r) = steps {
-                for (end, took) in too_long(&log).into_iter().filter(|(t, _)| *t >= since) {
+                for (end, took) in too_long(&log)
+                    .into_iter()
+                    .filter(|(t, _)| t.as_str() >= since)
+                {
                     r.etcd_slow(&format!("{ns}/{pod}"), &format!("{end}Z"), took);
                 }
             }
@@ -162,14 +169,10 @@ pub fn leadership_since(sides: &Sides, since: &str, step: &str, steps: Option<&R
 
 /// etcd's `apply request took too long` lines: (end, UTC to the millisecond without the zone;
 /// took, ms), so that a slow shoot request can be set beside etcd's own slow ones.
-fn too_long(log: &str) -> Vec<(&str, f64)> {
-    log.lines()
-        .filter(|l| l.contains("\"msg\":\"apply request took too long\""))
-        .filter_map(|l| {
-            let ts = l.split("\"ts\":\"").nth(1)?.get(..23)?;
-            let took = l.split("\"took\":\"").nth(1)?.split('"').next()?;
-            Some((ts, go_duration_ms(took)?))
-        })
+fn too_long(log: &str) -> Vec<(String, f64)> {
+    entries(log)
+        .filter(|e| e["msg"] == "apply request took too long")
+        .filter_map(|e| Some((stamp(&e)?, go_duration_ms(e["took"].as_str()?)?)))
         .collect()
 }
 
@@ -196,16 +199,20 @@ fn etcd_warnings_are_counted_since_a_time() {
     assert_eq!(
         w.into_iter().collect::<Vec<_>>(),
         [(
-            "apply request took too long",
-            (2, "2026-11-30T07:23:31.100", "2026-11-30T07:23:40.500")
+            "apply request took too long".to_owned(),
+            (
+                2,
+                "2026-11-30T07:23:31.100".to_owned(),
+                "2026-11-30T07:23:40.500".to_owned()
+            )
         )]
     );
     assert_eq!(elections(log), ["2026-11-30T07:23:32.000"]);
     assert_eq!(
         too_long(log),
         [
-            ("2026-11-30T07:23:31.100", 1200.0),
-            ("2026-11-30T07:23:40.500", 2000.0)
+            ("2026-11-30T07:23:31.100".to_owned(), 1200.0),
+            ("2026-11-30T07:23:40.500".to_owned(), 2000.0)
         ]
     );
     assert_eq!(go_duration_ms("988.5ms"), Some(988.5));
