@@ -90,7 +90,7 @@ pub fn restarts(node: &Node) {
             &format!("pod/{pod}"),
             "{.status.containerStatuses[?(@.name==\"etcd\")].state.running.startedAt}",
         );
-        let log = node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]);
+        let log = entries(&node.kubectl(&["-n", SRC, "logs", &pod, "-c", "etcd"]));
         let elections = elections(&log);
         println!("figure: M2: after Expose {pod}'s etcd started at {started}; leader elections it logged at {elections:?}");
     }
@@ -98,20 +98,27 @@ pub fn restarts(node: &Node) {
 
 /// The times (UTC, to the millisecond) of the leader elections and leadership transfers an
 /// etcd log shows.
-fn elections(log: &str) -> Vec<&str> {
-    log.lines()
-        .filter(|l| l.contains("elected leader") || l.contains("leadership transfer"))
-        .filter_map(|l| l.split("\"ts\":\"").nth(1)?.get(..23))
+fn elections(log: &[Value]) -> Vec<String> {
+    log.iter()
+        .filter(|e| {
+            e["msg"]
+                .as_str()
+                .is_some_and(|m| m.contains("elected leader") || m.contains("leadership transfer"))
+        })
+        .filter_map(stamp)
         .collect()
 }
 
 /// Each warning an etcd log shows since `since` (an RFC 3339 prefix, compared as text): how
 /// often, first and last time. etcd says itself why a request waited: "apply request took
 /// too long", "leader failed to send out heartbeat on time", "slow fdatasync", a lost leader.
-fn warnings(log: &str, since: &str) -> BTreeMap<String, (usize, String, String)> {
+fn warnings(log: &[Value], since: &str) -> BTreeMap<String, (usize, String, String)> {
     let mut seen: BTreeMap<String, (usize, String, String)> = BTreeMap::new();
-    for e in entries(log).filter(|e| e["level"] == "warn" || e["level"] == "error") {
-        let (Some(ts), Some(msg)) = (stamp(&e), e["msg"].as_str()) else {
+    for e in log
+        .iter()
+        .filter(|e| e["level"] == "warn" || e["level"] == "error")
+    {
+        let (Some(ts), Some(msg)) = (stamp(e), e["msg"].as_str()) else {
             continue;
         };
         if ts.as_str() < since {
@@ -126,10 +133,11 @@ fn warnings(log: &str, since: &str) -> BTreeMap<String, (usize, String, String)>
     seen
 }
 
-/// etcd's JSON log lines (zap), each parsed; other lines skipped.
-fn entries(log: &str) -> impl Iterator<Item = Value> + '_ {
+/// etcd's JSON log lines (zap), each parsed once; other lines skipped.
+fn entries(log: &str) -> Vec<Value> {
     log.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
 }
 
 /// An entry's time, UTC to the millisecond without the zone (compared as text).
@@ -147,9 +155,10 @@ pub fn leadership_since(sides: &Sides, since: &str, step: &str, steps: Option<&R
             let Ok(log) = node.try_kubectl(&["-n", ns, "logs", &pod, "-c", "etcd"]) else {
                 continue;
             };
-            let elected: Vec<&str> = elections(&log)
+            let log = entries(&log);
+            let elected: Vec<String> = elections(&log)
                 .into_iter()
-                .filter(|t| *t >= since)
+                .filter(|t| t.as_str() >= since)
                 .collect();
             println!(
                 "figure: M2: {step}: {ns}/{pod}: leader elections {elected:?}; warnings (count, first, last) {:?}",
@@ -169,10 +178,10 @@ pub fn leadership_since(sides: &Sides, since: &str, step: &str, steps: Option<&R
 
 /// etcd's `apply request took too long` lines: (end, UTC to the millisecond without the zone;
 /// took, ms), so that a slow shoot request can be set beside etcd's own slow ones.
-fn too_long(log: &str) -> Vec<(String, f64)> {
-    entries(log)
+fn too_long(log: &[Value]) -> Vec<(String, f64)> {
+    log.iter()
         .filter(|e| e["msg"] == "apply request took too long")
-        .filter_map(|e| Some((stamp(&e)?, go_duration_ms(e["took"].as_str()?)?)))
+        .filter_map(|e| Some((stamp(e)?, go_duration_ms(e["took"].as_str()?)?)))
         .collect()
 }
 
@@ -195,6 +204,7 @@ fn etcd_warnings_are_counted_since_a_time() {
 {"level":"warn","ts":"2026-11-30T07:23:31.100Z","caller":"etcdserver/util.go:170","msg":"apply request took too long","took":"1.2s"}
 {"level":"info","ts":"2026-11-30T07:23:32.000Z","msg":"raft.node: 1 elected leader 2 at term 5"}
 {"level":"warn","ts":"2026-11-30T07:23:40.500Z","msg":"apply request took too long","took":"2s"}"#;
+    let log = &entries(log);
     let w = warnings(log, "2026-11-30T07:23:00");
     assert_eq!(
         w.into_iter().collect::<Vec<_>>(),
