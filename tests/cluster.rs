@@ -35,6 +35,8 @@
 mod checks;
 #[path = "cluster/druid.rs"]
 mod druid;
+#[path = "cluster/etcd_logs.rs"]
+mod etcd_logs;
 #[path = "cluster/gardenlet.rs"]
 mod gardenlet;
 #[path = "cluster/grm.rs"]

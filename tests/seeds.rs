@@ -27,6 +27,9 @@ mod join;
 // One node's M2 (tests/cluster/join_*.rs), run by `join.rs` across two seeds; what only the
 // single-node test calls stays unused here.
 #[allow(dead_code)]
+#[path = "cluster/etcd_logs.rs"]
+mod etcd_logs;
+#[allow(dead_code)]
 #[path = "cluster/join_expose.rs"]
 mod join_expose;
 #[allow(dead_code)]

@@ -22,6 +22,7 @@
 //! real seeds (`tests/seeds/join.rs`): each side on its own node ([`Sides`]) with its own
 //! controller, and what crossing the link needs ([`Across`]).
 
+use super::etcd_logs;
 use super::join_observe::{
     added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, Sides, Waited,
     DST, SRC, STEP,
@@ -32,13 +33,14 @@ use super::join_watch::{
     joins, leadership_since, raft_index, restarts, source_members_reported, SNAPSHOT_COUNT,
 };
 use super::join_writer::{keys, Writer};
-use super::node::{poll, Node, POLL, SYSTEM};
+use super::node::{poll, proxy_admin, Node, POLL, SYSTEM};
 use isthmus_controller::crd::{EtcdMigrationSpec, Step};
 use isthmus_lab::report::steps::{self as report, Writer as WriterTotals};
 use isthmus_seed_world::dns::DnsProviderTask;
 use isthmus_seed_world::gardenlet;
 use isthmus_testkit::TestPki;
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 /// The destination's `memberNamePrefix` (the seed's name, as Gardener would give it).
@@ -178,6 +180,9 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     // Expose: druid rolls the source onto its exposed peer URLs.
     let t = Instant::now();
     let since = utc_rfc3339();
+    let pods: Vec<String> = (0..3).map(|i| format!("{ETCD}-{i}")).collect();
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("expose-etcd-logs");
+    let streams = etcd_logs::Streams::start(node, SRC, &pods, dir.clone());
     create(
         node,
         SRC,
@@ -201,6 +206,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     // What each member logged through the roll: a write that waits or fails then (a member
     // restarting while the others reach each other through the proxy) has its cause there.
     leadership_since(sides, &since, "Expose", steps);
+    roll_peers(node, streams, (&since, &utc_rfc3339()), &dir);
     let w = writer.peek();
     println!(
         "figure: M2: writer through Expose's roll: {} acknowledged, failed {:?}, retried (number, first error) {:?}, acknowledged after more than 2 s (number, ms): {:?}",
@@ -375,6 +381,37 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
 /// from when etcd first listed each member and when as a voter ([`joins`]): one stretch per
 /// change, named after it, so the stretches follow one another; members of `before` (joined
 /// at an earlier step) are not this step's.
+/// What each source member said about its peers through `Expose`'s roll (the replaced
+/// containers' lines too, kept by `streams`), and what the proxies saw of the members'
+/// upstreams: whether two running members reached each other while the third restarted.
+fn roll_peers(node: &Node, streams: etcd_logs::Streams, window: (&str, &str), dir: &Path) {
+    let logs = streams.finish();
+    let ids = etcd_logs::ids(&logs);
+    println!(
+        "figure: M2: Expose: member ids {ids:?}; each member's log in {}",
+        dir.display()
+    );
+    for (pod, log) in &logs {
+        for (line, n, first, last) in etcd_logs::peer_lines(log, &ids, window) {
+            println!("figure: M2: Expose: {pod}: {n} × {line} ({first} .. {last})");
+        }
+    }
+    for (ip, body) in proxy_admin(node, SYSTEM, "/metrics") {
+        let lines: Vec<&str> = body
+            .lines()
+            .filter(|l| {
+                l.contains(ETCD)
+                    && (l.contains("upstream_connect_errors")
+                        || l.contains("ejections")
+                        || l.contains("dns_resolutions")
+                        || (l.contains("proxy_connections_total")
+                            && !l.contains("outcome=\"forwarded\"")))
+            })
+            .collect();
+        println!("figure: M2: Expose: proxy {ip}: members' upstreams {lines:?}");
+    }
+}
+
 fn join_parts(
     seen: &std::collections::BTreeMap<String, (Duration, Option<Duration>)>,
     before: &[String],
