@@ -215,11 +215,7 @@ async fn observe(
         dns_records.insert(o.name_any(), dnsrecord_observe(&serde_json::to_value(&o)?));
     }
     let found = etcd_api.get_opt(&spec.etcd_name).await?;
-    let remembered = ctx.etcd_applied.read(
-        ns,
-        &spec.etcd_name,
-        found.as_ref().and_then(|o| o.uid()).as_deref(),
-    );
+    let remembered = ctx.etcd_applied.read(ns, &spec.etcd_name, found.as_ref());
     let etcd = match found {
         Some(o) => {
             let v = serde_json::to_value(&o)?;
