@@ -184,7 +184,10 @@ pub fn zone_beside_the_rewrite() {
         }
     };
     let aaaa = ask(&other, 28);
-    let mine = ask(&format!("etcd-main-0.shoot--isthmus--dst.seed-b.{DOMAIN}"), 1);
+    let mine = ask(
+        &format!("etcd-main-0.shoot--isthmus--dst.seed-b.{DOMAIN}"),
+        1,
+    );
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(first, (0, vec![[10, 200, 1, 5]]), "{other} (A)\n{corefile}");
