@@ -181,7 +181,8 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     let t = Instant::now();
     let since = utc_rfc3339();
     let pods: Vec<String> = (0..3).map(|i| format!("{ETCD}-{i}")).collect();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("expose-etcd-logs");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("expose-etcd-logs-{}", since.replace(':', "")));
     let streams = etcd_logs::Streams::start(node, SRC, &pods, dir.clone());
     create(
         node,

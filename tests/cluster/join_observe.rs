@@ -8,8 +8,16 @@ use super::node::{etcdctl, poll, proxy_admin, Node, POLL, SYSTEM};
 use serde_json::Value;
 use std::time::{Duration, Instant};
 
-pub const SRC: &str = "druid-src";
-pub const DST: &str = "druid-dst";
+/// The seeds' shoot namespaces, in Gardener's form (`shoot--<project>--<name>`), which decides
+/// which of a member's two peer URLs the others dial: etcd sorts them as text and dials the
+/// first until it fails (`client/pkg/types/urls.go` `NewURLs`, `rafthttp/urlpick.go`). In a
+/// seed the in-cluster `<pod>.etcd-main-peer.shoot--….svc` sorts before the exposed
+/// `<pod>.shoot--….<seed>.<domain>`, so members of one seed reach each other directly and
+/// only the other seed's go through the proxy. A namespace sorting before `etcd-main-peer`
+/// (this test's earlier `druid-src`) sent the source's own members through the proxy after
+/// `Expose`, a path no seed takes.
+pub const SRC: &str = "shoot--isthmus--src";
+pub const DST: &str = "shoot--isthmus--dst";
 /// A druid roll of three members, or a join of two, on 2 busy cores.
 pub const STEP: Duration = Duration::from_secs(600);
 /// One member list.

@@ -172,7 +172,7 @@ pub fn zone_beside_the_rewrite() {
         Ok((answer[3] & 0x0f, addrs))
     };
     let deadline = Instant::now() + std::time::Duration::from_secs(20);
-    let other = format!("etcd-main-0.druid-src.seed-a.{DOMAIN}");
+    let other = format!("etcd-main-0.shoot--isthmus--src.seed-a.{DOMAIN}");
     let first = loop {
         match ask(&other, 1) {
             Ok(a) => break a,
@@ -184,7 +184,10 @@ pub fn zone_beside_the_rewrite() {
         }
     };
     let aaaa = ask(&other, 28);
-    let mine = ask(&format!("etcd-main-0.druid-dst.seed-b.{DOMAIN}"), 1);
+    let mine = ask(
+        &format!("etcd-main-0.shoot--isthmus--dst.seed-b.{DOMAIN}"),
+        1,
+    );
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(first, (0, vec![[10, 200, 1, 5]]), "{other} (A)\n{corefile}");

@@ -33,8 +33,8 @@ use std::time::Duration;
 
 /// The agents' names for the seed a stand-in (their SNI and its certificate) and for seed b's
 /// temporary VPN (`spec.vpn.dnsName`, under the migration's internal domain).
-pub const VPN_A: &str = "vpn-seed-server.druid-src.seed-a.internal.example.com";
-pub const VPN_B: &str = "vpn.druid-dst.seed-b.internal.example.com";
+pub const VPN_A: &str = "vpn-seed-server.shoot--isthmus--src.seed-a.internal.example.com";
+pub const VPN_B: &str = "vpn.shoot--isthmus--dst.seed-b.internal.example.com";
 /// The port both seeds' agents dial: the proxies' VPN port (the chart's `proxy.vpnPort`), and
 /// the stand-in's load balancer port.
 pub const VPN_PORT: u16 = 8443;
