@@ -181,7 +181,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     let t = Instant::now();
     let since = utc_rfc3339();
     let pods: Vec<String> = (0..3).map(|i| format!("{ETCD}-{i}")).collect();
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .join(format!("expose-etcd-logs-{}", since.replace(':', "")));
     let streams = etcd_logs::Streams::start(node, SRC, &pods, dir.clone());
     create(
@@ -378,10 +378,6 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     println!("figure: M2: the step took {:.1?}", t0.elapsed());
 }
 
-/// Where a destination step's join went, from `t0` (the step set) to `end` (the step ready),
-/// from when etcd first listed each member and when as a voter ([`joins`]): one stretch per
-/// change, named after it, so the stretches follow one another; members of `before` (joined
-/// at an earlier step) are not this step's.
 /// What each source member said about its peers through `Expose`'s roll (the replaced
 /// containers' lines too, kept by `streams`), and what the proxies saw of the members'
 /// upstreams: whether two running members reached each other while the third restarted.
@@ -413,6 +409,10 @@ fn roll_peers(node: &Node, streams: etcd_logs::Streams, window: (&str, &str), di
     }
 }
 
+/// Where a destination step's join went, from `t0` (the step set) to `end` (the step ready),
+/// from when etcd first listed each member and when as a voter ([`joins`]): one stretch per
+/// change, named after it, so the stretches follow one another; members of `before` (joined
+/// at an earlier step) are not this step's.
 fn join_parts(
     seen: &std::collections::BTreeMap<String, (Duration, Option<Duration>)>,
     before: &[String],
