@@ -4,6 +4,7 @@
 //! streamed to files while the roll runs, and what the members said to each other is read
 //! from there, with each member's id replaced by its name.
 
+use super::join_watch::{entries, stamp};
 use super::node::Node;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -146,10 +147,8 @@ fn read(dir: &Path, pod: &str) -> Vec<Value> {
             lines.extend(text.lines().map(str::to_owned));
         }
     }
-    let mut entries: Vec<Value> = lines
-        .iter()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
+    let lines: Vec<String> = lines.into_iter().collect();
+    let mut entries = entries(&lines.join("\n"));
     entries.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
     entries
 }
@@ -181,10 +180,10 @@ pub fn peer_lines(
 ) -> Vec<(String, usize, String, String)> {
     let mut seen: BTreeMap<String, (usize, String, String)> = BTreeMap::new();
     for e in log {
-        let (Some(ts), Some(msg)) = (e["ts"].as_str(), e["msg"].as_str()) else {
+        let (Some(ts), Some(msg)) = (stamp(e), e["msg"].as_str()) else {
             continue;
         };
-        let ts = ts.get(..23).unwrap_or(ts);
+        let ts = ts.as_str();
         if ts < from || ts > to || !PEER_LINES.iter().any(|p| msg.contains(p)) {
             continue;
         }

@@ -134,14 +134,14 @@ fn warnings(log: &[Value], since: &str) -> BTreeMap<String, (usize, String, Stri
 }
 
 /// etcd's JSON log lines (zap), each parsed once; other lines skipped.
-fn entries(log: &str) -> Vec<Value> {
+pub fn entries(log: &str) -> Vec<Value> {
     log.lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .collect()
 }
 
 /// An entry's time, UTC to the millisecond without the zone (compared as text).
-fn stamp(e: &Value) -> Option<String> {
+pub fn stamp(e: &Value) -> Option<String> {
     Some(e["ts"].as_str()?.get(..23)?.to_owned())
 }
 
