@@ -73,6 +73,28 @@ fn no_memory_limit_and_vpas_without_a_ceiling_with_a_catch_all_off() {
     }
 }
 
+/// Slow is not dead (docs/probes.md): under CI's load the pods' health endpoints answered in
+/// over 1 s, kubelet's default timeout, while they served. A liveness kill of the proxy drops
+/// every connection it carries, and a readiness miss takes the node's only proxy out of the
+/// load balancer, so every probe waits 5 s and a restart takes 5 misses
+/// (gardener-resource-manager's liveness). The drain still shows at once: one 503 is enough.
+#[test]
+fn probes_wait_out_a_busy_node_and_a_drain_shows_at_once() {
+    let docs = render(&SEED, &[]);
+    for (kind, name) in [
+        ("DaemonSet", "isthmus-proxy"),
+        ("Deployment", "isthmus-controller"),
+    ] {
+        let c = &pod_spec(&docs, kind, name)["containers"][0];
+        for probe in ["livenessProbe", "readinessProbe"] {
+            assert_eq!(c[probe]["timeoutSeconds"], 5, "{name} {probe}: {c:#}");
+        }
+        assert_eq!(c["livenessProbe"]["failureThreshold"], 5, "{name}");
+    }
+    let proxy = &pod_spec(&docs, "DaemonSet", "isthmus-proxy")["containers"][0];
+    assert_eq!(proxy["readinessProbe"]["failureThreshold"], 1);
+}
+
 #[test]
 fn the_controller_is_spread_by_the_resource_managers_webhook_not_by_hand() {
     let docs = render(&SEED, &[]);

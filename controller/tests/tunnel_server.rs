@@ -128,7 +128,10 @@ fn the_deployment_runs_at_the_shoot_control_plane_priority_with_healthz_probes()
             json!({"path": "/healthz", "port": "metrics"}),
             "{probe}"
         );
+        // Slow is not dead on a busy seed (docs/probes.md).
+        assert_eq!(container[probe]["timeoutSeconds"], 5, "{probe}");
     }
+    assert_eq!(container["livenessProbe"]["failureThreshold"], 5);
     assert!(!d.to_string().contains("/readyz"));
     // The grace period outlasts the drain, during which the admin endpoint keeps answering.
     let grace = spec["terminationGracePeriodSeconds"].as_u64().unwrap();

@@ -321,6 +321,55 @@ pub fn proxy_admin(node: &Node, ns: &str, path: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// kubelet's verdicts on the pods in `ns` from the namespace's events: each pod's failed
+/// probes by kind (`Readiness`, `Liveness`, the event's `count` summed) and its containers'
+/// restarts. What a busy seed did to its isthmus pods, printed beside the writer's figures: a
+/// figure, so a failed read is said in it rather than failing the test.
+pub fn probe_failures(node: &Node, ns: &str) -> Result<Vec<(String, u64, u64, u64)>, String> {
+    let get = |args: &[&str]| -> Result<serde_json::Value, String> {
+        let mut a = vec!["-n", ns, "get"];
+        a.extend_from_slice(args);
+        a.extend(["-o", "json"]);
+        serde_json::from_str(&node.try_kubectl(&a)?).map_err(|e| e.to_string())
+    };
+    let events = get(&["events", "--field-selector", "reason=Unhealthy"])?;
+    let pods = get(&["pods"])?;
+    let mut out = Vec::new();
+    for p in pods["items"].as_array().into_iter().flatten() {
+        let name = p["metadata"]["name"].as_str().unwrap_or_default();
+        let failed = |kind: &str| -> u64 {
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    e["involvedObject"]["name"] == name
+                        && e["message"].as_str().is_some_and(|m| m.starts_with(kind))
+                })
+                .map(|e| {
+                    e["count"]
+                        .as_u64()
+                        .or(e["series"]["count"].as_u64())
+                        .unwrap_or(1)
+                })
+                .sum()
+        };
+        let restarts = p["status"]["containerStatuses"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c["restartCount"].as_u64())
+            .sum();
+        out.push((
+            name.to_owned(),
+            failed("Readiness"),
+            failed("Liveness"),
+            restarts,
+        ));
+    }
+    Ok(out)
+}
+
 /// Polls `f` until it returns `Some`, pausing `every` between attempts; after `timeout`
 /// panics with `what`, the last error and the node's diagnostics.
 pub fn poll<T>(

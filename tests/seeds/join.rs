@@ -32,7 +32,7 @@
 use super::join_expose::{self, Across};
 use super::join_observe::Sides;
 use super::join_tls::DOMAIN;
-use super::node::{source_ranges_value, Node, SYSTEM};
+use super::node::{probe_failures, source_ranges_value, Node, SYSTEM};
 use serde_json::json;
 use std::time::Instant;
 
@@ -253,6 +253,13 @@ pub fn m2_across_with(
         "figure: seeds M2: admitted, joined across the link and shrunk: {:.1?}",
         t0.elapsed()
     );
+    for seed in [a, b] {
+        println!(
+            "figure: seeds M2: seed {}'s isthmus pods (failed readiness probes, failed liveness probes, restarts): {:?}",
+            seed.seed,
+            probe_failures(seed, SYSTEM)
+        );
+    }
     set_corefile(a, &corefile);
 }
 

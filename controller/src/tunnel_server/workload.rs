@@ -28,7 +28,12 @@ pub(super) fn deployment(
         // under the same Secret names are reloaded in place).
         "annotations": {"checksum/config": isthmus_config::hash_bytes(config.as_bytes())},
     });
-    let probe = |period: u32| json!({"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period});
+    // Slow is not dead on a busy seed (docs/probes.md): 5 s per probe; a restart drops every
+    // agent session and CONNECT, so 5 misses first, as gardener-resource-manager's liveness.
+    let probe = |period: u32, misses: u32| {
+        json!({"httpGet": {"path": "/healthz", "port": "metrics"}, "periodSeconds": period,
+               "timeoutSeconds": 5, "failureThreshold": misses})
+    };
     let mut spec = json!({
         "automountServiceAccountToken": false,
         "enableServiceLinks": false,
@@ -49,8 +54,8 @@ pub(super) fn deployment(
                 {"name": "connect", "containerPort": CONNECT_PORT, "protocol": "TCP"},
                 {"name": "metrics", "containerPort": ADMIN_PORT, "protocol": "TCP"},
             ],
-            "livenessProbe": probe(10),
-            "readinessProbe": probe(5),
+            "livenessProbe": probe(10, 5),
+            "readinessProbe": probe(5, 3),
             // Requests only: a data path must not be OOM-killed at a guessed limit.
             "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}},
             "securityContext": {
