@@ -35,6 +35,36 @@ slowest() {
   # awk reads to the end: `head` would close the pipe early and `sort` die of SIGPIPE, which
   # pipefail turned into the script's exit status (141) once the report outgrew a pipe buffer.
 }
+# Each failed test's panic (its message, up to the backtrace) and the last lines it printed
+# before it, from the JUnit report: printed last, where a log cut in its middle keeps them.
+failures() {
+  local junit="target/nextest/$tier/junit.xml"
+  [[ -f "$junit" ]] && command -v python3 >/dev/null || return 0
+  python3 - "$junit" <<'PY'
+import sys
+import xml.etree.ElementTree as ET
+
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    failure = case.find("failure")
+    if failure is None:
+        failure = case.find("error")
+    if failure is None:
+        continue
+    print(f"test.sh: FAILED {case.get('classname')} {case.get('name')} ({case.get('time')} s):")
+    out = (case.findtext("system-out") or "").splitlines()
+    # Up to libtest's own verdict ("test <name> ... FAILED").
+    end = next((i for i, l in enumerate(out) if l.startswith("test ") and l.endswith("FAILED")), len(out))
+    last = [l for l in out[:end] if l.strip()][-6:]
+    if last:
+        print("  its last lines:")
+        for line in last:
+            print("    " + line[:400])
+    text = (failure.text or failure.get("message") or "").split("stack backtrace:")[0]
+    print("  its panic:")
+    for line in text.strip().splitlines()[:20]:
+        print("    " + line[:2000])
+PY
+}
 phase() { echo "test.sh: $1 took $(($SECONDS - $2)) s"; }
 
 start=$SECONDS
@@ -54,6 +84,7 @@ if [[ "$tier" == fast ]]; then
   status=0
   cargo nextest run --workspace --profile fast "$@" || status=$?
   slowest
+  ((status == 0)) || failures
   phase "the fast tier" "$start"
   exit "$status"
 fi
@@ -79,6 +110,7 @@ status=0
 export ISTHMUS_NODE_CPU_SHARES="${ISTHMUS_NODE_CPU_SHARES:-256}"
 cargo nextest run --workspace --profile full --lib --bins --tests --examples "$@" || status=$?
 slowest
+((status == 0)) || failures
 phase "the tests" "$t"
 ((status == 0)) || exit "$status"
 t=$SECONDS
