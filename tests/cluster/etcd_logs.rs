@@ -4,7 +4,7 @@
 //! streamed to files while the roll runs, and what the members said to each other is read
 //! from there, with each member's id replaced by its name.
 
-use super::join_watch::{entries, stamp};
+use super::join_watch::{parsed, stamp};
 use super::node::Node;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -147,8 +147,7 @@ fn read(dir: &Path, pod: &str) -> Vec<Value> {
             lines.extend(text.lines().map(str::to_owned));
         }
     }
-    let lines: Vec<String> = lines.into_iter().collect();
-    let mut entries = entries(&lines.join("\n"));
+    let mut entries = parsed(lines.iter().map(String::as_str));
     entries.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
     entries
 }

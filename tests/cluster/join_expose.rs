@@ -24,8 +24,8 @@
 
 use super::etcd_logs;
 use super::join_observe::{
-    added_by_backup_restore, bootstrapped, cleanup, forwarded, members, reached, Sides, Waited,
-    DST, SRC, STEP,
+    added_by_backup_restore, bootstrapped, cleanup, forwarded, members_listed, reached, Sides,
+    Waited, ANSWER, DST, SRC, STEP,
 };
 use super::join_shrink::shrink;
 use super::join_tls::{self, DOMAIN, ETCD, POD_NETWORK};
@@ -192,7 +192,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
     let (_, parts) = reached(node, SRC, "Expose");
     record(&format!("{}: source", report::EXPOSE), t, &parts);
     println!("figure: M2: source Expose (routes served, druid's roll onto the exposed peer URLs, records Succeeded): {:.1?}", t.elapsed());
-    let list = members(node, &src).unwrap();
+    let list = members_listed(node, &src);
     if let Some(r) = steps {
         r.members(Instant::now(), names(&list));
     }
@@ -268,7 +268,9 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
         // Across two seeds the source's members cannot dial the destination's (druid v0.38.1
         // advertises those by in-cluster names): a member that must be sent a snapshot could
         // not join, and this test does not show that path.
-        let index = raft_index(node, &src).unwrap();
+        let index = poll(node, "the source's raft index", ANSWER, POLL, || {
+            raft_index(node, &src)
+        });
         println!("figure: M2: the source's raft index before {step}: {index} (a member snapshots past {SNAPSHOT_COUNT})");
         assert!(
             across.is_none() || index < SNAPSHOT_COUNT,
@@ -301,7 +303,7 @@ pub fn through_the_proxy(sides: &Sides, source: Source, across: Option<&Across>)
             );
         }
     }
-    let list = members(node, &src).unwrap();
+    let list = members_listed(node, &src);
     let voters = list.iter().filter(|m| !m.1).count();
     assert_eq!((list.len(), voters), (6, 6), "{list:?}");
     bootstrapped(dst_node, DST);

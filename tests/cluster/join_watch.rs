@@ -3,7 +3,7 @@
 //! voter, when each source member restarted in `Expose`'s roll, and how far the source's raft
 //! log is from a snapshot when a member joins.
 
-use super::join_observe::{members, status, Sides, SRC, STEP};
+use super::join_observe::{members, members_listed, status, Sides, SRC, STEP};
 use super::join_tls::{Tls, ETCD};
 use super::node::{etcdctl, poll, Node, POLL};
 use isthmus_lab::report::steps::Recorder;
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// `prepareInitialCluster`): with `additionalAdvertisePeerURLs` the controller reports each
 /// source member's in-cluster URL beside its exposed one, as etcd holds them.
 pub fn source_members_reported(node: &Node, src: &Tls) -> Value {
-    let list = members(node, src).unwrap();
+    let list = members_listed(node, src);
     let exposed = status(node, SRC)["exposedMembers"].clone();
     for m in exposed.as_array().unwrap() {
         let (_, _, held) = list.iter().find(|l| m["name"] == l.0.as_str()).unwrap();
@@ -135,7 +135,13 @@ fn warnings(log: &[Value], since: &str) -> BTreeMap<String, (usize, String, Stri
 
 /// etcd's JSON log lines (zap), each parsed once; other lines skipped.
 pub fn entries(log: &str) -> Vec<Value> {
-    log.lines()
+    parsed(log.lines())
+}
+
+/// [`entries`] of lines already split.
+pub fn parsed<'a>(lines: impl IntoIterator<Item = &'a str>) -> Vec<Value> {
+    lines
+        .into_iter()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .collect()
 }
