@@ -33,6 +33,8 @@
 
 #[path = "cluster/checks.rs"]
 mod checks;
+#[path = "cluster/drops.rs"]
+mod drops;
 #[path = "cluster/druid.rs"]
 mod druid;
 #[path = "cluster/etcd_logs.rs"]

@@ -3,6 +3,7 @@
 //! pod deleted with open connections draining within its grace period.
 
 use super::checks::proxy_metric;
+use super::drops;
 use super::node::{poll, proxy_admin, Node, ROOT, SYSTEM};
 use super::shoot::SNI;
 use super::traffic::{Client, Ended, Load, Watch, POLL};
@@ -115,7 +116,7 @@ fn why_a_connection_failed(node: &Node, old_ips: &str) -> String {
         .map(str::to_owned)
         .collect();
     format!(
-        "proxy pods:\n{pods}\nold proxy pods' addresses: {old_ips}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}\nthe node's unanswered connections to 2379 (conntrack: where each SYN was sent):\n{}",
+        "proxy pods:\n{pods}\nold proxy pods' addresses: {old_ips}\nmetrics:\n{}\nkube-router, last sync lines (newest first):\n{}\nthe node's unanswered and closing connections to 2379 (conntrack: where each SYN was sent):\n{}",
         metrics.join("\n"),
         router.join("\n"),
         unanswered(node)
@@ -125,13 +126,19 @@ fn why_a_connection_failed(node: &Node, old_ips: &str) -> String {
 /// The node's conntrack entries of connections to 2379 that were never answered (a
 /// connect that timed out leaves one for 120 s, `nf_conntrack_tcp_timeout_syn_sent`): the pod
 /// address its SYN was translated to. None: the SYN was dropped before the node let it
-/// through (an entry is kept only for a packet that passed its filter).
+/// through (an entry is kept only for a packet that passed its filter). With them every
+/// other entry neither established nor in TIME_WAIT: SYN_RECV (the pod answered, its SYN-ACK
+/// was lost on the way back), and those closing (FIN_WAIT, CLOSE_WAIT, LAST_ACK, CLOSE): a
+/// new SYN on the same addresses and ports is INVALID to conntrack while one lasts, and
+/// kube-proxy and kube-router drop it.
 fn unanswered(node: &Node) -> String {
     let out = node.script(&["node", "cat", "/proc/net/nf_conntrack"]);
     let table = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = table
         .lines()
-        .filter(|l| l.contains("dport=2379 ") && l.contains("UNREPLIED"))
+        .filter(|l| {
+            l.contains("dport=2379 ") && !l.contains(" ESTABLISHED ") && !l.contains(" TIME_WAIT ")
+        })
         .collect();
     if lines.is_empty() {
         "none".to_owned()
@@ -233,6 +240,8 @@ fn rolling_update(node: &Node, client: &Client, tag: &str) -> Rolled {
     });
     let routes = node.jsonpath(SYSTEM, "cm/isthmus-proxy-routes", "{.data.proxy\\.json}");
     assert!(routes.contains(SNI), "{routes}");
+    let dropped_before = drops::read(node);
+    let kube_proxy_before = drops::kube_proxy(node);
     let t0 = Instant::now();
     // What an operator does: the Extension's image tag changes, gardener-operator upgrades.
     let helm = node.helm_upgrade(&["--set", &format!("image.tag={tag}")]);
@@ -255,6 +264,12 @@ fn rolling_update(node: &Node, client: &Client, tag: &str) -> Rolled {
     });
     let (drained, reset) = ended(node, &mut watches);
     let (attempted, failed, errors) = load.stop();
+    // Read in every run: what a passing one drops is the baseline for a failing one.
+    println!(
+        "figure: the rolling update to {tag}: the node's DROP/REJECT rules that counted packets {:?}; kube-proxy before {kube_proxy_before:?}, after {:?}",
+        drops::read(node).grown_since(&dropped_before),
+        drops::kube_proxy(node),
+    );
     println!(
         "figure: rolling update to a new image through helm upgrade (helm {helm:.1?}): rollout {rolled:.1?}, old pod gone {:.1?}; new connections {attempted} attempted, {failed} failed; long-lived connections {} closed by the drain, {} reset/failed {reset:?}",
         t0.elapsed(),
