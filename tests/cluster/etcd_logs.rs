@@ -1,8 +1,10 @@
-//! Each source etcd member's log kept across `Expose`'s roll. `kubectl logs` reads only the
-//! container a pod runs now, so the old container of a member the roll has not reached yet
-//! (the one whose side of a lost quorum matters) would go with its pod: each member's log is
-//! streamed to files while the roll runs, and what the members said to each other is read
-//! from there, with each member's id replaced by its name.
+//! Each source etcd member's log kept across `Expose`'s roll, and each joining member's
+//! backup-restore log across its restarts. `kubectl logs` reads only the container a pod runs
+//! now (`--previous`: the one before), so the old container of a member the roll has not
+//! reached yet (the one whose side of a lost quorum matters), or the backup-restore that added
+//! its member before it crashed twice, would go: each container's log is streamed to files
+//! while the step runs, and read from there (etcd's, with each member's id replaced by its
+//! name).
 
 use super::join_watch::{parsed, stamp};
 use super::node::Node;
@@ -18,6 +20,11 @@ use std::time::Duration;
 
 /// How often a stream's `kubectl` is checked, and re-run after its pod went.
 const EVERY: Duration = Duration::from_millis(250);
+/// How long a stream waits before it asks again for a pod or container not there yet (a
+/// joining member's pod appears minutes after its stream starts; each `kubectl` costs CPU).
+/// A container's log stays readable after it ended until it is restarted (at least 10 s of
+/// kubelet's back-off), so nothing is missed.
+const ABSENT: Duration = Duration::from_secs(2);
 
 /// The raft and peer lines that say whether two running members reached each other.
 const PEER_LINES: &[&str] = &[
@@ -72,7 +79,13 @@ pub struct Streams {
 }
 
 impl Streams {
-    pub fn start(node: &Node, ns: &str, pods: &[String], dir: PathBuf) -> Self {
+    /// Streams `container`'s log of each of `pods` in `ns`.
+    pub fn start(
+        node: &Node,
+        ns: &str,
+        (pods, container): (&[String], &str),
+        dir: PathBuf,
+    ) -> Self {
         // Logs of an earlier run would be read as this one's.
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -80,7 +93,7 @@ impl Streams {
         let threads = pods
             .iter()
             .map(|pod| {
-                let args = ["-n", ns, "logs", "-f", pod, "-c", "etcd"];
+                let args = ["-n", ns, "logs", "-f", pod, "-c", container];
                 let cmd = node.kubectl_command(&args);
                 let (stop, dir, pod) = (stop.clone(), dir.clone(), pod.clone());
                 std::thread::spawn(move || follow(cmd, &stop, &dir, &pod))
@@ -94,16 +107,42 @@ impl Streams {
         }
     }
 
-    /// Ends the streams; each member's entries (every container's, once each), by time.
-    pub fn finish(self) -> BTreeMap<String, Vec<Value>> {
-        self.stop.store(true, Ordering::SeqCst);
-        for t in self.threads {
-            let _ = t.join();
-        }
+    /// Ends the streams; each member's etcd entries (every container's, once each), by time.
+    pub fn finish(mut self) -> BTreeMap<String, Vec<Value>> {
+        self.stop();
         self.pods
             .iter()
             .map(|pod| (pod.clone(), read(&self.dir, pod)))
             .collect()
+    }
+
+    /// Each pod's log as text so far, every run's in the order they ran (a re-run repeats
+    /// what its container logged before).
+    pub fn text(&self) -> BTreeMap<String, String> {
+        self.pods
+            .iter()
+            .map(|pod| {
+                let text = (0..)
+                    .map(|n| self.dir.join(format!("{pod}.{n}.log")))
+                    .take_while(|p| p.exists())
+                    .filter_map(|p| std::fs::read_to_string(p).ok())
+                    .collect::<String>();
+                (pod.clone(), text)
+            })
+            .collect()
+    }
+
+    /// Ends the streams; [`Streams::text`].
+    pub fn finish_text(mut self) -> BTreeMap<String, String> {
+        self.stop();
+        self.text()
+    }
+
+    fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in std::mem::take(&mut self.threads) {
+            let _ = t.join();
+        }
     }
 }
 
@@ -111,12 +150,12 @@ impl Streams {
 /// until `stop`; every run writes its own file.
 fn follow(mut cmd: Command, stop: &AtomicBool, dir: &Path, pod: &str) {
     let mut n = 0;
+    let mut last = Vec::new();
     while !stop.load(Ordering::SeqCst) {
         let path = dir.join(format!("{pod}.{n}.log"));
         let Ok(file) = File::create(&path) else {
             return;
         };
-        n += 1;
         let Ok(mut child) = cmd.stdout(file).stderr(Stdio::null()).spawn() else {
             return;
         };
@@ -128,11 +167,18 @@ fn follow(mut cmd: Command, stop: &AtomicBool, dir: &Path, pod: &str) {
         }
         let _ = child.kill();
         let _ = child.wait();
-        // A run that found no container to read (the pod not there yet) leaves nothing.
-        if std::fs::metadata(&path).is_ok_and(|m| m.len() == 0) {
+        // A run that found no container to read (the pod not there yet), or only the ended
+        // one the run before read (a container in kubelet's back-off), leaves nothing, and
+        // its number goes to the next run: the files are numbered without gaps.
+        let text = std::fs::read(&path).unwrap_or_default();
+        if text.is_empty() || text == last {
             let _ = std::fs::remove_file(&path);
+            std::thread::sleep(ABSENT);
+        } else {
+            last = text;
+            n += 1;
+            std::thread::sleep(EVERY);
         }
-        std::thread::sleep(EVERY);
     }
 }
 

@@ -6,6 +6,7 @@
 use super::join_tls::{Tls, ETCD};
 use super::node::{etcdctl, poll, proxy_admin, Node, POLL, SYSTEM};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The seeds' shoot namespaces, in Gardener's form (`shoot--<project>--<name>`), which decides
@@ -170,22 +171,15 @@ fn a_committed_add_that_timed_out_is_backup_restores_own() {
     assert!(!own_add(already));
 }
 
-/// Members `pods` of the `Etcd` in `ns` were each added as a learner and promoted by their own
+/// Members of the `Etcd` in `ns` were each added as a learner and promoted by their own
 /// backup-restore, as its logs say (`pkg/member/member_control.go`,
 /// `pkg/miscellaneous/miscellaneous.go` `DoPromoteMember`), and their etcd started with
 /// `initial-cluster-state` `existing` (backup-restore's /config, as the wrapper's stand-in
-/// logs it). Read right after they joined: druid rolls the members it has when `replicas`
-/// changes, and a new pod's logs start afresh.
-pub fn added_by_backup_restore(node: &Node, ns: &str, pods: std::ops::Range<u8>) {
-    for i in pods {
-        let pod = format!("{ETCD}-{i}");
-        // A container restarted since (a slow probe on a busy node) starts a new log: its
-        // add is in the one before.
-        let previous = node
-            .try_kubectl(&["-n", ns, "logs", &pod, "-c", "backup-restore", "--previous"])
-            .unwrap_or_default();
-        let current = node.kubectl(&["-n", ns, "logs", &pod, "-c", "backup-restore"]);
-        let log = format!("{previous}{current}");
+/// logs it). `logs`: each pod's backup-restore log, every container of it, streamed through
+/// the join (`etcd_logs::Streams`). Read right after they joined: druid rolls the members it
+/// has when `replicas` changes, and a new pod's logs start afresh.
+pub fn added_by_backup_restore(node: &Node, ns: &str, logs: BTreeMap<String, String>) {
+    for (pod, log) in logs {
         assert!(
             own_add(&log) && log.contains("has been promoted"),
             "{ns}/{pod}'s backup-restore did not add and promote it:\n{log}"
