@@ -29,10 +29,17 @@ pub struct Loopback {
 /// A spec port scheme's base with free loopback ports: peer ports `base..base+n` and client
 /// ports `base-100-i` for `i < n` (the scheme's `clientBase` is `base - 100`). Searched below
 /// the kernel's ephemeral range (32768+), where no outgoing connection takes a port between
-/// the check and etcd's bind, starting at a per-process pseudo-random offset.
+/// the check and etcd's bind, starting at a per-process pseudo-random offset. A port once
+/// handed out is never handed out again in this process: nothing binds a run until its etcd
+/// starts, so a later call could find it free (a CI run saw one member's plain client port
+/// fall on a port of the spec's run, and its etcd fail with "address already in use").
 pub fn free_run(n: u16) -> u16 {
     use std::sync::atomic::{AtomicU16, Ordering};
+    use std::sync::Mutex;
     static NEXT: AtomicU16 = AtomicU16::new(0);
+    static TAKEN: Mutex<std::collections::BTreeSet<u16>> =
+        Mutex::new(std::collections::BTreeSet::new());
+    let mut taken = TAKEN.lock().unwrap_or_else(|e| e.into_inner());
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos())
@@ -41,12 +48,26 @@ pub fn free_run(n: u16) -> u16 {
     for _ in 0..2_000 {
         let step = NEXT.fetch_add(7, Ordering::Relaxed);
         let base = 20_000 + (start - 20_000 + step) % 12_000;
-        let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-        if (0..n).all(|i| free(base + i)) && (0..n).all(|i| free(base - 100 - i)) {
+        let ports: Vec<u16> = (0..n).flat_map(|i| [base + i, base - 100 - i]).collect();
+        let free =
+            |p: &u16| !taken.contains(p) && std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok();
+        if ports.iter().all(free) {
+            taken.extend(ports);
             return base;
         }
     }
     panic!("no free run of {n} loopback ports in 20000..32000");
+}
+
+#[test]
+fn runs_handed_out_in_one_process_never_share_a_port() {
+    let ports = |base: u16| (0..3).flat_map(move |i| [base + i, base - 100 - i]);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..200 {
+        for p in ports(free_run(3)) {
+            assert!(seen.insert(p), "port {p} handed out twice");
+        }
+    }
 }
 
 /// The CA that issues the members' certificates: a fresh one of the test's own
