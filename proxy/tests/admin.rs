@@ -6,8 +6,7 @@ mod common;
 
 use common::*;
 use isthmus_testkit::{
-    client_config, http_get, server_config, tls_connect, wait_draining, wait_until, TestPki,
-    TlsEchoServer,
+    client_config, http_get, server_config, tls_connect, wait_draining, TestPki, TlsEchoServer,
 };
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -141,11 +140,7 @@ async fn a_successor_takes_the_admin_port_when_its_predecessor_lets_go() {
     drop(holder);
     let proxy = start.await.unwrap().unwrap();
     assert_eq!(proxy.admin_addr(), admin);
-    // Ready once its warm-up task has run (server/start.rs `warm_up`).
-    wait_until("the proxy ready", WAIT, || async {
-        http_get(admin, "/readyz").await.is_ok_and(|r| r.0 == 200)
-    })
-    .await;
+    wait_ready(admin).await;
     proxy.shutdown(Duration::ZERO, Duration::ZERO).await;
 
     // A holder that never lets go: the start fails after the predecessor's longest drain.

@@ -23,12 +23,7 @@ fn rss_kib() -> u64 {
 async fn slow_admin_clients_neither_stop_readyz_nor_grow_memory() {
     let f = Fixture::start(&format!("{}listeners: []\n", admin_yaml())).await;
     let admin = f.proxy.admin_addr();
-    // Ready once its warm-up task has run (server/start.rs `warm_up`): a CI run at load
-    // asked before that and was answered 503.
-    wait_until("the proxy ready", WAIT, || async {
-        http_get(admin, "/readyz").await.is_ok_and(|r| r.0 == 200)
-    })
-    .await;
+    wait_ready(admin).await;
     let before = rss_kib();
     let mut head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
     head.resize(380_000, b'a');

@@ -122,9 +122,7 @@ impl Streams {
         self.pods
             .iter()
             .map(|pod| {
-                let text = (0..)
-                    .map(|n| self.dir.join(format!("{pod}.{n}.log")))
-                    .take_while(|p| p.exists())
+                let text = files(&self.dir, pod)
                     .filter_map(|p| std::fs::read_to_string(p).ok())
                     .collect::<String>();
                 (pod.clone(), text)
@@ -182,16 +180,20 @@ fn follow(mut cmd: Command, stop: &AtomicBool, dir: &Path, pod: &str) {
     }
 }
 
+/// A pod's files in the order its runs wrote them (numbered without gaps by [`follow`]).
+fn files<'a>(dir: &'a Path, pod: &'a str) -> impl Iterator<Item = PathBuf> + 'a {
+    (0..)
+        .map(move |n| dir.join(format!("{pod}.{n}.log")))
+        .take_while(|p| p.exists())
+}
+
 /// A member's entries from all its files, each line once (a re-run stream repeats what the
 /// container logged before it), ordered by time.
 fn read(dir: &Path, pod: &str) -> Vec<Value> {
     let mut lines = BTreeSet::new();
-    let prefix = format!("{pod}.");
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            let text = std::fs::read_to_string(e.path()).unwrap_or_default();
-            lines.extend(text.lines().map(str::to_owned));
-        }
+    for path in files(dir, pod) {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        lines.extend(text.lines().map(str::to_owned));
     }
     let mut entries = parsed(lines.iter().map(String::as_str));
     entries.sort_by(|a, b| a["ts"].as_str().cmp(&b["ts"].as_str()));
