@@ -32,6 +32,13 @@ if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install --locked cargo-fuzz
 fi
 cd fuzz
+# fuzz/ is a workspace of its own, so its Cargo.lock does not follow the main one by itself; the
+# build below would rewrite a stale one silently (found in a fresh clone's `git status`).
+if ! cargo "${toolchain[@]}" metadata --locked --format-version 1 >/dev/null 2>&1; then
+  echo "fuzz-smoke: fuzz/Cargo.lock is out of date with the crates it fuzzes: run" \
+    "\`cargo metadata --manifest-path fuzz/Cargo.toml --format-version 1 >/dev/null\` and commit fuzz/Cargo.lock" >&2
+  exit 1
+fi
 
 # Configuration files of a seed's size (issue 25 point 6): the loaders are fuzzed with inputs of
 # 64 KiB and more, from generated seeds (800 routes as YAML and as JSON, 10,000 levels of
