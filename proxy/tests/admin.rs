@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use isthmus_testkit::{
-    client_config, http_get, server_config, tls_connect, wait_draining, TestPki, TlsEchoServer,
+    client_config, http_get, server_config, tls_connect, wait_draining, wait_ready, TestPki,
+    TlsEchoServer,
 };
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -140,7 +141,7 @@ async fn a_successor_takes_the_admin_port_when_its_predecessor_lets_go() {
     drop(holder);
     let proxy = start.await.unwrap().unwrap();
     assert_eq!(proxy.admin_addr(), admin);
-    wait_ready(admin).await;
+    wait_ready(admin, WAIT).await;
     proxy.shutdown(Duration::ZERO, Duration::ZERO).await;
 
     // A holder that never lets go: the start fails after the predecessor's longest drain.

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use isthmus_testkit::{http_get, wait_until};
+use isthmus_testkit::{http_get, wait_ready, wait_until};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -23,7 +23,7 @@ fn rss_kib() -> u64 {
 async fn slow_admin_clients_neither_stop_readyz_nor_grow_memory() {
     let f = Fixture::start(&format!("{}listeners: []\n", admin_yaml())).await;
     let admin = f.proxy.admin_addr();
-    wait_ready(admin).await;
+    wait_ready(admin, WAIT).await;
     let before = rss_kib();
     let mut head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Pad: ".to_vec();
     head.resize(380_000, b'a');

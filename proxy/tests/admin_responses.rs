@@ -12,7 +12,7 @@
 mod common;
 
 use common::*;
-use isthmus_testkit::{http_get, wait_until};
+use isthmus_testkit::{http_get, wait_ready, wait_until};
 use std::net::SocketAddr;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
@@ -68,6 +68,7 @@ fn admin_send_queues(admin: SocketAddr) -> (u64, usize) {
 async fn clients_that_never_read_neither_stop_readyz_nor_grow_memory() {
     let f = Fixture::start(&config()).await;
     let admin = f.proxy.admin_addr();
+    wait_ready(admin, WAIT).await;
     let metrics_len = http_get(admin, "/metrics").await.unwrap().1.len();
     let config_len = http_get(admin, "/config").await.unwrap().1.len();
     let before = rss_kib();

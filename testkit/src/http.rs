@@ -11,6 +11,16 @@ pub async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, Str
     exchange(addr, &req).await
 }
 
+/// Waits until a starting proxy is ready: its admin endpoint's `/readyz` answers 200, which it
+/// does only once its warm-up task has run (proxy `server/start.rs` `warm_up`; a CI run at load
+/// asked before that and got 503); panics after `timeout`.
+pub async fn wait_ready(admin: SocketAddr, timeout: Duration) {
+    crate::wait_until("readyz 200", timeout, || async {
+        http_get(admin, "/readyz").await.ok().map(|r| r.0) == Some(200)
+    })
+    .await;
+}
+
 /// Waits until a draining proxy says so: its admin endpoint's `/readyz` answers 503 and its
 /// `listener` no longer accepts; panics after `timeout`.
 pub async fn wait_draining(admin: SocketAddr, listener: SocketAddr, timeout: Duration) {

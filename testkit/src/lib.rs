@@ -29,7 +29,7 @@ pub use scratch::Scratch;
 pub use tls::{client_config, server_config, tls_connect, tls_connect_from, TlsEchoServer};
 
 mod http;
-pub use http::{http_get, wait_draining};
+pub use http::{http_get, wait_draining, wait_ready};
 
 mod netns;
 pub use netns::Netns;

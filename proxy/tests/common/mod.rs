@@ -229,15 +229,3 @@ pub async fn try_route(from: &str, addr: SocketAddr, bytes: &[u8]) -> (TcpStream
     buf.truncate(n);
     (s, buf)
 }
-
-/// Waits until the proxy at `admin` answers `/readyz` 200: it is ready only once its warm-up
-/// task has run (server/start.rs `warm_up`); a CI run at load asked before that and got 503.
-#[allow(dead_code)]
-pub async fn wait_ready(admin: std::net::SocketAddr) {
-    isthmus_testkit::wait_until("the proxy ready", WAIT, || async {
-        isthmus_testkit::http_get(admin, "/readyz")
-            .await
-            .is_ok_and(|r| r.0 == 200)
-    })
-    .await;
-}
